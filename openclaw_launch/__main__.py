@@ -1,0 +1,3 @@
+from openclaw_launch.cli import main
+
+main()

@@ -1,0 +1,101 @@
+"""The host model every other part reads. Plain frozen data, no I/O."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+_BUS_RE = re.compile(r"^(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
+
+
+def normalize_bus_id(bus_id: str) -> str:
+    """``00000000:0A:00.0`` (NVML), ``0000:0a:00.0`` (sysfs) or ``0a:00.0`` -> ``0000:0a:00.0``.
+
+    Raises ValueError for text that is not a PCI address.
+    """
+    m = _BUS_RE.match(bus_id.strip())
+    if not m:
+        raise ValueError(f"not a PCI bus id: {bus_id!r} (expected e.g. 0000:0a:00.0)")
+    domain, bus, dev, fn = m.groups()
+    domain_i = int(domain, 16) if domain else 0
+    return f"{domain_i:04x}:{bus.lower()}:{dev.lower()}.{fn}"
+
+
+@dataclass(frozen=True)
+class NvLink:
+    link: int
+    active: bool
+    remote_bus_id: str | None = None  # normalised; None when NVML could not say
+
+
+@dataclass(frozen=True)
+class PcieLink:
+    gen: int | None
+    max_gen: int | None
+    width: int | None
+    max_width: int | None
+
+
+@dataclass(frozen=True)
+class IbPort:
+    device: str  # e.g. mlx5_0
+    port: int
+    state: str | None  # e.g. "4: ACTIVE"
+    counters: Mapping[str, int] = field(default_factory=dict)  # symbol_error, link_downed, ...
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One GPU as found on the host. Unknown facts are None, never guessed."""
+
+    index: int  # NVML / nvidia-smi index
+    uuid: str | None
+    pci_bus_id: str | None = None  # normalised
+    name: str | None = None
+    numa_node: int | None = None  # from sysfs; -1 there becomes None
+    cpu_affinity: tuple[int, ...] | None = None  # local_cpulist / NVML affinity / smi column
+    nvlinks: tuple[NvLink, ...] = ()
+    pcie: PcieLink | None = None
+    aer: Mapping[str, int] | None = None  # aer_dev_{correctable,nonfatal,fatal} totals
+    retired_pages: int | None = None
+    ecc_uncorrected: int | None = None
+    mps_clients: int | None = None
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Everything the planner and validator need about one host."""
+
+    gpus: tuple[GpuInfo, ...] = ()
+    numa_nodes: Mapping[int, tuple[int, ...]] = field(default_factory=dict)  # node -> cpus
+    allowed_cpus: tuple[int, ...] = ()  # this process's affinity (cgroup / Slurm cpuset)
+    core_of: Mapping[int, int] = field(default_factory=dict)  # cpu -> first cpu of its core
+    socket_of: Mapping[int, int] = field(default_factory=dict)  # cpu -> physical package
+    links: Mapping[tuple[int, int], str] = field(default_factory=dict)  # (gpu i, gpu j) -> NV18/PHB/...
+    infiniband: tuple[IbPort, ...] = ()
+    hostname: str | None = None
+    source: str = "unknown"  # "live", "snapshot:<path>", "smi:<path>"
+
+    def gpu_by_uuid(self, uuid: str) -> GpuInfo | None:
+        for g in self.gpus:
+            if g.uuid is not None and g.uuid.lower() == uuid.lower():
+                return g
+        return None
+
+    def gpu_by_bus_id(self, bus_id: str) -> GpuInfo | None:
+        for g in self.gpus:
+            if g.pci_bus_id == bus_id:
+                return g
+        return None
+
+    def describe_gpus(self) -> str:
+        """One line per GPU, for errors that must list what is there."""
+        if not self.gpus:
+            return "  (no GPUs found)"
+        return "\n".join(
+            f"  GPU {g.index}: {g.uuid or '?'} bus {g.pci_bus_id or '?'} "
+            f"NUMA {g.numa_node if g.numa_node is not None else 'n/a'}"
+            + (f" ({g.name})" if g.name else "")
+            for g in self.gpus
+        )
