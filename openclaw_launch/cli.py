@@ -1,0 +1,319 @@
+"""Command line: ``run`` (the default), ``plan``, ``discover``, ``validate``, ``report``.
+
+Thin: parse options, gather inputs (config, topology), call the pure planner,
+hand the plan to the effects (MPS, supervisor). Every user error exits 2 with
+one message and no traceback, before anything is started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import uuid
+from pathlib import Path
+from typing import NoReturn
+
+import click
+
+from openclaw_launch.config import Config, GpuSpec, NodeSpec, load_config
+from openclaw_launch.errors import OpenclawError
+from openclaw_launch.plan import Entry, LaunchPlan, PlanOptions, build_plan, format_plan_table
+from openclaw_launch.topology.model import Topology
+
+SUBCOMMANDS = ("run", "plan", "discover", "validate", "report")
+
+
+def _fail(err: OpenclawError) -> NoReturn:
+    click.echo(f"openclaw-launch: {err}", err=True)
+    sys.exit(err.exit_code)
+
+
+def _warn(message: str) -> None:
+    click.echo(f"openclaw-launch: warning: {message}", err=True)
+
+
+def _live_topology(with_gpus: bool) -> Topology:
+    """Read this host; NVML is only touched when GPUs are wanted (it costs start-up time)."""
+    from openclaw_launch.topology.live import discover_topology
+
+    nvml = None
+    if with_gpus:
+        from openclaw_launch.topology.nvml import PynvmlProvider, nvml_available
+
+        nvml = PynvmlProvider() if nvml_available() else None
+    return discover_topology(nvml=nvml)
+
+
+def _topology(snapshot: str | None, with_gpus: bool) -> Topology:
+    if snapshot:
+        from openclaw_launch.topology.snapshot import load_snapshot
+
+        return load_snapshot(snapshot)
+    return _live_topology(with_gpus)
+
+
+def host_config(topology: Topology, nproc_per_node: int | None) -> Config:
+    """The config for "this machine as found": one rank per GPU, or CPU workers without GPUs."""
+    gpus = [g for g in topology.gpus if g.uuid]
+    if gpus:
+        if nproc_per_node is not None and nproc_per_node > len(gpus):
+            raise click.UsageError(
+                f"--nproc-per-node {nproc_per_node} but this host has {len(gpus)} GPU(s); "
+                "ask for at most that many, or write a config with procs_per_gpu and MPS"
+            )
+        chosen = gpus[: nproc_per_node or len(gpus)]
+        node = NodeSpec(name="localhost", ip="127.0.0.1", gpus=tuple(GpuSpec(uuid=str(g.uuid)) for g in chosen))
+    else:
+        node = NodeSpec(name="localhost", ip="127.0.0.1", cpu_workers=nproc_per_node or 1)
+    return Config(nodes=(node,), source="<this host>")
+
+
+def _make_plan(
+    config_path: str | None,
+    topology_path: str | None,
+    node: str | None,
+    nproc_per_node: int | None,
+    entry: Entry,
+    **overrides: object,
+) -> tuple[Config, Topology, LaunchPlan]:
+    if config_path:
+        config = load_config(config_path)
+        if nproc_per_node is not None:
+            raise click.UsageError("--nproc-per-node is for runs without --config; the config sets the ranks")
+        for w in config.warnings:
+            _warn(w)
+        node_name = _node_name(config, node)
+        wants_gpus = not config.node(node_name).is_cpu
+        topology = _topology(topology_path, wants_gpus)
+    else:
+        topology = _topology(topology_path, True)
+        config = host_config(topology, nproc_per_node)
+        node_name = node or "localhost"
+    options = PlanOptions(
+        entry=entry,
+        node=node_name,
+        python=sys.executable,
+        base_env=dict(os.environ),
+        numactl=shutil.which("numactl"),
+        **overrides,  # type: ignore[arg-type]
+    )
+    return config, topology, build_plan(config, topology, options)
+
+
+def _node_name(config: Config, cli_node: str | None) -> str:
+    from openclaw_launch.multinode import local_identity, resolve_node
+
+    if cli_node is None and len(config.nodes) > 1 and "SLURM_NODEID" not in os.environ:
+        names, addrs = local_identity()
+        return resolve_node(config, None, os.environ, names, addrs)
+    return resolve_node(config, cli_node, os.environ)
+
+
+def _entry(script: tuple[str, ...], module: bool, no_python: bool) -> Entry:
+    if not script:
+        raise click.UsageError("give the training script (or -m MODULE, or --no-python COMMAND) to run")
+    if module and no_python:
+        raise click.UsageError("-m and --no-python exclude each other")
+    kind = "module" if module else "exec" if no_python else "script"
+    return Entry(kind=kind, target=script[0], args=tuple(script[1:]))
+
+
+class _DefaultRun(click.Group):
+    """``openclaw-launch [run options] train.py`` is ``openclaw-launch run ...`` (torchrun's shape)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in SUBCOMMANDS and args[0] not in ("--help", "-h", "--version"):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=_DefaultRun, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="openclaw-launch")
+def cli() -> None:
+    """Topology-aware launcher: every rank on its GPU by UUID, on that GPU's NUMA node."""
+
+
+_common = [
+    click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Cluster YAML."),
+    click.option("--node", help="Which config node this launcher is (default: Slurm, or matched to this host)."),
+    click.option("--topology", "topology_path", type=click.Path(dir_okay=False),
+                 help="Topology snapshot JSON to use instead of this host (discover --snapshot)."),
+    click.option("--nproc-per-node", type=click.IntRange(min=1),
+                 help="Without --config: ranks on this host (GPUs, or CPU workers when there is no GPU)."),
+    click.option("-m", "--module", is_flag=True, help="Run the target as a Python module (python -m)."),
+    click.option("--no-python", is_flag=True, help="Run the target as a command, not a Python script."),
+    click.option("--master-addr", help="Rendezvous address (default: config, else first node's ip)."),
+    click.option("--master-port", type=click.IntRange(1, 65535), help="Rendezvous port (default 29500)."),
+    click.option("--strictness", type=click.Choice(["fail", "warn"]),
+                 help="Bus id / NUMA / NVLink mismatches fail the launch or only warn."),
+]
+
+
+def _with_common(f):  # type: ignore[no-untyped-def]
+    for opt in reversed(_common):
+        f = opt(f)
+    return f
+
+
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@_with_common
+@click.option("--max-restarts", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--restart-backoff-s", type=click.FloatRange(min=0), default=1.0, show_default=True)
+@click.option("--grace-period-s", type=click.FloatRange(min=0), default=5.0, show_default=True,
+              help="After SIGTERM, how long workers get before SIGKILL.")
+@click.option("--kill-timeout-s", type=click.FloatRange(min=0), default=5.0, show_default=True,
+              help="After SIGKILL, how long to wait for workers stuck in the kernel before giving up.")
+@click.option("--log-dir", type=click.Path(file_okay=False), help="Per-rank logs under DIR/<run-id>/attempt-N/rank-R/.")
+@click.option("--console-ranks", default="all", show_default=True, help="Ranks shown on the console: all, none, or 0,3-5.")
+@click.option("--prefix", "prefix_template", default="[rank {rank}] ", show_default=True,
+              help="Console line prefix; fields {rank}, {local_rank}, {node}.")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False), help="Write the run report JSON here.")
+@click.option("--run-id", help="Job id shared by all nodes (default: random).")
+@click.option("--dry-run", is_flag=True, help="Print the plan and start nothing.")
+@click.option("--standalone", is_flag=True, hidden=True, help="Accepted for torchrun compatibility.")
+@click.argument("script", nargs=-1, type=click.UNPROCESSED)
+def run(**kw: object) -> None:
+    """Run SCRIPT [ARGS...] on every planned rank and supervise it."""
+    from openclaw_launch.launch import launch
+
+    entry = _entry(kw.pop("script"), kw.pop("module"), kw.pop("no_python"))  # type: ignore[arg-type]
+    run_id = str(kw.pop("run_id") or uuid.uuid4().hex[:12])
+    try:
+        _, _, plan = _make_plan(
+            kw.pop("config_path"), kw.pop("topology_path"), kw.pop("node"), kw.pop("nproc_per_node"), entry,  # type: ignore[arg-type]
+            run_id=run_id, master_addr=kw.pop("master_addr"), master_port=kw.pop("master_port"),
+            max_restarts=kw["max_restarts"], strictness=kw.pop("strictness"),
+        )
+    except OpenclawError as e:
+        _fail(e)
+    for w in plan.warnings:
+        _warn(w)
+    kw.pop("standalone")
+    if kw.pop("dry_run"):
+        click.echo(format_plan_table(plan))
+        return
+    sys.exit(launch(plan, **kw))  # type: ignore[arg-type]
+
+
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@_with_common
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON (schema 1).")
+@click.argument("script", nargs=-1, type=click.UNPROCESSED)
+def plan(**kw: object) -> None:
+    """Print where each rank would run and with what environment; start nothing."""
+    script = kw.pop("script") or ("train.py",)
+    entry = _entry(script, kw.pop("module"), kw.pop("no_python"))  # type: ignore[arg-type]
+    try:
+        _, _, launch_plan = _make_plan(
+            kw.pop("config_path"), kw.pop("topology_path"), kw.pop("node"), kw.pop("nproc_per_node"), entry,  # type: ignore[arg-type]
+            master_addr=kw.pop("master_addr"), master_port=kw.pop("master_port"), strictness=kw.pop("strictness"),
+        )
+    except OpenclawError as e:
+        _fail(e)
+    if kw["as_json"]:
+        click.echo(json.dumps(launch_plan.to_json(), indent=2))
+    else:
+        for w in launch_plan.warnings:
+            _warn(w)
+        click.echo(format_plan_table(launch_plan))
+
+
+@cli.command()
+@click.option("--snapshot", is_flag=True, help="Write the topology snapshot JSON instead of a config.")
+@click.option("--from-smi", "from_smi", type=click.Path(exists=True, dir_okay=False),
+              help="Saved `nvidia-smi topo -m` output to read instead of this host.")
+@click.option("--smi-list", type=click.Path(exists=True, dir_okay=False), help="Saved `nvidia-smi -L` output (UUIDs).")
+@click.option("--numactl-hardware", type=click.Path(exists=True, dir_okay=False),
+              help="Saved `numactl --hardware` output (NUMA node CPUs).")
+@click.option("--node-name", default=None, help="Node name in the config (default: this host's name).")
+@click.option("--ip", default=None, help="Node ip in the config.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write here instead of stdout.")
+def discover(snapshot: bool, from_smi: str | None, smi_list: str | None, numactl_hardware: str | None,
+             node_name: str | None, ip: str | None, output: str | None) -> None:
+    """Describe this host (NVML + sysfs) or saved nvidia-smi text as a config or snapshot."""
+    import socket
+
+    from openclaw_launch.topology.discover import config_yaml_from_topology
+    from openclaw_launch.topology.snapshot import dump_snapshot
+
+    try:
+        if from_smi:
+            from openclaw_launch.topology.smi import topology_from_smi
+
+            topology = topology_from_smi(
+                Path(from_smi).read_text(),
+                list_text=Path(smi_list).read_text() if smi_list else None,
+                numactl_text=Path(numactl_hardware).read_text() if numactl_hardware else None,
+            )
+        else:
+            topology = _live_topology(True)
+        text = (
+            json.dumps(dump_snapshot(topology), indent=2) + "\n"
+            if snapshot
+            else config_yaml_from_topology(topology, node_name or topology.hostname or socket.gethostname(), ip)
+        )
+    except OpenclawError as e:
+        _fail(e)
+    if output:
+        _atomic_write(Path(output), text)
+    else:
+        click.echo(text, nl=False)
+
+
+@cli.command()
+@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False))
+@click.option("--node", help="Which config node this host is.")
+@click.option("--topology", "topology_path", type=click.Path(dir_okay=False), help="Snapshot instead of this host.")
+@click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
+def validate(config_path: str, node: str | None, topology_path: str | None, as_json: bool) -> None:
+    """Check the config against the machine; exit 0 only if no check failed."""
+    from openclaw_launch import validate as checks
+
+    try:
+        config = load_config(config_path)
+        node_name = _node_name(config, node)
+        topology = _topology(topology_path, not config.node(node_name).is_cpu)
+        mps = _mps_status(config)
+        results = checks.run_checks(config, topology, node_name, numactl_path=shutil.which("numactl"), mps=mps)
+    except OpenclawError as e:
+        _fail(e)
+    for w in config.warnings:
+        _warn(w)
+    click.echo(json.dumps(checks.results_to_json(results), indent=2) if as_json else checks.format_results(results))
+    sys.exit(checks.exit_code(results))
+
+
+def _mps_status(config: Config) -> object | None:
+    """The MPS daemon this host runs now (default pipe directory), when the config enables MPS."""
+    if not config.runtime.enable_mps:
+        return None
+    from openclaw_launch.mps import mps_status
+
+    return mps_status(os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps"), None)
+
+
+@cli.command()
+@click.argument("run_json", type=click.Path(exists=True, dir_okay=False))
+def report(run_json: str) -> None:
+    """Render a saved run report."""
+    from openclaw_launch.report import format_report, load_report
+
+    try:
+        click.echo(format_report(load_report(run_json)))
+    except OpenclawError as e:
+        _fail(e)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def main() -> None:
+    try:
+        cli(prog_name="openclaw-launch")
+    except OpenclawError as e:  # raised outside a command's own handler
+        _fail(e)

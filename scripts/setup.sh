@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Install everything openclaw-launch and its tests need, from nothing (Debian, root or sudo).
+# Idempotent: a second run installs nothing. Usage: scripts/setup.sh [--test]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+need_apt=()
+command -v numactl >/dev/null || need_apt+=(numactl)
+command -v unshare >/dev/null || need_apt+=(util-linux)
+command -v ps >/dev/null || need_apt+=(procps)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+# torch==2.13.0 is pinned here (the CPU build on this platform's disk); the package itself
+# only asks for a range, in its optional "torch" extra.
+extra=""
+[ "${1:-}" = "--test" ] && extra="[test]"
+$PY -m pip install -q --disable-pip-version-check "torch==2.13.0" -e ".${extra}" 2>&1 \
+  | grep -v -e "is ignored: it is neither a file nor a directory" -e "Running pip as the 'root' user" || true
+$PY -c "import openclaw_launch, torch, click, yaml, psutil, pynvml" # fail loudly if the install did not work
