@@ -6,9 +6,25 @@ printed (``openclaw-launch plan``) before anything runs.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import shlex
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
+
+from openclaw_launch.binding import (
+    Binding,
+    BindingResult,
+    Slot,
+    bind_cpu_workers,
+    bind_gpu_workers,
+    core_count,
+    numactl_argv,
+)
+from openclaw_launch.config import Config, GpuSpec, NodeSpec
+from openclaw_launch.env import JobEnv, RankSlot, overridden_user_vars, rank_env, visible_devices
+from openclaw_launch.errors import PlanError, TopologyError
+from openclaw_launch.topology.cpulist import format_cpulist
+from openclaw_launch.topology.model import GpuInfo, Topology, normalize_bus_id
 
 EntryKind = Literal["script", "module", "exec"]
 
@@ -122,3 +138,337 @@ class LaunchPlan:
             "warnings": list(self.warnings),
             "ranks": [r.to_json() for r in self.ranks],
         }
+
+
+DEFAULT_MASTER_ADDR = "127.0.0.1"
+DEFAULT_MASTER_PORT = 29500
+
+
+@dataclass(frozen=True)
+class _ResolvedGpu:
+    """A configured GPU found on the host, with the NUMA node the plan uses."""
+
+    spec: GpuSpec
+    gpu: GpuInfo
+    numa_node: int | None
+
+
+def build_plan(config: Config, topology: Topology, options: PlanOptions) -> LaunchPlan:
+    """Everything this node's launcher will do, decided up front. Deterministic."""
+    node_rank, node = _select_node(config, options.node)
+    runtime = config.runtime
+    warnings: list[str] = list(config.warnings)
+    _check_procs_per_gpu(config)
+    if node.is_cpu:
+        resolved: tuple[_ResolvedGpu, ...] = ()
+        result = bind_cpu_workers(topology, _workers(config, node), runtime.binding)
+    else:
+        resolved, found = _resolve(config, node_rank, topology, options)
+        warnings += found
+        result = bind_gpu_workers(topology, _slots(resolved, runtime.procs_per_gpu), runtime.binding)
+    warnings += result.warnings
+    warnings += _policy_warnings(config, node, options)
+    job = JobEnv(
+        run_id=options.run_id,
+        world_size=sum(_workers(config, n) for n in config.nodes),
+        nnodes=len(config.nodes),
+        master_addr=options.master_addr or runtime.master_addr or config.nodes[0].ip or DEFAULT_MASTER_ADDR,
+        master_port=options.master_port or runtime.master_port or DEFAULT_MASTER_PORT,
+        runtime=runtime,
+        base_env=options.base_env,
+        restart_count=options.restart_count,
+        max_restarts=options.max_restarts,
+        error_file_dir=options.error_file_dir,
+    )
+    ranks = _ranks(config, node_rank, topology, options, job, resolved, result)
+    return LaunchPlan(
+        run_id=options.run_id,
+        node=node.name,
+        node_rank=node_rank,
+        nnodes=job.nnodes,
+        world_size=job.world_size,
+        master_addr=job.master_addr,
+        master_port=job.master_port,
+        backend="gloo" if node.is_cpu else "nccl",
+        ranks=ranks,
+        mps=_mps(config, resolved) if runtime.enable_mps and not node.is_cpu else None,
+        warnings=tuple(dict.fromkeys(warnings)),
+    )
+
+
+def format_plan_table(plan: LaunchPlan, *, warnings: bool = True) -> str:
+    """The plan as plain text: one row per rank, then (unless the caller prints them) the warnings."""
+    header = ("rank", "local", "node", "gpu", "bus", "numa", "cpus", "mem", "argv")
+    rows = [header] + [
+        (
+            str(r.rank),
+            str(r.local_rank),
+            r.node,
+            _short_uuid(r.gpu_uuid),
+            r.pci_bus_id or "-",
+            "-" if r.numa_node is None else str(r.numa_node),
+            format_cpulist(r.cpus) or "-",
+            r.mem_policy + (f":{','.join(map(str, r.mem_nodes))}" if r.mem_nodes else ""),
+            shlex.join(r.argv),
+        )
+        for r in plan.ranks
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
+    lines = [
+        f"run {plan.run_id}  node {plan.node} ({plan.node_rank + 1}/{plan.nnodes})  world size "
+        f"{plan.world_size}  master {plan.master_addr}:{plan.master_port}  backend {plan.backend}"
+        + ("  MPS on" if plan.mps else "")
+    ]
+    lines += ["  ".join([*(c.ljust(w) for c, w in zip(row, widths, strict=False)), row[-1]]).rstrip() for row in rows]
+    if warnings:
+        lines += [f"warning: {w}" for w in plan.warnings]
+    return "\n".join(lines)
+
+
+def _short_uuid(uuid: str | None) -> str:
+    """``GPU-7a3b1c9d-ef01-...`` -> ``GPU-7a3b1c9d``: enough to tell GPUs apart in a table."""
+    if uuid is None:
+        return "cpu"
+    head, _, rest = uuid.partition("-")
+    return f"{head}-{rest.split('-')[0]}" if rest else uuid
+
+
+def _select_node(config: Config, name: str | None) -> tuple[int, NodeSpec]:
+    if name is None:
+        if len(config.nodes) != 1:
+            names = ", ".join(n.name for n in config.nodes)
+            raise PlanError(
+                f"{config.source} has {len(config.nodes)} nodes ({names}); say which one this is with --node NAME"
+            )
+        return 0, config.nodes[0]
+    node = config.node(name)
+    return config.nodes.index(node), node
+
+
+def _workers(config: Config, node: NodeSpec) -> int:
+    if node.cpu_workers is not None:
+        return node.cpu_workers
+    return len(node.gpus) * config.runtime.procs_per_gpu
+
+
+def _check_procs_per_gpu(config: Config) -> None:
+    rt = config.runtime
+    if rt.procs_per_gpu > 1 and not rt.enable_mps:
+        raise PlanError(
+            f"runtime.procs_per_gpu is {rt.procs_per_gpu} but MPS is off; set runtime.enable_mps: true "
+            "or procs_per_gpu: 1"
+        )
+    if rt.mps_max_clients_per_gpu is not None and rt.procs_per_gpu > rt.mps_max_clients_per_gpu:
+        raise PlanError(
+            f"runtime.procs_per_gpu ({rt.procs_per_gpu}) is more than runtime.mps_max_clients_per_gpu "
+            f"({rt.mps_max_clients_per_gpu}); lower one or raise the other"
+        )
+
+
+def _where(node_rank: int, index: int, spec: GpuSpec) -> str:
+    path = f"cluster.nodes[{node_rank}].gpus[{index}]"
+    return f"{path} (line {spec.line})" if spec.line is not None else path
+
+
+def _resolve(
+    config: Config, node_rank: int, topology: Topology, options: PlanOptions
+) -> tuple[tuple[_ResolvedGpu, ...], list[str]]:
+    """Configured UUID -> GPU on the host. Missing GPUs are fatal; mismatches fail or warn
+    per strictness. Returns the GPUs and the warnings."""
+    node = config.nodes[node_rank]
+    found = [topology.gpu_by_uuid(spec.uuid) for spec in node.gpus]
+    missing = [
+        f"  {_where(node_rank, i, s)}: {s.uuid}"
+        for i, (s, g) in enumerate(zip(node.gpus, found, strict=True))
+        if g is None
+    ]
+    if missing:
+        raise TopologyError(
+            f"{len(missing)} GPU(s) of node {node.name} in {config.source} are not on this host "
+            f"({topology.source}):\n"
+            + "\n".join(missing)
+            + "\nGPUs on this host:\n"
+            + topology.describe_gpus()
+            + "\nFix the uuids in the config, or run `openclaw-launch discover` here to write a matching config."
+        )
+    resolved: list[_ResolvedGpu] = []
+    mismatches: list[str] = []
+    warnings: list[str] = []
+    for i, (spec, gpu) in enumerate(zip(node.gpus, found, strict=True)):
+        assert gpu is not None
+        where = _where(node_rank, i, spec)
+        mismatches += _bus_mismatch(where, spec, gpu)
+        numa, numa_problem, numa_warning = _numa(where, spec, gpu)
+        mismatches += numa_problem
+        warnings += numa_warning
+        mismatches += _nvlink_mismatches(where, spec, gpu, topology)
+        resolved.append(_ResolvedGpu(spec, gpu, numa))
+    strictness = options.strictness or config.runtime.strictness
+    if mismatches and strictness == "fail":
+        raise TopologyError(
+            f"node {node.name} in {config.source} does not match this host ({topology.source}):\n"
+            + "\n".join(f"  {m}" for m in mismatches)
+            + "\nFix the config (or run `openclaw-launch discover` here), or set runtime.strictness: warn "
+            "to launch anyway."
+        )
+    return tuple(resolved), mismatches + warnings
+
+
+def _bus_mismatch(where: str, spec: GpuSpec, gpu: GpuInfo) -> list[str]:
+    if spec.pci_bus_id is None or gpu.pci_bus_id is None:
+        return []
+    if normalize_bus_id(spec.pci_bus_id) == gpu.pci_bus_id:
+        return []
+    return [f"{where}: pci_bus_id is {spec.pci_bus_id} in the config but {spec.uuid} is at {gpu.pci_bus_id}"]
+
+
+def _numa(where: str, spec: GpuSpec, gpu: GpuInfo) -> tuple[int | None, list[str], list[str]]:
+    """The NUMA node to use (sysfs wins), and any mismatch / warning about it."""
+    if spec.numa_node is None or spec.numa_node == gpu.numa_node:
+        return gpu.numa_node, [], []
+    if gpu.numa_node is None:
+        return (
+            spec.numa_node,
+            [],
+            [
+                f"{where}: this host has no NUMA information for {spec.uuid}; using the config's numa_node "
+                f"{spec.numa_node}"
+            ],
+        )
+    return (
+        gpu.numa_node,
+        [f"{where}: numa_node is {spec.numa_node} in the config but {spec.uuid} is on NUMA node {gpu.numa_node}"],
+        [],
+    )
+
+
+def _nvlink_mismatches(where: str, spec: GpuSpec, gpu: GpuInfo, topology: Topology) -> list[str]:
+    out: list[str] = []
+    for peer_uuid in spec.nvlink_peers:
+        peer = topology.gpu_by_uuid(peer_uuid)
+        if peer is None:
+            out.append(f"{where}: NVLink peer {peer_uuid} is not on this host")
+        elif not _nvlinked(topology, gpu, peer):
+            link = topology.links.get((gpu.index, peer.index)) or topology.links.get((peer.index, gpu.index))
+            out.append(
+                f"{where}: {spec.uuid} is not NVLinked to its configured peer {peer_uuid} "
+                f"(link found: {link or 'unknown'})"
+            )
+    return out
+
+
+def _nvlinked(topology: Topology, a: GpuInfo, b: GpuInfo) -> bool:
+    link = topology.links.get((a.index, b.index)) or topology.links.get((b.index, a.index)) or ""
+    if link.upper().startswith("NV"):
+        return True
+    return any(nv.active and nv.remote_bus_id is not None and nv.remote_bus_id == b.pci_bus_id for nv in a.nvlinks)
+
+
+def _slots(resolved: Sequence[_ResolvedGpu], procs_per_gpu: int) -> list[Slot]:
+    """One slot per worker: GPU j's workers are local ranks j*k .. j*k+k-1."""
+    return [
+        Slot(f"GPU {r.gpu.index} ({r.gpu.uuid})", r.gpu, r.numa_node, r.spec.cpus)
+        for r in resolved
+        for _ in range(procs_per_gpu)
+    ]
+
+
+def _policy_warnings(config: Config, node: NodeSpec, options: PlanOptions) -> list[str]:
+    rt = config.runtime
+    out: list[str] = []
+    if options.numactl is None and rt.binding != "none":
+        out.append(
+            f"numactl is not installed: binding {rt.binding} is planned but not applied "
+            "(install numactl, or set binding: none)"
+        )
+    ignored = overridden_user_vars(rt)
+    if ignored:
+        out.append(f"the launcher sets {', '.join(ignored)} itself; the config's values are ignored")
+    if not node.is_cpu and rt.procs_per_gpu > 1 and rt.visible_devices == "ordered":
+        out.append(
+            f"procs_per_gpu {rt.procs_per_gpu}: cuda:LOCAL_RANK is not each rank's GPU; scripts must use "
+            f"OPENCLAW_CUDA_DEVICE_INDEX (= LOCAL_RANK // {rt.procs_per_gpu})"
+        )
+    return out
+
+
+def _entry_argv(options: PlanOptions) -> list[str]:
+    e = options.entry
+    if e.kind == "script":
+        return [options.python, e.target, *e.args]
+    if e.kind == "module":
+        return [options.python, "-m", e.target, *e.args]
+    return [e.target, *e.args]
+
+
+def _prefix(binding: Binding, mem_policy: str, numactl: str | None) -> list[str]:
+    if not binding.applied or numactl is None:
+        return []
+    return numactl_argv(binding.cpus, mem_policy, binding.mem_nodes, numactl, binding.cpu_nodes)
+
+
+def _ranks(
+    config: Config,
+    node_rank: int,
+    topology: Topology,
+    options: PlanOptions,
+    job: JobEnv,
+    resolved: Sequence[_ResolvedGpu],
+    result: BindingResult,
+) -> tuple[RankPlan, ...]:
+    node = config.nodes[node_rank]
+    rt = config.runtime
+    offset = sum(_workers(config, n) for n in config.nodes[:node_rank])
+    k = rt.procs_per_gpu
+    uuids = [r.gpu.uuid or r.spec.uuid for r in resolved]
+    entry = _entry_argv(options)
+    out: list[RankPlan] = []
+    for local, binding in enumerate(result.bindings):
+        mem_policy = rt.mem_policy if binding.applied else "none"
+        gpu = resolved[local // k] if resolved else None
+        uuid = uuids[local // k] if gpu else None
+        cvd, index = visible_devices(rt.visible_devices, uuids, uuid) if uuid else ("", None)
+        numa = gpu.numa_node if gpu else (binding.mem_nodes[0] if len(binding.mem_nodes) == 1 else None)
+        slot = RankSlot(
+            rank=offset + local,
+            local_rank=local,
+            local_world_size=len(result.bindings),
+            node=node.name,
+            node_rank=node_rank,
+            cpus=binding.cpus,
+            cores=core_count(topology, binding.cpus),
+            gpu_uuid=uuid,
+            pci_bus_id=gpu.gpu.pci_bus_id if gpu else None,
+            numa_node=numa,
+            cuda_visible_devices=cvd,
+            cuda_device_index=index,
+        )
+        out.append(
+            RankPlan(
+                rank=slot.rank,
+                local_rank=local,
+                node=node.name,
+                node_rank=node_rank,
+                gpu_uuid=uuid,
+                gpu_index=gpu.gpu.index if gpu else None,
+                pci_bus_id=slot.pci_bus_id,
+                numa_node=numa,
+                cpus=binding.cpus,
+                mem_policy=mem_policy,
+                mem_nodes=binding.mem_nodes if mem_policy != "none" else (),
+                argv=tuple(_prefix(binding, mem_policy, options.numactl) + entry),
+                env=rank_env(job, slot),
+            )
+        )
+    return tuple(out)
+
+
+def _mps(config: Config, resolved: Sequence[_ResolvedGpu]) -> MpsPlan:
+    rt = config.runtime
+    return MpsPlan(
+        max_clients_per_gpu=rt.mps_max_clients_per_gpu,
+        active_thread_percentage=rt.mps_active_thread_percentage,
+        pinned_device_mem_limit=rt.mps_pinned_device_mem_limit,
+        on_start_failure=rt.mps_on_start_failure,
+        gpu_uuids=tuple(r.gpu.uuid or r.spec.uuid for r in resolved),
+    )

@@ -1,0 +1,641 @@
+"""Turn a LaunchPlan into running workers, watch them, and never leave an orphan.
+
+One thread, one event loop: SIGCHLD and the forwarded signals arrive through
+``signal.set_wakeup_fd``, worker output through pipes, both in one selector, so
+a worker's exit is seen at once and an idle launcher uses no CPU. The job is an
+explicit state machine::
+
+    STARTING -> RUNNING -> STOPPING (failure or signal: SIGTERM/the signal to every group,
+                                     SIGKILL after grace_period_s, give up after kill_timeout_s)
+                        -> RESTARTING (attempts left, backoff) -> STARTING ...
+                        -> DONE
+
+Every OS call goes through an ``OsLayer`` (``osproc.RealOs``) so the state
+machine can be driven by a fake in tests. Call ``supervise`` from the main thread:
+it installs signal handlers and reaps every child of this process while it runs.
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+import itertools
+import os
+import signal
+import sys
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, BinaryIO, TextIO
+
+from openclaw_launch.guard import Guardian
+from openclaw_launch.osproc import OsLayer, RealOs, Reaped
+from openclaw_launch.topology.cpulist import format_cpulist, parse_cpulist
+
+if TYPE_CHECKING:  # plan.py pulls in config/yaml; the supervisor only needs the shapes
+    from openclaw_launch.plan import LaunchPlan, RankPlan
+
+FORWARDED_SIGNALS = (
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+)
+ESCALATING_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # a second one while stopping means "SIGKILL now"
+_MAX_PARTIAL_LINE = 65536  # a "line" longer than this is emitted in pieces
+
+
+class State(enum.Enum):
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    RESTARTING = "restarting"
+    DONE = "done"
+
+
+@dataclass(frozen=True)
+class SuperviseOptions:
+    grace_period_s: float = 5.0  # SIGTERM -> SIGKILL
+    kill_timeout_s: float = 5.0  # SIGKILL -> give up (uninterruptible sleep)
+    max_restarts: int = 0
+    restart_backoff_s: float = 1.0  # attempt k waits restart_backoff_s * 2**k ...
+    restart_backoff_max_s: float = 30.0  # ... at most this
+    log_dir: str | None = None  # <log_dir>/<run_id>/attempt-<n>/rank-<r>/{stdout,stderr}.log
+    console_ranks: frozenset[int] | None = None  # None = every rank reaches the console
+    prefix_template: str = "[rank {rank}] "  # keys: rank, local_rank, node, attempt
+    readback_delay_s: float = 0.05  # first binding read-back after start; doubles per retry
+    readback_attempts: int = 6  # read-backs while the worker is still numactl
+    stderr_tail_lines: int = 50
+    cleanup_poll_s: float = 0.01  # leftover grandchildren are re-checked this often (bounded)
+    use_guardian: bool = True  # fork a guardian that cleans up if the launcher is SIGKILLed
+    print_summary: bool = True  # root-cause summary on stderr when the job fails
+    stdout: TextIO | None = None  # console streams; None = sys.stdout / sys.stderr at call time
+    stderr: TextIO | None = None
+
+
+@dataclass(frozen=True)
+class SuperviseHooks:
+    """Callbacks for modules that own resources across attempts (MPS)."""
+
+    before_attempt: Callable[[int], None] | None = None
+    after_attempt: Callable[[int, tuple[WorkerResult, ...]], None] | None = None
+    exempt_pids: Callable[[], Iterable[int]] | None = None  # never killed as leftovers (with their children)
+
+
+@dataclass(frozen=True)
+class WorkerResult:
+    rank: int
+    local_rank: int
+    node: str
+    attempt: int
+    pid: int | None  # None when the spawn itself failed
+    exit_code: int | None  # None when killed by a signal or never reaped
+    signal: int | None
+    start_s: float  # wall clock (time.time())
+    end_s: float | None
+    cpu_s: float | None
+    max_rss_kib: int | None
+    bound_cpus: tuple[int, ...] | None  # read back from /proc/PID/status
+    bound_mems: tuple[int, ...] | None
+    binding_warning: str | None
+    stderr_tail: tuple[str, ...]
+    error_file: str | None  # TORCHELASTIC_ERROR_FILE when the worker wrote it
+    error: str | None  # its message and traceback
+
+    @property
+    def succeeded(self) -> bool:
+        return self.exit_code == 0
+
+    @property
+    def code(self) -> int | None:
+        """Exit code as a shell reports it: the code, or 128+signal."""
+        if self.signal is not None:
+            return 128 + self.signal
+        return self.exit_code
+
+
+@dataclass(frozen=True)
+class JobResult:
+    exit_code: int
+    root_cause: WorkerResult | None
+    attempts: int
+    results: tuple[tuple[WorkerResult, ...], ...]  # per attempt, in rank order
+    signal_received: int | None
+    unkillable: tuple[int, ...]  # pids still alive after SIGKILL and kill_timeout_s
+
+
+def signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
+def format_root_cause(result: WorkerResult) -> str:
+    """What a user needs to see first: which rank, how it ended, its last words."""
+    if result.signal is not None:
+        how = f"was killed by {signal_name(result.signal)} (signal {result.signal}, exit code {result.code})"
+    elif result.exit_code is not None:
+        how = f"exited with code {result.exit_code}"
+    else:
+        how = "did not exit even after SIGKILL"
+    lines = [
+        f"root cause: rank {result.rank} (local rank {result.local_rank}) on node {result.node}, "
+        f"pid {result.pid}, attempt {result.attempt}: {how}"
+    ]
+    if result.stderr_tail:
+        lines.append(f"  last {len(result.stderr_tail)} line(s) of its stderr:")
+        lines += [f"    {line}" for line in result.stderr_tail]
+    if result.error:
+        lines.append(f"  error file {result.error_file}:")
+        lines += [f"    {line}" for line in result.error.splitlines()]
+    return "\n".join(lines)
+
+
+def supervise(
+    plan: LaunchPlan,
+    options: SuperviseOptions | None = None,
+    os_layer: OsLayer | None = None,
+    hooks: SuperviseHooks | None = None,
+    *,
+    guardian: Guardian | None = None,
+) -> JobResult:
+    """Run the plan's local ranks until they all succeed, or fail/are signalled and restarts run out.
+
+    ``guardian``: pass the launcher's guardian to share it (the caller closes it); otherwise one is
+    started and closed here when ``options.use_guardian``.
+    """
+    options = options or SuperviseOptions()
+    own_guardian = guardian is None and options.use_guardian
+    if own_guardian:
+        guardian = Guardian.start()
+    try:
+        sup = _Supervisor(plan, options, os_layer or RealOs(), hooks or SuperviseHooks(), guardian)
+        return sup.run()
+    finally:
+        if own_guardian and guardian is not None:
+            guardian.close()
+
+
+def read_error_file(text: str) -> str:
+    """Message and traceback from torch's ``@record`` error file (or the raw text)."""
+    import json
+
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text.strip()
+    message = data.get("message") if isinstance(data, dict) else None
+    if isinstance(message, str):
+        return message
+    if isinstance(message, dict):
+        extra = message.get("extraInfo") or {}
+        parts = [str(message.get("message") or ""), str(extra.get("py_callstack") or "")]
+        return "\n".join(p.rstrip() for p in parts if p)
+    return text.strip()
+
+
+def _parse_cpulist(text: str) -> tuple[int, ...] | None:
+    try:
+        return parse_cpulist(text)
+    except ValueError:
+        return None
+
+
+class _Stream:
+    """One worker pipe: raw bytes to the log file, whole prefixed lines to the console."""
+
+    def __init__(
+        self,
+        fd: int,
+        prefix: str,
+        console: TextIO | None,
+        log: BinaryIO | None,
+        tail: deque[str] | None,
+    ) -> None:
+        self.fd = fd
+        self._prefix = prefix
+        self._console = console
+        self._log = log
+        self._tail = tail
+        self._partial = b""
+
+    def feed(self, data: bytes) -> None:
+        if self._log is not None:
+            self._log.write(data)
+        if self._console is None and self._tail is None:
+            return
+        *lines, self._partial = (self._partial + data).split(b"\n")
+        if len(self._partial) > _MAX_PARTIAL_LINE:
+            lines.append(self._partial)
+            self._partial = b""
+        self._emit(lines)
+
+    def finish(self) -> None:
+        """EOF: a last line without a newline is still a line."""
+        if self._partial:
+            self._emit([self._partial])
+            self._partial = b""
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def _emit(self, lines: list[bytes]) -> None:
+        if not lines:
+            return
+        texts = [line.decode(errors="replace") for line in lines]
+        if self._tail is not None:
+            self._tail.extend(texts)
+        if self._console is not None:
+            try:
+                self._console.write("".join(f"{self._prefix}{t}\n" for t in texts))
+                self._console.flush()
+            except (OSError, ValueError):  # console gone (closed pipe): keep supervising
+                self._console = None
+
+
+@dataclass
+class _Worker:
+    rank: RankPlan
+    attempt: int
+    start_s: float
+    pid: int | None = None
+    finished: bool = False
+    exit_code: int | None = None
+    signal: int | None = None
+    end_s: float | None = None
+    cpu_s: float | None = None
+    max_rss_kib: int | None = None
+    bound_cpus: tuple[int, ...] | None = None
+    bound_mems: tuple[int, ...] | None = None
+    binding_warning: str | None = None
+    readbacks_left: int = 0
+    tail: deque[str] = field(default_factory=deque)
+
+    @property
+    def failed(self) -> bool:
+        return self.exit_code != 0
+
+    def result(self, error_file: str | None, error: str | None) -> WorkerResult:
+        return WorkerResult(
+            rank=self.rank.rank,
+            local_rank=self.rank.local_rank,
+            node=self.rank.node,
+            attempt=self.attempt,
+            pid=self.pid,
+            exit_code=self.exit_code,
+            signal=self.signal,
+            start_s=self.start_s,
+            end_s=self.end_s,
+            cpu_s=self.cpu_s,
+            max_rss_kib=self.max_rss_kib,
+            bound_cpus=self.bound_cpus,
+            bound_mems=self.bound_mems,
+            binding_warning=self.binding_warning,
+            stderr_tail=tuple(self.tail),
+            error_file=error_file if error else None,
+            error=error,
+        )
+
+
+class _Supervisor:
+    def __init__(
+        self,
+        plan: LaunchPlan,
+        options: SuperviseOptions,
+        os_layer: OsLayer,
+        hooks: SuperviseHooks,
+        guardian: Guardian | None,
+    ) -> None:
+        self.plan = plan
+        self.opt = options
+        self.os = os_layer
+        self.hooks = hooks
+        self.guardian = guardian
+        self.stdout = options.stdout or sys.stdout
+        self.stderr = options.stderr or sys.stderr
+        self.state = State.STARTING
+        self.signal_received: int | None = None
+        self.unkillable: list[int] = []
+        self.warned_ranks: set[int] = set()
+        self.wakeup_fd = -1
+        self._timers: list[tuple[float, int, Callable[[], None]]] = []
+        self._seq = itertools.count()
+        # per attempt
+        self.workers: list[_Worker] = []
+        self.live: dict[int, _Worker] = {}
+        self.streams: dict[int, _Stream] = {}
+        self.failure: _Worker | None = None
+        self.killed = False
+        self.gave_up = False
+
+    # ---- top level -------------------------------------------------------------------------------
+
+    def run(self) -> JobResult:
+        old_subreaper = self.os.set_child_subreaper(True)
+        self.wakeup_fd = self.os.install_signals((*FORWARDED_SIGNALS, signal.SIGCHLD))
+        try:
+            return self._run_attempts()
+        finally:
+            if self.live:  # an exception escaped (e.g. from a hook): still no orphan
+                self._finish_attempt()
+            self.os.restore_signals()
+            self.os.set_child_subreaper(old_subreaper)
+
+    def _run_attempts(self) -> JobResult:
+        all_results: list[tuple[WorkerResult, ...]] = []
+        root_cause: WorkerResult | None = None
+        attempt = 0
+        while True:
+            self.state = State.STARTING
+            if self.hooks.before_attempt:
+                self.hooks.before_attempt(attempt)
+            results, root_cause = self._run_attempt(attempt)
+            all_results.append(results)
+            if self.hooks.after_attempt:
+                self.hooks.after_attempt(attempt, results)
+            succeeded = all(r.succeeded for r in results)
+            if succeeded or self.signal_received is not None or attempt >= self.opt.max_restarts:
+                break
+            self._backoff(attempt)
+            if self.signal_received is not None:
+                break
+            attempt += 1
+        self.state = State.DONE
+        job = JobResult(
+            exit_code=self._exit_code(root_cause, all_results[-1]),
+            root_cause=root_cause,
+            attempts=len(all_results),
+            results=tuple(all_results),
+            signal_received=self.signal_received,
+            unkillable=tuple(self.unkillable),
+        )
+        if self.opt.print_summary:
+            self._print_summary(job)
+        return job
+
+    def _exit_code(self, root_cause: WorkerResult | None, last: tuple[WorkerResult, ...]) -> int:
+        if root_cause is not None:
+            return root_cause.code if root_cause.code is not None else 1
+        if self.signal_received is not None:
+            return 128 + self.signal_received
+        return 0 if all(r.succeeded for r in last) else 1
+
+    def _print_summary(self, job: JobResult) -> None:
+        lines: list[str] = []
+        if job.signal_received is not None:
+            lines.append(
+                f"openclaw-launch: received {signal_name(job.signal_received)}; "
+                "forwarded it to the workers and stopped them"
+            )
+        if job.root_cause is not None:
+            lines.append(f"openclaw-launch: job failed with exit code {job.exit_code}")
+            lines.append(format_root_cause(job.root_cause))
+        if job.unkillable:
+            pids = ", ".join(map(str, job.unkillable))
+            lines.append(
+                f"openclaw-launch: gave up on pid(s) {pids}: still alive {self.opt.kill_timeout_s}s after "
+                "SIGKILL (uninterruptible sleep, state D; check hung I/O or the GPU driver)"
+            )
+        if lines:
+            self._console_err("\n".join(lines))
+
+    def _console_err(self, text: str) -> None:
+        try:
+            self.stderr.write(text + "\n")
+            self.stderr.flush()
+        except (OSError, ValueError):
+            pass
+
+    # ---- one attempt -----------------------------------------------------------------------------
+
+    def _run_attempt(self, attempt: int) -> tuple[tuple[WorkerResult, ...], WorkerResult | None]:
+        self.workers, self.live, self.streams = [], {}, {}
+        self.failure, self.killed, self.gave_up = None, False, False
+        for rank in self.plan.ranks:
+            if self.state is not State.STARTING:  # a spawn failed: do not start the rest
+                break
+            self._spawn(rank, attempt)
+        if self.state is State.STARTING:
+            self.state = State.RUNNING
+        self._loop(lambda: not self.live or self.gave_up)
+        return self._finish_attempt()
+
+    def _finish_attempt(self) -> tuple[tuple[WorkerResult, ...], WorkerResult | None]:
+        """After the workers: kill leftovers, drain output, turn records into results."""
+        self.state = State.STOPPING
+        if self.gave_up:
+            self.unkillable.extend(self.live)
+        self._kill_leftovers()
+        self.live = {}
+        self._timers = []
+        for stream in list(self.streams.values()):
+            self._drain(stream)
+        if self.guardian is not None:
+            for w in self.workers:
+                if w.pid is not None and w.pid not in self.unkillable:
+                    self.guardian.unwatch_pgid(w.pid)
+        results: list[WorkerResult] = []
+        root: WorkerResult | None = None
+        for w in sorted(self.workers, key=lambda w: w.rank.local_rank):
+            error_file = w.rank.env.get("TORCHELASTIC_ERROR_FILE")
+            text = self.os.read_text(error_file) if error_file and w.failed else None
+            result = w.result(error_file, read_error_file(text) if text else None)
+            results.append(result)
+            if w is self.failure:
+                root = result
+        return tuple(results), root
+
+    def _spawn(self, rank: RankPlan, attempt: int) -> None:
+        error_file = rank.env.get("TORCHELASTIC_ERROR_FILE")
+        if error_file:  # a previous attempt's file must not be mistaken for this one's
+            self.os.remove_file(error_file)
+        w = _Worker(rank, attempt, start_s=self.os.time(), readbacks_left=self.opt.readback_attempts)
+        w.tail = deque(maxlen=self.opt.stderr_tail_lines)
+        self.workers.append(w)
+        try:
+            spawned = self.os.spawn(rank.argv, {**rank.env, "TORCHELASTIC_RESTART_COUNT": str(attempt)})
+        except OSError as exc:
+            w.finished, w.end_s = True, self.os.time()
+            w.exit_code = 127 if isinstance(exc, FileNotFoundError) else 126
+            w.tail.append(f"openclaw-launch: could not start {rank.argv[0]!r}: {exc}")
+            self.failure = w
+            self._stop(signal.SIGTERM)
+            return
+        w.pid = spawned.pid
+        self.live[w.pid] = w
+        if self.guardian is not None:
+            self.guardian.watch_pgid(w.pid)
+        for fd, name in ((spawned.stdout_fd, "stdout"), (spawned.stderr_fd, "stderr")):
+            if fd is not None:
+                self._open_stream(w, fd, name)
+        self._at(self.opt.readback_delay_s, lambda: self._readback(w, self.opt.readback_delay_s))
+
+    def _open_stream(self, w: _Worker, fd: int, name: str) -> None:
+        r = w.rank
+        show = self.opt.console_ranks is None or r.rank in self.opt.console_ranks
+        log = None
+        if self.opt.log_dir:
+            path = f"{self.opt.log_dir}/{self.plan.run_id}/attempt-{w.attempt}/rank-{r.rank}/{name}.log"
+            log = self.os.open_log(path)
+        prefix = self.opt.prefix_template.format(rank=r.rank, local_rank=r.local_rank, node=r.node, attempt=w.attempt)
+        console = (self.stdout if name == "stdout" else self.stderr) if show else None
+        tail = w.tail if name == "stderr" else None
+        self.streams[fd] = _Stream(fd, prefix, console, log, tail)
+        self.os.watch_fd(fd)
+
+    # ---- event loop ------------------------------------------------------------------------------
+
+    def _loop(self, done: Callable[[], bool]) -> None:
+        while not done():
+            self._step(self._next_timeout())
+
+    def _step(self, timeout: float | None) -> None:
+        for fd in self.os.wait_fds(timeout):
+            if fd == self.wakeup_fd:
+                for sig in self.os.drain_signals():
+                    if sig != signal.SIGCHLD:
+                        self._on_signal(sig)
+            elif fd in self.streams:
+                self._read(self.streams[fd])
+        for reaped in self.os.reap():
+            self._on_reaped(reaped)
+        self._run_timers()
+
+    def _at(self, delay: float, callback: Callable[[], None]) -> None:
+        heapq.heappush(self._timers, (self.os.monotonic() + delay, next(self._seq), callback))
+
+    def _next_timeout(self) -> float | None:
+        return None if not self._timers else self._timers[0][0] - self.os.monotonic()
+
+    def _run_timers(self) -> None:
+        while self._timers and self._timers[0][0] <= self.os.monotonic():
+            heapq.heappop(self._timers)[2]()
+
+    def _read(self, stream: _Stream) -> None:
+        data = self.os.read_fd(stream.fd)
+        if data is None:
+            return
+        if data:
+            stream.feed(data)
+        else:
+            self._close_stream(stream)
+
+    def _drain(self, stream: _Stream) -> None:
+        """Whatever is left in the pipe, without blocking (an unkillable process may still hold it)."""
+        while (data := self.os.read_fd(stream.fd)) is not None and data:
+            stream.feed(data)
+        self._close_stream(stream)
+
+    def _close_stream(self, stream: _Stream) -> None:
+        stream.finish()
+        self.os.unwatch_fd(stream.fd)
+        self.os.close_fd(stream.fd)
+        del self.streams[stream.fd]
+
+    # ---- transitions -----------------------------------------------------------------------------
+
+    def _on_reaped(self, reaped: Reaped) -> None:
+        w = self.live.pop(reaped.pid, None)
+        if w is None:  # an orphan, a zombie (PID 1) or a daemon: collecting it was the point
+            return
+        w.finished, w.end_s = True, self.os.time()
+        w.cpu_s, w.max_rss_kib = reaped.cpu_s, reaped.max_rss_kib
+        code = os.waitstatus_to_exitcode(reaped.status)
+        if code < 0:
+            w.signal = -code
+        else:
+            w.exit_code = code
+        if w.failed and self.state is State.RUNNING:
+            self.failure = w
+            self._stop(signal.SIGTERM)
+
+    def _on_signal(self, sig: int) -> None:
+        if self.signal_received is None:
+            self.signal_received = sig
+        if self.state is State.RUNNING:
+            self._stop(sig)
+        elif self.state is State.STOPPING:
+            if sig in ESCALATING_SIGNALS:
+                self._kill_groups()
+            else:
+                self._signal_groups(sig)
+        # RESTARTING: no workers; the backoff loop sees signal_received and ends the job
+
+    def _stop(self, sig: int) -> None:
+        """Forward ``sig`` to every group, SIGKILL after the grace period."""
+        self.state = State.STOPPING
+        self._signal_groups(sig)
+        self._at(self.opt.grace_period_s, self._kill_groups)
+
+    def _signal_groups(self, sig: int) -> None:
+        # Also the groups of workers that already exited: their children may still run in them.
+        for w in self.workers:
+            if w.pid is not None:
+                self.os.killpg(w.pid, sig)
+
+    def _kill_groups(self) -> None:
+        if self.killed:
+            return
+        self.killed = True
+        self._signal_groups(signal.SIGKILL)
+        self._at(self.opt.kill_timeout_s, self._give_up)
+
+    def _give_up(self) -> None:
+        self.gave_up = True
+
+    def _kill_leftovers(self) -> None:
+        """SIGKILL what is left of the groups, then any descendant not exempt, and reap them (bounded)."""
+        self._signal_groups(signal.SIGKILL)
+        exempt = set(self.unkillable)
+        if self.guardian is not None:
+            exempt.add(self.guardian.pid)
+        if self.hooks.exempt_pids:
+            exempt.update(self.hooks.exempt_pids())
+        deadline = self.os.monotonic() + self.opt.kill_timeout_s
+        while True:
+            left = [pid for pid in self.os.descendants() if pid not in exempt]
+            if not left:
+                break
+            if self.os.monotonic() >= deadline:
+                self.unkillable.extend(left)
+                break
+            for pid in left:
+                self.os.kill(pid, signal.SIGKILL)
+            self._step(self.opt.cleanup_poll_s)
+
+    def _backoff(self, attempt: int) -> None:
+        self.state = State.RESTARTING
+        delay = min(self.opt.restart_backoff_s * 2**attempt, self.opt.restart_backoff_max_s)
+        expired: list[bool] = []
+        self._at(delay, lambda: expired.append(True))
+        self._loop(lambda: bool(expired) or self.signal_received is not None)
+        self._timers = []
+
+    # ---- binding read-back -----------------------------------------------------------------------
+
+    def _readback(self, w: _Worker, delay: float) -> None:
+        if w.finished or w.pid is None:
+            return
+        uses_numactl = w.rank.argv[0].rsplit("/", 1)[-1] == "numactl"
+        if uses_numactl and w.readbacks_left > 1 and self.os.proc_comm(w.pid) == "numactl":
+            w.readbacks_left -= 1  # numactl has not exec'd the program yet
+            self._at(delay * 2, lambda: self._readback(w, delay * 2))
+            return
+        status = self.os.proc_status(w.pid)
+        if status is None:
+            return
+        w.bound_cpus = _parse_cpulist(status.get("Cpus_allowed_list", ""))
+        w.bound_mems = _parse_cpulist(status.get("Mems_allowed_list", ""))
+        planned = set(w.rank.cpus)
+        if planned and w.bound_cpus is not None and set(w.bound_cpus) != planned:
+            w.binding_warning = (
+                f"rank {w.rank.rank} (pid {w.pid}) runs on CPUs {format_cpulist(w.bound_cpus)} but the "
+                f"plan says {format_cpulist(planned)}: a cgroup or Slurm cpuset narrower than the plan, "
+                "or numactl missing/failing"
+            )
+            if w.rank.rank not in self.warned_ranks:
+                self.warned_ranks.add(w.rank.rank)
+                self._console_err(f"openclaw-launch: warning: {w.binding_warning}")

@@ -1,0 +1,72 @@
+"""A ``Topology`` written as the operators' YAML config: one node, its GPUs by UUID.
+
+Written by hand, not by a YAML library, so the key order is the operators'
+(name, ip, gpus; uuid, numa_node, pci_bus_id, nvlink_peers) and the output is
+byte-stable. Strings go through ``json.dumps``: a JSON string is a valid YAML
+double-quoted scalar, so no value can turn into a number or break the document.
+"""
+
+from __future__ import annotations
+
+import json
+
+from openclaw_launch.errors import TopologyError
+from openclaw_launch.topology.model import GpuInfo, Topology
+
+
+def _q(text: str) -> str:
+    return json.dumps(text)
+
+
+def _peers(gpu: GpuInfo, topo: Topology) -> list[str]:
+    """UUIDs of the GPUs joined to ``gpu`` by NVLink (an ``NV#`` link), in index order."""
+    return [
+        other.uuid
+        for other in topo.gpus
+        if other.uuid and other.index != gpu.index and topo.links.get((gpu.index, other.index), "").startswith("NV")
+    ]
+
+
+def _gpu_lines(gpu: GpuInfo, topo: Topology) -> list[str]:
+    lines = [
+        f"        - uuid: {_q(str(gpu.uuid))}",
+        f"          numa_node: {gpu.numa_node if gpu.numa_node is not None else 'null'}",
+    ]
+    if gpu.pci_bus_id:
+        lines.append(f"          pci_bus_id: {_q(gpu.pci_bus_id)}")
+    peers = _peers(gpu, topo)
+    if peers:
+        lines.append(f"          nvlink_peers: [{', '.join(_q(p) for p in peers)}]")
+    return lines
+
+
+def config_yaml_from_topology(topo: Topology, node_name: str, ip: str | None) -> str:
+    """The config for this one host; it loads and plans with no edits.
+
+    A host without GPUs becomes a node of ``cpu_workers`` (one per allowed CPU).
+    GPUs without UUIDs (``topo -m`` text given without ``nvidia-smi -L``) cannot be
+    configured: UUIDs are how the launcher finds GPUs, so that is an error.
+    """
+    missing = [g.index for g in topo.gpus if not g.uuid]
+    if missing:
+        raise TopologyError(
+            f"GPU(s) {missing} have no UUID ({topo.source}); pass the output of `nvidia-smi -L` from the "
+            "same machine with --smi-list LIST.txt"
+        )
+    host = f" on host {topo.hostname}" if topo.hostname else ""
+    lines = [
+        f"# Written by openclaw-launch discover from {topo.source}{host}.",
+        "# Check it against the machine with: openclaw-launch validate --config THIS_FILE",
+        "cluster:",
+        "  nodes:",
+        f"    - name: {_q(node_name)}",
+    ]
+    if ip is not None:
+        lines.append(f"      ip: {_q(ip)}")
+    if topo.gpus:
+        lines.append("      gpus:")
+        for gpu in sorted(topo.gpus, key=lambda g: g.index):
+            lines += _gpu_lines(gpu, topo)
+    else:
+        lines.append(f"      cpu_workers: {max(1, len(topo.allowed_cpus))}")
+    return "\n".join(lines) + "\n"

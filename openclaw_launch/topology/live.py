@@ -1,0 +1,142 @@
+"""The live host: NVML for the GPUs, sysfs for everything NUMA.
+
+sysfs is the source of truth for where a GPU sits (NVML's NUMA query is often
+NotSupported, as on the H200 host). Without a driver the host is read as
+GPU-less, with its CPUs and NUMA nodes: the CPU-worker path, silently.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from openclaw_launch.topology.model import GpuInfo, Topology, normalize_bus_id
+from openclaw_launch.topology.nvml import (
+    RECORD_FORMAT,
+    NvmlProvider,
+    NvmlUnavailable,
+    PynvmlProvider,
+    RecordedNvml,
+    nvml_available,
+)
+from openclaw_launch.topology.sysfs import SysfsFacts, read_sysfs
+
+__all__ = ["discover_topology", "nvml_available"]
+
+_ROOT = Path("/")
+
+
+def _bus(raw: str | None) -> str | None:
+    try:
+        return normalize_bus_id(raw) if raw else None
+    except ValueError:
+        return None
+
+
+def _node_holding(cpus: Iterable[int] | None, numa_nodes: Mapping[int, tuple[int, ...]]) -> int | None:
+    """The one NUMA node holding all of ``cpus`` (nvidia-smi's "NUMA Affinity"), else None."""
+    want = set(cpus or ())
+    nodes = [n for n, c in numa_nodes.items() if want and want <= set(c)]
+    return nodes[0] if len(nodes) == 1 else None
+
+
+def _gpu(i: int, bus: str | None, nvml: NvmlProvider, facts: SysfsFacts) -> GpuInfo:
+    """One GPU. NUMA node: sysfs, else NVML, else the single node holding the GPU's local CPUs
+    (sysfs says -1 in VMs such as the H200 host, where local_cpulist is node 0's CPUs)."""
+    pci = facts.pci.get(bus) if bus else None
+    affinity = (pci.local_cpus if pci else None) or nvml.cpu_affinity(i)
+    numa = pci.numa_node if pci else None
+    if numa is None:
+        numa = nvml.numa_node(i)
+    if numa is None:
+        numa = _node_holding(affinity, facts.numa_nodes)
+    return GpuInfo(
+        index=i,
+        uuid=nvml.uuid(i),
+        pci_bus_id=bus,
+        name=nvml.name(i),
+        numa_node=numa,
+        cpu_affinity=affinity,
+        nvlinks=nvml.nvlinks(i),
+        pcie=nvml.pcie(i),
+        aer=pci.aer if pci else None,
+        retired_pages=nvml.retired_pages(i),
+        ecc_uncorrected=nvml.ecc_uncorrected(i),
+    )
+
+
+def _links(gpus: tuple[GpuInfo, ...], nvml: NvmlProvider) -> dict[tuple[int, int], str]:
+    """``NV<n>`` for GPUs joined by n active links, directly or through NVSwitches (a remote
+    that is not a GPU: there the pair gets the smaller of the two GPUs' switch link counts,
+    as nvidia-smi prints NV18 on HGX H100); otherwise NVML's PCIe level (PIX ... SYS)."""
+    index_of = {g.pci_bus_id: g.index for g in gpus if g.pci_bus_id}
+    direct: dict[tuple[int, int], int] = {}
+    switch: dict[int, int] = {}
+    for g in gpus:
+        for link in g.nvlinks:
+            if not link.active or link.remote_bus_id is None:
+                continue
+            peer = index_of.get(link.remote_bus_id)
+            if peer is None:
+                switch[g.index] = switch.get(g.index, 0) + 1
+            elif peer != g.index:
+                direct[(g.index, peer)] = direct.get((g.index, peer), 0) + 1
+    links: dict[tuple[int, int], str] = {}
+    for a in gpus:
+        for b in gpus:
+            if a.index == b.index:
+                continue
+            i, j = a.index, b.index
+            count = max(direct.get((i, j), 0), direct.get((j, i), 0))
+            count += min(switch.get(i, 0), switch.get(j, 0))
+            level = f"NV{count}" if count else nvml.topology_level(i, j)
+            if level is not None:
+                links[(i, j)] = level
+    return links
+
+
+def _discover(root: Path, nvml: NvmlProvider, allowed_cpus: Iterable[int] | None) -> Topology:
+    buses = [_bus(nvml.pci_bus_id(i)) for i in range(nvml.device_count())]
+    facts = read_sysfs(root, [b for b in buses if b])
+    if allowed_cpus is not None:
+        allowed = tuple(sorted(set(allowed_cpus)))
+    elif root == _ROOT:
+        allowed = tuple(sorted(os.sched_getaffinity(0)))
+    else:
+        allowed = facts.cpus  # a recorded tree: this process's affinity says nothing about it
+    gpus = tuple(_gpu(i, bus, nvml, facts) for i, bus in enumerate(buses))
+    return Topology(
+        gpus=gpus,
+        numa_nodes=facts.numa_nodes,
+        allowed_cpus=allowed,
+        core_of=facts.core_of,
+        socket_of=facts.socket_of,
+        links=_links(gpus, nvml),
+        infiniband=facts.infiniband,
+        hostname=socket.gethostname() if root == _ROOT else None,
+        source="live" if root == _ROOT else f"sysfs:{root}",
+    )
+
+
+def discover_topology(
+    sysfs_root: Path = _ROOT,
+    nvml: NvmlProvider | None = None,
+    allowed_cpus: Iterable[int] | None = None,
+) -> Topology:
+    """This host (or the sysfs tree at ``sysfs_root``) as a ``Topology``.
+
+    ``nvml`` None means the real NVML; if it cannot start the result has no GPUs.
+    ``allowed_cpus`` None means this process's affinity on the live root, and all
+    CPUs of the tree for any other root.
+    """
+    root = Path(sysfs_root)
+    if nvml is not None:
+        return _discover(root, nvml, allowed_cpus)
+    try:
+        provider = PynvmlProvider()
+    except NvmlUnavailable:
+        return _discover(root, RecordedNvml({"format": RECORD_FORMAT, "devices": []}), allowed_cpus)
+    with provider:
+        return _discover(root, provider, allowed_cpus)

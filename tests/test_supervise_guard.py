@@ -1,0 +1,73 @@
+"""The guardian: does nothing after "done", cleans up everything registered when its launcher dies."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from test_supervise_run import HANG_GUARD_S, alive, wait_gone
+
+from openclaw_launch.guard import Guardian
+
+
+def test_done_means_nothing_is_cleaned(tmp_path: Path) -> None:
+    keep = tmp_path / "keep"
+    keep.mkdir()
+    sleeper = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        guardian = Guardian.start()
+        guardian.watch_path(str(keep))
+        guardian.watch_pgid(sleeper.pid)
+        guardian.close()
+        assert keep.exists()
+        assert alive(sleeper.pid)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+LAUNCHER = textwrap.dedent(
+    """
+    import os, signal, subprocess, sys
+    from openclaw_launch.guard import Guardian
+
+    tmp, quit_file = sys.argv[1], sys.argv[2]
+    guardian = Guardian.start()
+    group = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    guardian.watch_pgid(group.pid)
+    guardian.watch_path(os.path.join(tmp, "scratch"))
+    forgotten = guardian.watch_command([sys.executable, "-c", "open(sys.argv[1], 'w')", quit_file + ".no"])
+    guardian.unwatch_command(forgotten)
+    copy_stdin = "import sys; open(sys.argv[1], 'w').write(sys.stdin.read() + sys.argv[2])"
+    guardian.watch_command([sys.executable, "-c", copy_stdin, quit_file, "!"], stdin="quit\\n")
+    print(group.pid, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+    """
+)
+
+
+def test_launcher_death_runs_commands_kills_groups_removes_paths(tmp_path: Path) -> None:
+    (tmp_path / "scratch").mkdir()
+    quit_file = tmp_path / "quit"
+    launcher = subprocess.run(
+        [sys.executable, "-c", LAUNCHER, str(tmp_path), str(quit_file)],
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD_S,  # would hang if the guardian kept the launcher's stdout open
+    )
+    assert launcher.returncode == -9, launcher.stderr
+    group_pid = int(launcher.stdout.split()[0])
+    assert wait_gone([group_pid]) == []
+    assert wait_gone_path(tmp_path / "scratch")
+    assert quit_file.read_text() == "quit\n!"  # command ran with its stdin (before the groups were killed)
+    assert not (tmp_path / "quit.no").exists()
+
+
+def wait_gone_path(path: Path) -> bool:
+    deadline = time.monotonic() + HANG_GUARD_S
+    while path.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return not path.exists()

@@ -1,0 +1,228 @@
+"""The supervisor's state machine driven by a recording fake OsLayer and a fake clock.
+
+Covers what real processes cannot show deterministically: exactly which signal goes to which
+group when, giving up on a process in uninterruptible sleep, escalation on a second SIGTERM.
+"""
+
+from __future__ import annotations
+
+import io
+import signal
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import pytest
+from supervise_driver import make_plan
+
+from openclaw_launch.osproc import Reaped, Spawned
+from openclaw_launch.supervise import SuperviseHooks, SuperviseOptions, WorkerResult, supervise
+
+WAKE_FD = 1000
+TERM, KILL = signal.SIGTERM, signal.SIGKILL
+
+
+@dataclass
+class FakeProc:
+    """Scripted worker: exits with ``exit_code`` ``exit_after`` s after spawn; dies of the signals in ``dies_on``."""
+
+    exit_after: float | None = None
+    exit_code: int = 0
+    dies_on: frozenset[int] = frozenset({TERM, KILL, signal.SIGINT})
+    pid: int = 0
+    exit_at: float | None = None
+    status: int | None = None
+    reaped: bool = False
+
+
+@dataclass
+class FakeOs:
+    procs: list[FakeProc]
+    signals: list[tuple[float, int]] = field(default_factory=list)  # (time, signal) sent to the launcher
+    now: float = 0.0
+    calls: list[tuple[float, str, int, int]] = field(default_factory=list)  # (time, call, pid, signal)
+    spawned: list[tuple[float, int]] = field(default_factory=list)
+    by_pid: dict[int, FakeProc] = field(default_factory=dict)
+
+    def pid(self) -> int:
+        return 1
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return self.now
+
+    def set_child_subreaper(self, on: bool) -> bool:
+        return False
+
+    def install_signals(self, signals: Iterable[int]) -> int:
+        return WAKE_FD
+
+    def restore_signals(self) -> None:
+        pass
+
+    def drain_signals(self) -> list[int]:
+        due = [s for t, s in self.signals if t <= self.now]
+        self.signals = [(t, s) for t, s in self.signals if t > self.now]
+        return due
+
+    def watch_fd(self, fd: int) -> None:
+        pass
+
+    def unwatch_fd(self, fd: int) -> None:
+        pass
+
+    def _next_event(self) -> float | None:
+        times = [p.exit_at for p in self.by_pid.values() if p.exit_at is not None and not p.reaped]
+        times += [t for t, _ in self.signals]
+        return min(times, default=None)
+
+    def wait_fds(self, timeout: float | None) -> list[int]:
+        event = self._next_event()
+        target = None if timeout is None else self.now + max(timeout, 0.0)
+        if event is not None and (target is None or event <= target):
+            self.now = max(self.now, event)
+            return [WAKE_FD]
+        assert target is not None, "the supervisor would block forever"
+        self.now = target
+        return []
+
+    def read_fd(self, fd: int) -> bytes | None:
+        raise AssertionError("no pipes in the fake")
+
+    def close_fd(self, fd: int) -> None:
+        raise AssertionError("no pipes in the fake")
+
+    def spawn(self, argv: Sequence[str], env: Mapping[str, str]) -> Spawned:
+        proc = self.procs.pop(0)
+        proc.pid = 100 + len(self.spawned)
+        if proc.exit_after is not None:
+            proc.exit_at = self.now + proc.exit_after
+            proc.status = proc.exit_code << 8
+        self.by_pid[proc.pid] = proc
+        self.spawned.append((self.now, proc.pid))
+        return Spawned(proc.pid, None, None)
+
+    def killpg(self, pgid: int, sig: int) -> bool:
+        self.calls.append((self.now, "killpg", pgid, sig))
+        return self._deliver(pgid, sig)
+
+    def kill(self, pid: int, sig: int) -> bool:
+        self.calls.append((self.now, "kill", pid, sig))
+        return self._deliver(pid, sig)
+
+    def _deliver(self, pid: int, sig: int) -> bool:
+        proc = self.by_pid.get(pid)
+        if proc is None or proc.reaped or (proc.exit_at is not None and proc.exit_at <= self.now):
+            return False
+        if sig in proc.dies_on:
+            proc.exit_at, proc.status = self.now, sig
+        return True
+
+    def reap(self) -> list[Reaped]:
+        out = []
+        for proc in self.by_pid.values():
+            if not proc.reaped and proc.exit_at is not None and proc.exit_at <= self.now:
+                proc.reaped = True
+                assert proc.status is not None
+                out.append(Reaped(proc.pid, proc.status, 0.0, 0))
+        return out
+
+    def proc_status(self, pid: int) -> dict[str, str] | None:
+        return None
+
+    def proc_comm(self, pid: int) -> str | None:
+        return None
+
+    def descendants(self) -> list[int]:
+        return [p.pid for p in self.by_pid.values() if not p.reaped]
+
+    def open_log(self, path: str) -> io.BytesIO:
+        raise AssertionError("no log_dir in these tests")
+
+    def read_text(self, path: str) -> str | None:
+        return None
+
+    def remove_file(self, path: str) -> None:
+        pass
+
+    def signals_sent(self, sig: int) -> list[tuple[float, int]]:
+        return [(t, pid) for t, call, pid, s in self.calls if s == sig and call == "killpg"]
+
+
+def run(fake: FakeOs, n: int, hooks: SuperviseHooks | None = None, **kw: object):  # type: ignore[no-untyped-def]
+    options = SuperviseOptions(use_guardian=False, stderr=io.StringIO(), **kw)  # type: ignore[arg-type]
+    return supervise(make_plan(n, []), options, fake, hooks)
+
+
+def test_failure_sigterms_all_groups_then_sigkills_survivors_after_grace() -> None:
+    fake = FakeOs([FakeProc(exit_after=1.0, exit_code=3), FakeProc(dies_on=frozenset({KILL}))])
+    result = run(fake, 2, grace_period_s=3.0)
+    assert fake.signals_sent(TERM) == [(1.0, 100), (1.0, 101)]
+    assert (4.0, 101) in fake.signals_sent(KILL)
+    assert result.exit_code == 3
+    assert result.root_cause is not None and result.root_cause.rank == 0
+    assert result.results[0][1].signal == KILL
+
+
+def test_unkillable_worker_is_given_up_after_kill_timeout() -> None:
+    fake = FakeOs([FakeProc(exit_after=1.0, exit_code=2), FakeProc(dies_on=frozenset())])
+    result = run(fake, 2, grace_period_s=3.0, kill_timeout_s=2.0)
+    assert result.unkillable == (101,)
+    assert result.exit_code == 2
+    assert fake.now >= 6.0
+    stuck = result.results[0][1]
+    assert stuck.exit_code is None and stuck.signal is None and not stuck.succeeded
+
+
+def test_signal_is_forwarded_and_second_sigterm_escalates_at_once() -> None:
+    stubborn = frozenset({KILL})
+    fake = FakeOs([FakeProc(dies_on=stubborn), FakeProc(dies_on=stubborn)], signals=[(2.0, TERM), (2.5, TERM)])
+    result = run(fake, 2, grace_period_s=30.0)
+    assert fake.signals_sent(TERM) == [(2.0, 100), (2.0, 101)]
+    assert fake.signals_sent(KILL)[:2] == [(2.5, 100), (2.5, 101)]
+    assert result.exit_code == 128 + TERM
+    assert result.signal_received == TERM and result.root_cause is None
+
+
+@pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGHUP, signal.SIGQUIT])
+def test_other_signals_forwarded_as_themselves(sig: int) -> None:
+    fake = FakeOs([FakeProc(dies_on=frozenset({sig, KILL}))], signals=[(1.0, sig)])
+    result = run(fake, 1)
+    assert [s for _, call, _, s in fake.calls if call == "killpg"][0] == sig
+    assert result.exit_code == 128 + sig
+
+
+def test_restart_with_exponential_backoff_and_hooks() -> None:
+    procs = [FakeProc(exit_after=1.0, exit_code=1), FakeProc(exit_after=1.0, exit_code=1)]
+    procs += [FakeProc(exit_after=1.0)]
+    fake = FakeOs(procs)
+    seen: list[tuple[str, int]] = []
+
+    def after(attempt: int, results: tuple[WorkerResult, ...]) -> None:
+        seen.append(("after", attempt))
+
+    hooks = SuperviseHooks(before_attempt=lambda a: seen.append(("before", a)), after_attempt=after)
+    result = run(fake, 1, hooks, max_restarts=5, restart_backoff_s=0.5)
+    assert result.exit_code == 0 and result.attempts == 3
+    # attempt 0 ends at 1.0, backoff 0.5 -> 1.5; attempt 1 ends at 2.5, backoff 1.0 -> 3.5
+    assert [t for t, _ in fake.spawned] == [0.0, 1.5, 3.5]
+    assert seen == [("before", 0), ("after", 0), ("before", 1), ("after", 1), ("before", 2), ("after", 2)]
+
+
+def test_signal_during_backoff_ends_the_job() -> None:
+    fake = FakeOs([FakeProc(exit_after=1.0, exit_code=1)], signals=[(2.0, signal.SIGINT)])
+    result = run(fake, 1, max_restarts=3, restart_backoff_s=10.0)
+    assert result.attempts == 1
+    assert result.exit_code == 1  # the root cause's code wins over the later signal
+    assert result.signal_received == signal.SIGINT
+
+
+def test_exempt_pids_are_not_killed_as_leftovers() -> None:
+    daemon = FakeProc(dies_on=frozenset({KILL}))
+    fake = FakeOs([FakeProc(exit_after=1.0)])
+    fake.by_pid[50] = daemon
+    daemon.pid = 50
+    result = run(fake, 1, SuperviseHooks(exempt_pids=lambda: [50]))
+    assert result.exit_code == 0
+    assert not [c for c in fake.calls if c[2] == 50]
