@@ -13,7 +13,7 @@ import shutil
 import sys
 import uuid
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
@@ -21,6 +21,9 @@ from openclaw_launch.config import Config, GpuSpec, NodeSpec, load_config
 from openclaw_launch.errors import OpenclawError
 from openclaw_launch.plan import Entry, LaunchPlan, PlanOptions, build_plan, format_plan_table
 from openclaw_launch.topology.model import Topology
+
+if TYPE_CHECKING:
+    from openclaw_launch.mps import MpsStatus
 
 SUBCOMMANDS = ("run", "plan", "discover", "validate", "report")
 
@@ -37,13 +40,9 @@ def _warn(message: str) -> None:
 def _live_topology(with_gpus: bool) -> Topology:
     """Read this host; NVML is only touched when GPUs are wanted (it costs start-up time)."""
     from openclaw_launch.topology.live import discover_topology
+    from openclaw_launch.topology.nvml import no_gpus
 
-    nvml = None
-    if with_gpus:
-        from openclaw_launch.topology.nvml import PynvmlProvider, nvml_available
-
-        nvml = PynvmlProvider() if nvml_available() else None
-    return discover_topology(nvml=nvml)
+    return discover_topology(nvml=None if with_gpus else no_gpus())
 
 
 def _topology(snapshot: str | None, with_gpus: bool) -> Topology:
@@ -192,7 +191,7 @@ def run(**kw: object) -> None:
         _warn(w)
     kw.pop("standalone")
     if kw.pop("dry_run"):
-        click.echo(format_plan_table(plan))
+        click.echo(format_plan_table(plan, warnings=False))
         return
     sys.exit(launch(plan, **kw))  # type: ignore[arg-type]
 
@@ -217,7 +216,7 @@ def plan(**kw: object) -> None:
     else:
         for w in launch_plan.warnings:
             _warn(w)
-        click.echo(format_plan_table(launch_plan))
+        click.echo(format_plan_table(launch_plan, warnings=False))
 
 
 @cli.command()
@@ -227,11 +226,12 @@ def plan(**kw: object) -> None:
 @click.option("--smi-list", type=click.Path(exists=True, dir_okay=False), help="Saved `nvidia-smi -L` output (UUIDs).")
 @click.option("--numactl-hardware", type=click.Path(exists=True, dir_okay=False),
               help="Saved `numactl --hardware` output (NUMA node CPUs).")
+@click.option("--lscpu", type=click.Path(exists=True, dir_okay=False), help="Saved `lscpu` output (cores, sockets).")
 @click.option("--node-name", default=None, help="Node name in the config (default: this host's name).")
 @click.option("--ip", default=None, help="Node ip in the config.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write here instead of stdout.")
 def discover(snapshot: bool, from_smi: str | None, smi_list: str | None, numactl_hardware: str | None,
-             node_name: str | None, ip: str | None, output: str | None) -> None:
+             lscpu: str | None, node_name: str | None, ip: str | None, output: str | None) -> None:
     """Describe this host (NVML + sysfs) or saved nvidia-smi text as a config or snapshot."""
     import socket
 
@@ -240,12 +240,13 @@ def discover(snapshot: bool, from_smi: str | None, smi_list: str | None, numactl
 
     try:
         if from_smi:
-            from openclaw_launch.topology.smi import topology_from_smi
+            from openclaw_launch.topology.smi import topology_from_smi_files
 
-            topology = topology_from_smi(
-                Path(from_smi).read_text(),
-                list_text=Path(smi_list).read_text() if smi_list else None,
-                numactl_text=Path(numactl_hardware).read_text() if numactl_hardware else None,
+            topology = topology_from_smi_files(
+                Path(from_smi),
+                Path(smi_list) if smi_list else None,
+                Path(numactl_hardware) if numactl_hardware else None,
+                Path(lscpu) if lscpu else None,
             )
         else:
             topology = _live_topology(True)
@@ -285,7 +286,7 @@ def validate(config_path: str, node: str | None, topology_path: str | None, as_j
     sys.exit(checks.exit_code(results))
 
 
-def _mps_status(config: Config) -> object | None:
+def _mps_status(config: Config) -> MpsStatus | None:
     """The MPS daemon this host runs now (default pipe directory), when the config enables MPS."""
     if not config.runtime.enable_mps:
         return None

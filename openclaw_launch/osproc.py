@@ -123,11 +123,10 @@ class RealOs:
         if self._old_wakeup is not None:
             signal.set_wakeup_fd(self._old_wakeup)
             self._old_wakeup = None
-        for fd in (self._wake_r, self._wake_w):
-            if fd is not None:
-                if fd == self._wake_r:
-                    self.unwatch_fd(fd)
-                os.close(fd)
+        if self._wake_r is not None and self._wake_w is not None:
+            self.unwatch_fd(self._wake_r)
+            os.close(self._wake_r)
+            os.close(self._wake_w)
         self._wake_r = self._wake_w = None
 
     def drain_signals(self) -> list[int]:

@@ -7,6 +7,7 @@ printed (``openclaw-launch plan``) before anything runs.
 from __future__ import annotations
 
 import shlex
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -423,6 +424,9 @@ def _ranks(
     uuids = [r.gpu.uuid or r.spec.uuid for r in resolved]
     entry = _entry_argv(options)
     out: list[RankPlan] = []
+    # Ranks bound to the same CPUs split their cores for OMP_NUM_THREADS, or N ranks would each
+    # start a thread per core and oversubscribe the node N times.
+    sharing = Counter(b.cpus for b in result.bindings)
     for local, binding in enumerate(result.bindings):
         mem_policy = rt.mem_policy if binding.applied else "none"
         gpu = resolved[local // k] if resolved else None
@@ -436,7 +440,7 @@ def _ranks(
             node=node.name,
             node_rank=node_rank,
             cpus=binding.cpus,
-            cores=core_count(topology, binding.cpus),
+            cores=max(1, core_count(topology, binding.cpus) // sharing[binding.cpus]),
             gpu_uuid=uuid,
             pci_bus_id=gpu.gpu.pci_bus_id if gpu else None,
             numa_node=numa,

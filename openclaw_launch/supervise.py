@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
+from openclaw_launch.errors import LaunchError
 from openclaw_launch.guard import Guardian
 from openclaw_launch.osproc import OsLayer, RealOs, Reaped
 from openclaw_launch.topology.cpulist import format_cpulist, parse_cpulist
@@ -328,6 +329,7 @@ class _Supervisor:
         self.live: dict[int, _Worker] = {}
         self.streams: dict[int, _Stream] = {}
         self.failure: _Worker | None = None
+        self.attempt_open = False
         self.killed = False
         self.gave_up = False
 
@@ -339,10 +341,12 @@ class _Supervisor:
         try:
             return self._run_attempts()
         finally:
-            if self.live:  # an exception escaped (e.g. from a hook): still no orphan
-                self._finish_attempt()
-            self.os.restore_signals()
-            self.os.set_child_subreaper(old_subreaper)
+            try:
+                if self.attempt_open:  # an exception escaped (e.g. from a hook): still no orphan
+                    self._finish_attempt()
+            finally:
+                self.os.restore_signals()
+                self.os.set_child_subreaper(old_subreaper)
 
     def _run_attempts(self) -> JobResult:
         all_results: list[tuple[WorkerResult, ...]] = []
@@ -413,6 +417,7 @@ class _Supervisor:
 
     def _run_attempt(self, attempt: int) -> tuple[tuple[WorkerResult, ...], WorkerResult | None]:
         self.workers, self.live, self.streams = [], {}, {}
+        self.attempt_open = True
         self.failure, self.killed, self.gave_up = None, False, False
         for rank in self.plan.ranks:
             if self.state is not State.STARTING:  # a spawn failed: do not start the rest
@@ -426,6 +431,7 @@ class _Supervisor:
     def _finish_attempt(self) -> tuple[tuple[WorkerResult, ...], WorkerResult | None]:
         """After the workers: kill leftovers, drain output, turn records into results."""
         self.state = State.STOPPING
+        self.attempt_open = False
         if self.gave_up:
             self.unkillable.extend(self.live)
         self._kill_leftovers()
@@ -455,9 +461,13 @@ class _Supervisor:
         w = _Worker(rank, attempt, start_s=self.os.time(), readbacks_left=self.opt.readback_attempts)
         w.tail = deque(maxlen=self.opt.stderr_tail_lines)
         self.workers.append(w)
+        logs = self._open_logs(rank, attempt)
         try:
             spawned = self.os.spawn(rank.argv, {**rank.env, "TORCHELASTIC_RESTART_COUNT": str(attempt)})
         except OSError as exc:
+            for log in logs.values():
+                if log is not None:
+                    log.close()
             w.finished, w.end_s = True, self.os.time()
             w.exit_code = 127 if isinstance(exc, FileNotFoundError) else 126
             w.tail.append(f"openclaw-launch: could not start {rank.argv[0]!r}: {exc}")
@@ -470,16 +480,21 @@ class _Supervisor:
             self.guardian.watch_pgid(w.pid)
         for fd, name in ((spawned.stdout_fd, "stdout"), (spawned.stderr_fd, "stderr")):
             if fd is not None:
-                self._open_stream(w, fd, name)
+                self._open_stream(w, fd, name, logs[name])
         self._at(self.opt.readback_delay_s, lambda: self._readback(w, self.opt.readback_delay_s))
 
-    def _open_stream(self, w: _Worker, fd: int, name: str) -> None:
+    def _open_logs(self, rank: RankPlan, attempt: int) -> dict[str, BinaryIO | None]:
+        if not self.opt.log_dir:
+            return {"stdout": None, "stderr": None}
+        base = f"{self.opt.log_dir}/{self.plan.run_id}/attempt-{attempt}/rank-{rank.rank}"
+        try:
+            return {name: self.os.open_log(f"{base}/{name}.log") for name in ("stdout", "stderr")}
+        except OSError as exc:
+            raise LaunchError(f"cannot write worker logs under {base}: {exc}; pass a writable --log-dir") from exc
+
+    def _open_stream(self, w: _Worker, fd: int, name: str, log: BinaryIO | None) -> None:
         r = w.rank
         show = self.opt.console_ranks is None or r.rank in self.opt.console_ranks
-        log = None
-        if self.opt.log_dir:
-            path = f"{self.opt.log_dir}/{self.plan.run_id}/attempt-{w.attempt}/rank-{r.rank}/{name}.log"
-            log = self.os.open_log(path)
         prefix = self.opt.prefix_template.format(rank=r.rank, local_rank=r.local_rank, node=r.node, attempt=w.attempt)
         console = (self.stdout if name == "stdout" else self.stderr) if show else None
         tail = w.tail if name == "stderr" else None

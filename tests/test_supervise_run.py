@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from supervise_driver import make_plan
 
+from openclaw_launch.errors import LaunchError
 from openclaw_launch.supervise import JobResult, SuperviseOptions, format_root_cause, supervise
 
 HANG_GUARD_S = 20.0
@@ -203,3 +204,34 @@ def test_binding_readback_warns_when_narrower_than_plan() -> None:
         assert r.bound_cpus == (0,)
         assert r.binding_warning is not None and "plan says 0-1" in r.binding_warning
     assert err.count("warning") == 2  # once per rank
+
+
+def _live_children() -> list[int]:
+    import psutil
+
+    return [p.pid for p in psutil.Process().children(recursive=True) if alive(p.pid)]
+
+
+def test_unwritable_log_dir_is_a_launch_error_and_leaves_nothing(tmp_path: Path) -> None:
+    blocker = tmp_path / "test-run" / "attempt-0" / "rank-1"
+    blocker.parent.mkdir(parents=True)
+    blocker.write_text("a file where rank 1's log directory should go")
+    with pytest.raises(LaunchError, match="writable --log-dir"):
+        run(2, ["--sleep", "60"], log_dir=str(tmp_path))
+    assert _live_children() == []  # rank 0 had started: it was killed and reaped
+
+
+class ExplodingConsole(io.StringIO):
+    def write(self, text: str) -> int:
+        raise RuntimeError("console exploded")
+
+
+def test_unexpected_error_still_kills_workers_and_grandchildren(tmp_path: Path) -> None:
+    pids_file = str(tmp_path / "pids-{rank}.json")
+    options = SuperviseOptions(stdout=ExplodingConsole(), stderr=io.StringIO())
+    plan = make_plan(2, ["--grandchildren", "1", "--pids-file", pids_file, "--stdout", "boom", "--sleep", "60"])
+    with pytest.raises(RuntimeError, match="console exploded"):
+        supervise(plan, options)
+    assert _live_children() == []
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers restored
+    assert signal.set_wakeup_fd(-1) == -1

@@ -18,6 +18,7 @@ from openclaw_launch.topology.nvml import (
     NvmlUnavailable,
     PynvmlProvider,
     RecordedNvml,
+    no_gpus,
     nvml_available,
     record_nvml,
 )
@@ -44,7 +45,8 @@ def test_recorded_h200_host() -> None:
     assert [g.cpu_affinity for g in topo.gpus] == [tuple(range(32))] * 2
     assert topo.links == {(0, 1): "NV18", (1, 0): "NV18"}
     g0 = topo.gpus[0]
-    assert len(g0.nvlinks) == 18 and all(n.active and n.remote_bus_id == "0000:00:07.0" for n in g0.nvlinks)
+    # as recorded there: 18 active links per GPU, each to an NVSwitch whose bus id NVML hides
+    assert g0.nvlinks == tuple(NvLink(k, True, None, "switch") for k in range(18))
     assert g0.pcie == PcieLink(5, 5, 16, 16)
     assert (g0.retired_pages, g0.ecc_uncorrected, g0.aer) == (None, 0, None)
     assert topo.numa_nodes == {0: tuple(range(32))}
@@ -88,6 +90,29 @@ def test_local_cpulist_wins_over_nvml_affinity(tmp_path: Path) -> None:
     assert topo.gpus[0].cpu_affinity == (2, 3) and topo.gpus[0].numa_node == 1
 
 
+def test_real_recording_of_the_h200_host() -> None:
+    topo = discover_topology(H200_SYSFS, RecordedNvml.load(DATA / "nvml" / "h200x2-live.json"))
+    assert topo.links == {(0, 1): "NV18", (1, 0): "NV18"}
+    assert [g.numa_node for g in topo.gpus] == [0, 0] and topo.gpus[1].pci_bus_id == "0000:00:07.0"
+
+
+def test_direct_links_and_partitions(tmp_path: Path) -> None:
+    """GPUs 0-1 bridged directly (4 links); 2 and 3 on switches NVML says cannot reach each other."""
+    root = write_sysfs(tmp_path, numa_nodes={0: [0, 1]})
+    buses = ["0000:1b:00.0", "0000:1c:00.0", "0000:1d:00.0", "0000:1e:00.0"]
+    bridge = [[{"link": k, "active": True, "remote_bus_id": buses[1 - i]} for k in range(4)] for i in range(2)]
+    to_switch = [{"link": k, "active": True, "remote_bus_id": None, "remote_type": "switch"} for k in range(2)]
+    devices = [device(i, buses[i], nvlinks=bridge[i]) for i in range(2)]
+    devices += [device(i, buses[i], nvlinks=to_switch) for i in (2, 3)]
+    topo = discover_topology(root, record(devices, {"0,1": "PIX", "2,3": "SYS"}))
+    assert topo.links[(0, 1)] == topo.links[(1, 0)] == "NV4"
+    assert topo.links[(2, 3)] == "NV2"  # NVML said nothing about P2P: the switches are trusted
+    nvml = RecordedNvml(
+        {"format": RECORD_FORMAT, "devices": devices, "nvlink_p2p": {"2,3": False}, "topology_levels": {"2,3": "SYS"}}
+    )
+    assert discover_topology(root, nvml).links[(2, 3)] == "SYS"
+
+
 def test_nvswitch_and_pcie_levels(tmp_path: Path) -> None:
     """HGX: every NVLink ends on a switch (a remote that is no GPU), so all pairs are NV18;
     the fifth GPU has no NVLink and gets NVML's PCIe level."""
@@ -103,7 +128,7 @@ def test_nvswitch_and_pcie_levels(tmp_path: Path) -> None:
 
 def test_cpu_only_host(tmp_path: Path) -> None:
     root = write_sysfs(tmp_path, numa_nodes=None, siblings=[(0, 2), (1, 3)])
-    topo = discover_topology(root, record([]))
+    topo = discover_topology(root, no_gpus())
     assert topo.gpus == () and topo.links == {}
     assert topo.numa_nodes == {0: (0, 1, 2, 3)} and topo.core_of == {0: 0, 1: 1, 2: 0, 3: 1}
 
@@ -123,7 +148,8 @@ def test_record_replays_the_same_answers(tmp_path: Path) -> None:
     path.write_text(json.dumps(record_nvml(h200_nvml(), source="test")))
     again = RecordedNvml.load(path)
     assert discover_topology(H200_SYSFS, again) == discover_topology(H200_SYSFS, h200_nvml())
-    assert json.loads(path.read_text())["topology_levels"] == {"0,1": None}
+    saved = json.loads(path.read_text())
+    assert (saved["topology_levels"], saved["nvlink_p2p"]) == ({"0,1": "PHB"}, {"0,1": True})
 
 
 @pytest.mark.parametrize(
@@ -176,6 +202,7 @@ def fake_pynvml(fail_init: bool = False) -> types.ModuleType:
         NVML_FEATURE_ENABLED=1,
         nvmlDeviceGetNvLinkState=link_state,
         nvmlDeviceGetNvLinkRemotePciInfo=lambda h, link: types.SimpleNamespace(busId=buses[1 - h].decode()),
+        nvmlDeviceGetNvLinkRemoteDeviceType=lambda h, link: 0 if link == 0 else 0xFF,
         nvmlDeviceGetCurrPcieLinkGeneration=lambda h: 4 if h else 5,
         nvmlDeviceGetMaxPcieLinkGeneration=lambda h: 5,
         nvmlDeviceGetCurrPcieLinkWidth=lambda h: 16,
@@ -187,6 +214,9 @@ def fake_pynvml(fail_init: bool = False) -> types.ModuleType:
         NVML_VOLATILE_ECC=0,
         nvmlDeviceGetTotalEccErrors=not_supported,
         nvmlDeviceGetTopologyCommonAncestor=lambda a, b: 30,
+        NVML_P2P_CAPS_INDEX_NVLINK=3,
+        NVML_P2P_STATUS_OK=0,
+        nvmlDeviceGetP2PStatus=lambda a, b, cap: 0,
     )
     for k, v in attrs.items():
         setattr(m, k, v)
@@ -201,10 +231,10 @@ def test_pynvml_provider_handles_errors_per_call(monkeypatch: pytest.MonkeyPatch
         assert (nv.pci_bus_id(0), nv.name(0)) == ("00000000:0A:00.0", "NVIDIA Fake")
         assert nv.cpu_affinity(1) == (4, 5, 6, 7)
         assert nv.numa_node(0) is None
-        assert nv.nvlinks(0) == (NvLink(0, True, "0000:0b:00.0"), NvLink(1, False, "0000:0b:00.0"))
+        assert nv.nvlinks(0) == (NvLink(0, True, "0000:0b:00.0", "gpu"), NvLink(1, False, "0000:0b:00.0"))
         assert nv.pcie(1) == PcieLink(4, 5, 16, None)
         assert (nv.retired_pages(0), nv.ecc_uncorrected(0)) == (1, None)
-        assert nv.topology_level(0, 1) == "PHB"
+        assert (nv.topology_level(0, 1), nv.nvlink_p2p(0, 1)) == ("PHB", True)
         rec = record_nvml(nv)
     assert rec["devices"][1]["cpu_affinity"] == "4-7" and rec["topology_levels"] == {"0,1": "PHB"}
     topo = discover_topology(Path("/nonexistent-sysfs"), RecordedNvml(rec))

@@ -13,14 +13,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from openclaw_launch.topology.model import GpuInfo, Topology, normalize_bus_id
-from openclaw_launch.topology.nvml import (
-    RECORD_FORMAT,
-    NvmlProvider,
-    NvmlUnavailable,
-    PynvmlProvider,
-    RecordedNvml,
-    nvml_available,
-)
+from openclaw_launch.topology.nvml import NvmlProvider, NvmlUnavailable, PynvmlProvider, no_gpus, nvml_available
 from openclaw_launch.topology.sysfs import SysfsFacts, read_sysfs
 
 __all__ = ["discover_topology", "nvml_available"]
@@ -68,21 +61,26 @@ def _gpu(i: int, bus: str | None, nvml: NvmlProvider, facts: SysfsFacts) -> GpuI
 
 
 def _links(gpus: tuple[GpuInfo, ...], nvml: NvmlProvider) -> dict[tuple[int, int], str]:
-    """``NV<n>`` for GPUs joined by n active links, directly or through NVSwitches (a remote
-    that is not a GPU: there the pair gets the smaller of the two GPUs' switch link counts,
-    as nvidia-smi prints NV18 on HGX H100); otherwise NVML's PCIe level (PIX ... SYS)."""
+    """``NV<n>`` for GPUs joined by n active links, directly or through NVSwitches;
+    otherwise NVML's PCIe level (PIX ... SYS).
+
+    A link ends on a switch when NVML says so or its remote is no GPU here. Two
+    GPUs on switches that NVML lets talk over NVLink get the smaller of their
+    switch link counts, as nvidia-smi prints NV18 on HGX H100 and on the H200
+    host (a VM: its 18 links per GPU end on switches whose bus ids NVML hides).
+    """
     index_of = {g.pci_bus_id: g.index for g in gpus if g.pci_bus_id}
     direct: dict[tuple[int, int], int] = {}
     switch: dict[int, int] = {}
     for g in gpus:
         for link in g.nvlinks:
-            if not link.active or link.remote_bus_id is None:
+            if not link.active:
                 continue
-            peer = index_of.get(link.remote_bus_id)
-            if peer is None:
-                switch[g.index] = switch.get(g.index, 0) + 1
-            elif peer != g.index:
+            peer = index_of.get(link.remote_bus_id) if link.remote_bus_id else None
+            if peer is not None and peer != g.index:
                 direct[(g.index, peer)] = direct.get((g.index, peer), 0) + 1
+            elif link.remote_type == "switch" or (peer is None and link.remote_bus_id and not link.remote_type):
+                switch[g.index] = switch.get(g.index, 0) + 1
     links: dict[tuple[int, int], str] = {}
     for a in gpus:
         for b in gpus:
@@ -90,7 +88,8 @@ def _links(gpus: tuple[GpuInfo, ...], nvml: NvmlProvider) -> dict[tuple[int, int
                 continue
             i, j = a.index, b.index
             count = max(direct.get((i, j), 0), direct.get((j, i), 0))
-            count += min(switch.get(i, 0), switch.get(j, 0))
+            if nvml.nvlink_p2p(i, j) is not False:
+                count += min(switch.get(i, 0), switch.get(j, 0))
             level = f"NV{count}" if count else nvml.topology_level(i, j)
             if level is not None:
                 links[(i, j)] = level
@@ -128,6 +127,7 @@ def discover_topology(
     """This host (or the sysfs tree at ``sysfs_root``) as a ``Topology``.
 
     ``nvml`` None means the real NVML; if it cannot start the result has no GPUs.
+    Pass ``nvml.no_gpus()`` to leave NVML alone. A provider passed in stays open.
     ``allowed_cpus`` None means this process's affinity on the live root, and all
     CPUs of the tree for any other root.
     """
@@ -137,6 +137,6 @@ def discover_topology(
     try:
         provider = PynvmlProvider()
     except NvmlUnavailable:
-        return _discover(root, RecordedNvml({"format": RECORD_FORMAT, "devices": []}), allowed_cpus)
+        return _discover(root, no_gpus(), allowed_cpus)
     with provider:
         return _discover(root, provider, allowed_cpus)

@@ -27,6 +27,7 @@ class NvLink:
     link: int
     active: bool
     remote_bus_id: str | None = None  # normalised; None when NVML could not say
+    remote_type: str | None = None  # "gpu", "switch" (NVSwitch), "ibmnpu"; None when NVML could not say
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,6 @@ class Topology:
             return "  (no GPUs found)"
         return "\n".join(
             f"  GPU {g.index}: {g.uuid or '?'} bus {g.pci_bus_id or '?'} "
-            f"NUMA {g.numa_node if g.numa_node is not None else 'n/a'}"
-            + (f" ({g.name})" if g.name else "")
+            f"NUMA {g.numa_node if g.numa_node is not None else 'n/a'}" + (f" ({g.name})" if g.name else "")
             for g in self.gpus
         )

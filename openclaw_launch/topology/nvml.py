@@ -21,6 +21,7 @@ from openclaw_launch.topology.model import NvLink, PcieLink, normalize_bus_id
 
 RECORD_FORMAT = "openclaw-nvml-record/1"
 _LEVELS = {10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+_REMOTE_TYPES = {0: "gpu", 1: "ibmnpu", 2: "switch"}
 T = TypeVar("T")
 
 
@@ -42,10 +43,20 @@ class NvmlProvider(Protocol):
     def retired_pages(self, index: int) -> int | None: ...
     def ecc_uncorrected(self, index: int) -> int | None: ...
     def topology_level(self, a: int, b: int) -> str | None: ...  # PIX/PXB/PHB/NODE/SYS
+    def nvlink_p2p(self, a: int, b: int) -> bool | None: ...  # can a reach b over NVLink?
 
 
 def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _remote_bus(raw: object) -> str | None:
+    """A link's remote bus id; NVML's all-ones answer (an NVSwitch hidden from a VM) is None."""
+    try:
+        bus = normalize_bus_id(_text(raw))
+    except ValueError:
+        return None
+    return None if bus.startswith("ffffffff:") else bus
 
 
 class PynvmlProvider:
@@ -126,8 +137,15 @@ class PynvmlProvider:
             if state is None:
                 continue
             remote = self._call(self._nv.nvmlDeviceGetNvLinkRemotePciInfo, h, link)
-            remote_bus = normalize_bus_id(_text(remote.busId)) if remote is not None else None
-            links.append(NvLink(link, state == self._nv.NVML_FEATURE_ENABLED, remote_bus))
+            kind = self._call(self._nv.nvmlDeviceGetNvLinkRemoteDeviceType, h, link)
+            links.append(
+                NvLink(
+                    link,
+                    state == self._nv.NVML_FEATURE_ENABLED,
+                    _remote_bus(remote.busId) if remote is not None else None,
+                    _REMOTE_TYPES.get(int(kind)) if kind is not None else None,
+                )
+            )
         return tuple(links)
 
     def pcie(self, index: int) -> PcieLink | None:
@@ -166,6 +184,14 @@ class PynvmlProvider:
         v = self._call(self._nv.nvmlDeviceGetTopologyCommonAncestor, ha, hb)
         return _LEVELS.get(int(v)) if v is not None else None
 
+    def nvlink_p2p(self, a: int, b: int) -> bool | None:
+        ha, hb = self._h(a), self._h(b)
+        if ha is None or hb is None:
+            return None
+        nv = self._nv
+        v = self._call(nv.nvmlDeviceGetP2PStatus, ha, hb, nv.NVML_P2P_CAPS_INDEX_NVLINK)
+        return v == nv.NVML_P2P_STATUS_OK if v is not None else None
+
 
 def nvml_available() -> bool:
     """True when NVML starts here. Cheap: a failed start costs a library lookup."""
@@ -187,6 +213,7 @@ class RecordedNvml:
             )
         self._devices: list[Mapping[str, Any]] = data["devices"]
         self._levels: Mapping[str, str | None] = data.get("topology_levels", {})
+        self._p2p: Mapping[str, bool | None] = data.get("nvlink_p2p", {})
         self.source = source
 
     @classmethod
@@ -227,6 +254,7 @@ class RecordedNvml:
                 int(link["link"]),
                 bool(link["active"]),
                 normalize_bus_id(link["remote_bus_id"]) if link.get("remote_bus_id") else None,
+                link.get("remote_type"),
             )
             for link in self._get(index, "nvlinks") or ()
         )
@@ -243,6 +271,14 @@ class RecordedNvml:
 
     def topology_level(self, a: int, b: int) -> str | None:
         return self._levels.get(f"{min(a, b)},{max(a, b)}")
+
+    def nvlink_p2p(self, a: int, b: int) -> bool | None:
+        return self._p2p.get(f"{min(a, b)},{max(a, b)}")
+
+
+def no_gpus() -> RecordedNvml:
+    """A provider that reports no GPUs: for reading a host without touching NVML at all."""
+    return RecordedNvml({"format": RECORD_FORMAT, "devices": []}, source="<no GPUs>")
 
 
 def record_nvml(provider: NvmlProvider, source: str = "") -> dict[str, Any]:
@@ -264,7 +300,12 @@ def record_nvml(provider: NvmlProvider, source: str = "") -> dict[str, Any]:
                 "cpu_affinity": format_cpulist(aff) if aff is not None else None,
                 "numa_node": provider.numa_node(i),
                 "nvlinks": [
-                    {"link": lk.link, "active": lk.active, "remote_bus_id": lk.remote_bus_id}
+                    {
+                        "link": lk.link,
+                        "active": lk.active,
+                        "remote_bus_id": lk.remote_bus_id,
+                        "remote_type": lk.remote_type,
+                    }
                     for lk in provider.nvlinks(i)
                 ],
                 "pcie": None
@@ -274,5 +315,11 @@ def record_nvml(provider: NvmlProvider, source: str = "") -> dict[str, Any]:
                 "ecc_uncorrected": provider.ecc_uncorrected(i),
             }
         )
-    levels = {f"{a},{b}": provider.topology_level(a, b) for a in range(n) for b in range(a + 1, n)}
-    return {"format": RECORD_FORMAT, "source": source, "devices": devices, "topology_levels": levels}
+    pairs = [(a, b) for a in range(n) for b in range(a + 1, n)]
+    return {
+        "format": RECORD_FORMAT,
+        "source": source,
+        "devices": devices,
+        "topology_levels": {f"{a},{b}": provider.topology_level(a, b) for a, b in pairs},
+        "nvlink_p2p": {f"{a},{b}": provider.nvlink_p2p(a, b) for a, b in pairs},
+    }

@@ -35,7 +35,10 @@ def _gpu_out(g: GpuInfo) -> dict[str, Any]:
         "name": g.name,
         "numa_node": g.numa_node,
         "cpu_affinity": _cpus_out(g.cpu_affinity),
-        "nvlinks": [{"link": n.link, "active": n.active, "remote_bus_id": n.remote_bus_id} for n in g.nvlinks],
+        "nvlinks": [
+            {"link": n.link, "active": n.active, "remote_bus_id": n.remote_bus_id, "remote_type": n.remote_type}
+            for n in g.nvlinks
+        ],
         "pcie": None
         if g.pcie is None
         else {"gen": g.pcie.gen, "max_gen": g.pcie.max_gen, "width": g.pcie.width, "max_width": g.pcie.max_width},
@@ -92,7 +95,9 @@ def _gpu_in(d: Mapping[str, Any]) -> GpuInfo:
         name=d["name"],
         numa_node=d["numa_node"],
         cpu_affinity=parse_cpulist(d["cpu_affinity"]) if d["cpu_affinity"] is not None else None,
-        nvlinks=tuple(NvLink(int(n["link"]), bool(n["active"]), n["remote_bus_id"]) for n in d["nvlinks"]),
+        nvlinks=tuple(
+            NvLink(int(n["link"]), bool(n["active"]), n["remote_bus_id"], n["remote_type"]) for n in d["nvlinks"]
+        ),
         pcie=None if pcie is None else PcieLink(pcie["gen"], pcie["max_gen"], pcie["width"], pcie["max_width"]),
         aer=dict(d["aer"]) if d["aer"] is not None else None,
         retired_pages=d["retired_pages"],
