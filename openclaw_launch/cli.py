@@ -137,16 +137,26 @@ def cli() -> None:
 _common = [
     click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Cluster YAML."),
     click.option("--node", help="Which config node this launcher is (default: Slurm, or matched to this host)."),
-    click.option("--topology", "topology_path", type=click.Path(dir_okay=False),
-                 help="Topology snapshot JSON to use instead of this host (discover --snapshot)."),
-    click.option("--nproc-per-node", type=click.IntRange(min=1),
-                 help="Without --config: ranks on this host (GPUs, or CPU workers when there is no GPU)."),
+    click.option(
+        "--topology",
+        "topology_path",
+        type=click.Path(dir_okay=False),
+        help="Topology snapshot JSON to use instead of this host (discover --snapshot).",
+    ),
+    click.option(
+        "--nproc-per-node",
+        type=click.IntRange(min=1),
+        help="Without --config: ranks on this host (GPUs, or CPU workers when there is no GPU).",
+    ),
     click.option("-m", "--module", is_flag=True, help="Run the target as a Python module (python -m)."),
     click.option("--no-python", is_flag=True, help="Run the target as a command, not a Python script."),
     click.option("--master-addr", help="Rendezvous address (default: config, else first node's ip)."),
     click.option("--master-port", type=click.IntRange(1, 65535), help="Rendezvous port (default 29500)."),
-    click.option("--strictness", type=click.Choice(["fail", "warn"]),
-                 help="Bus id / NUMA / NVLink mismatches fail the launch or only warn."),
+    click.option(
+        "--strictness",
+        type=click.Choice(["fail", "warn"]),
+        help="Bus id / NUMA / NVLink mismatches fail the launch or only warn.",
+    ),
 ]
 
 
@@ -160,14 +170,31 @@ def _with_common(f):  # type: ignore[no-untyped-def]
 @_with_common
 @click.option("--max-restarts", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--restart-backoff-s", type=click.FloatRange(min=0), default=1.0, show_default=True)
-@click.option("--grace-period-s", type=click.FloatRange(min=0), default=5.0, show_default=True,
-              help="After SIGTERM, how long workers get before SIGKILL.")
-@click.option("--kill-timeout-s", type=click.FloatRange(min=0), default=5.0, show_default=True,
-              help="After SIGKILL, how long to wait for workers stuck in the kernel before giving up.")
+@click.option(
+    "--grace-period-s",
+    type=click.FloatRange(min=0),
+    default=5.0,
+    show_default=True,
+    help="After SIGTERM, how long workers get before SIGKILL.",
+)
+@click.option(
+    "--kill-timeout-s",
+    type=click.FloatRange(min=0),
+    default=5.0,
+    show_default=True,
+    help="After SIGKILL, how long to wait for workers stuck in the kernel before giving up.",
+)
 @click.option("--log-dir", type=click.Path(file_okay=False), help="Per-rank logs under DIR/<run-id>/attempt-N/rank-R/.")
-@click.option("--console-ranks", default="all", show_default=True, help="Ranks shown on the console: all, none, or 0,3-5.")
-@click.option("--prefix", "prefix_template", default="[rank {rank}] ", show_default=True,
-              help="Console line prefix; fields {rank}, {local_rank}, {node}.")
+@click.option(
+    "--console-ranks", default="all", show_default=True, help="Ranks shown on the console: all, none, or 0,3-5."
+)
+@click.option(
+    "--prefix",
+    "prefix_template",
+    default="[rank {rank}] ",
+    show_default=True,
+    help="Console line prefix; fields {rank}, {local_rank}, {node}.",
+)
 @click.option("--report", "report_path", type=click.Path(dir_okay=False), help="Write the run report JSON here.")
 @click.option("--run-id", help="Job id shared by all nodes (default: random).")
 @click.option("--dry-run", is_flag=True, help="Print the plan and start nothing.")
@@ -175,25 +202,61 @@ def _with_common(f):  # type: ignore[no-untyped-def]
 @click.argument("script", nargs=-1, type=click.UNPROCESSED)
 def run(**kw: object) -> None:
     """Run SCRIPT [ARGS...] on every planned rank and supervise it."""
-    from openclaw_launch.launch import launch
-
     entry = _entry(kw.pop("script"), kw.pop("module"), kw.pop("no_python"))  # type: ignore[arg-type]
     run_id = str(kw.pop("run_id") or uuid.uuid4().hex[:12])
+    from openclaw_launch.launch import launch, run_dir_for
+    from openclaw_launch.supervise import SuperviseOptions
+
     try:
+        console_ranks = _console_ranks(str(kw.pop("console_ranks")))
         _, _, plan = _make_plan(
-            kw.pop("config_path"), kw.pop("topology_path"), kw.pop("node"), kw.pop("nproc_per_node"), entry,  # type: ignore[arg-type]
-            run_id=run_id, master_addr=kw.pop("master_addr"), master_port=kw.pop("master_port"),
-            max_restarts=kw["max_restarts"], strictness=kw.pop("strictness"),
+            kw.pop("config_path"),
+            kw.pop("topology_path"),
+            kw.pop("node"),
+            kw.pop("nproc_per_node"),
+            entry,  # type: ignore[arg-type]
+            run_id=run_id,
+            master_addr=kw.pop("master_addr"),
+            master_port=kw.pop("master_port"),
+            max_restarts=kw["max_restarts"],
+            strictness=kw.pop("strictness"),
+            error_file_dir=str(run_dir_for(run_id) / "errors"),
         )
     except OpenclawError as e:
         _fail(e)
     for w in plan.warnings:
         _warn(w)
-    kw.pop("standalone")
-    if kw.pop("dry_run"):
+    if kw["dry_run"]:
         click.echo(format_plan_table(plan, warnings=False))
         return
-    sys.exit(launch(plan, **kw))  # type: ignore[arg-type]
+    options = SuperviseOptions(
+        grace_period_s=float(kw["grace_period_s"]),  # type: ignore[arg-type]
+        kill_timeout_s=float(kw["kill_timeout_s"]),  # type: ignore[arg-type]
+        max_restarts=int(kw["max_restarts"]),  # type: ignore[call-overload]
+        restart_backoff_s=float(kw["restart_backoff_s"]),  # type: ignore[arg-type]
+        log_dir=kw["log_dir"],  # type: ignore[arg-type]
+        console_ranks=console_ranks,
+        prefix_template=str(kw["prefix_template"]),
+    )
+    try:
+        code = launch(plan, options, report_path=kw["report_path"])  # type: ignore[arg-type]
+    except OpenclawError as e:
+        _fail(e)
+    sys.exit(code)
+
+
+def _console_ranks(text: str) -> frozenset[int] | None:
+    """``all`` -> None (every rank), ``none`` -> no rank, else a list like ``0,3-5``."""
+    if text == "all":
+        return None
+    if text == "none":
+        return frozenset()
+    from openclaw_launch.topology.cpulist import parse_cpulist
+
+    try:
+        return frozenset(parse_cpulist(text))
+    except ValueError as e:
+        raise click.BadParameter(f"{text!r}: use all, none, or ranks like 0,3-5 ({e})", param_hint="--console-ranks")
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -206,8 +269,14 @@ def plan(**kw: object) -> None:
     entry = _entry(script, kw.pop("module"), kw.pop("no_python"))  # type: ignore[arg-type]
     try:
         _, _, launch_plan = _make_plan(
-            kw.pop("config_path"), kw.pop("topology_path"), kw.pop("node"), kw.pop("nproc_per_node"), entry,  # type: ignore[arg-type]
-            master_addr=kw.pop("master_addr"), master_port=kw.pop("master_port"), strictness=kw.pop("strictness"),
+            kw.pop("config_path"),
+            kw.pop("topology_path"),
+            kw.pop("node"),
+            kw.pop("nproc_per_node"),
+            entry,  # type: ignore[arg-type]
+            master_addr=kw.pop("master_addr"),
+            master_port=kw.pop("master_port"),
+            strictness=kw.pop("strictness"),
         )
     except OpenclawError as e:
         _fail(e)
@@ -221,17 +290,32 @@ def plan(**kw: object) -> None:
 
 @cli.command()
 @click.option("--snapshot", is_flag=True, help="Write the topology snapshot JSON instead of a config.")
-@click.option("--from-smi", "from_smi", type=click.Path(exists=True, dir_okay=False),
-              help="Saved `nvidia-smi topo -m` output to read instead of this host.")
+@click.option(
+    "--from-smi",
+    "from_smi",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Saved `nvidia-smi topo -m` output to read instead of this host.",
+)
 @click.option("--smi-list", type=click.Path(exists=True, dir_okay=False), help="Saved `nvidia-smi -L` output (UUIDs).")
-@click.option("--numactl-hardware", type=click.Path(exists=True, dir_okay=False),
-              help="Saved `numactl --hardware` output (NUMA node CPUs).")
+@click.option(
+    "--numactl-hardware",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Saved `numactl --hardware` output (NUMA node CPUs).",
+)
 @click.option("--lscpu", type=click.Path(exists=True, dir_okay=False), help="Saved `lscpu` output (cores, sockets).")
 @click.option("--node-name", default=None, help="Node name in the config (default: this host's name).")
 @click.option("--ip", default=None, help="Node ip in the config.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write here instead of stdout.")
-def discover(snapshot: bool, from_smi: str | None, smi_list: str | None, numactl_hardware: str | None,
-             lscpu: str | None, node_name: str | None, ip: str | None, output: str | None) -> None:
+def discover(
+    snapshot: bool,
+    from_smi: str | None,
+    smi_list: str | None,
+    numactl_hardware: str | None,
+    lscpu: str | None,
+    node_name: str | None,
+    ip: str | None,
+    output: str | None,
+) -> None:
     """Describe this host (NVML + sysfs) or saved nvidia-smi text as a config or snapshot."""
     import socket
 

@@ -72,7 +72,7 @@ class MpsStatus:
     answering: bool
     daemon_pid: int | None
     servers: tuple[MpsServer, ...] = ()
-    device_clients: str | None = None  # raw get_device_client_list output; its format varies by driver
+    device_clients: str | None = None  # raw get_device_client_list output, for humans
     clients_per_gpu: Mapping[str, int] = field(default_factory=dict)  # GPU UUID -> clients, where listed
     error: str | None = None  # why it is not answering (the control program's output)
 
@@ -141,7 +141,8 @@ def parse_device_clients(text: str, gpu_uuids: Sequence[str]) -> dict[str, int]:
     Driver 580 prints a line ``[<index>] <bus>, <name>`` per device and then one
     ``<pid>.<context>`` line per client context. The index is the daemon's own
     device numbering, i.e. a position in its CUDA_VISIBLE_DEVICES
-    (``gpu_uuids``); devices outside it are left out.
+    (``gpu_uuids``; checked on 2xH200 with the order reversed); devices outside
+    it are left out.
     """
     clients: dict[str, set[str]] = {}
     device: str | None = None

@@ -134,7 +134,7 @@ def test_restart_counts_attempts(tmp_path: Path) -> None:
     assert result.attempts == 2
     assert result.results[0][1].exit_code == 7 and result.results[1][1].exit_code == 0
     for attempt in (0, 1):
-        environ = json.loads((tmp_path / f"env-0-{attempt}.json").read_text())["environ"]
+        environ = json.loads((tmp_path / f"env-1-{attempt}.json").read_text())["environ"]  # written before failing
         assert environ["TORCHELASTIC_RESTART_COUNT"] == str(attempt)  # overrides the plan's "99"
 
 
