@@ -17,7 +17,7 @@ from openclaw_launch.guard import Guardian
 from openclaw_launch.mps import MpsDaemon, start_mps
 from openclaw_launch.plan import LaunchPlan
 from openclaw_launch.report import build_report, format_report, write_report
-from openclaw_launch.supervise import SuperviseOptions, supervise
+from openclaw_launch.supervise import SuperviseHooks, SuperviseOptions, supervise
 
 
 def run_dir_for(run_id: str) -> Path:
@@ -45,7 +45,9 @@ def launch(plan: LaunchPlan, options: SuperviseOptions, report_path: str | None 
             argv, env, stdin = daemon.cleanup_command()
             guardian.watch_command(argv, env, stdin)
             plan = with_env(plan, daemon.worker_env())
-        result = supervise(plan, options, guardian=guardian)
+        # The daemon may be our descendant (we are a child subreaper): spare it from leftover kills.
+        exempt = [daemon.pid] if daemon is not None and daemon.pid is not None else []
+        result = supervise(plan, options, SuperviseHooks(exempt_pids=lambda: exempt), guardian=guardian)
     finally:
         if daemon is not None:
             daemon.stop()
