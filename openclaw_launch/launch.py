@@ -47,7 +47,7 @@ def launch(plan: LaunchPlan, options: SuperviseOptions, report_path: str | None 
             plan = with_env(plan, daemon.worker_env())
         # The daemon may be our descendant (we are a child subreaper): spare it from leftover kills.
         exempt = [daemon.pid] if daemon is not None and daemon.pid is not None else []
-        result = supervise(plan, options, SuperviseHooks(exempt_pids=lambda: exempt), guardian=guardian)
+        result = supervise(plan, options, hooks=SuperviseHooks(exempt_pids=lambda: exempt), guardian=guardian)
     finally:
         if daemon is not None:
             daemon.stop()
