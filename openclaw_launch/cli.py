@@ -256,7 +256,9 @@ def _console_ranks(text: str) -> frozenset[int] | None:
     try:
         return frozenset(parse_cpulist(text))
     except ValueError as e:
-        raise click.BadParameter(f"{text!r}: use all, none, or ranks like 0,3-5 ({e})", param_hint="--console-ranks")
+        raise click.BadParameter(
+            f"{text!r}: use all, none, or ranks like 0,3-5 ({e})", param_hint="--console-ranks"
+        ) from None
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})

@@ -12,10 +12,14 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from openclaw_launch.guard import Guardian
-from openclaw_launch.mps import MpsDaemon, start_mps
+from openclaw_launch.osproc import RealOs
 from openclaw_launch.plan import LaunchPlan
+
+if TYPE_CHECKING:
+    from openclaw_launch.mps import MpsDaemon
 from openclaw_launch.report import build_report, format_report, write_report
 from openclaw_launch.supervise import SuperviseHooks, SuperviseOptions, supervise
 
@@ -34,25 +38,34 @@ def launch(plan: LaunchPlan, options: SuperviseOptions, report_path: str | None 
     """Run the plan; return the launcher's exit code."""
     run_dir = run_dir_for(plan.run_id)
     run_dir.mkdir(mode=0o700)
+    # Subreaper before MPS starts: `nvidia-cuda-mps-control -d` double-forks, and an orphan handed to
+    # an init that never reaps stays <defunct> (seen on the H200 host). Ours are reaped below.
+    os_layer = RealOs()
+    os_layer.set_child_subreaper(True)
     guardian = Guardian.start()
     guardian.watch_path(str(run_dir))
     daemon: MpsDaemon | None = None
     try:
-        daemon, warning = start_mps(plan, run_dir=run_dir / "mps")
-        if warning:
-            print(f"openclaw-launch: warning: {warning}", file=sys.stderr)
+        if plan.mps is not None:  # psutil and the MPS module load only for MPS jobs
+            from openclaw_launch.mps import start_mps
+
+            daemon, warning = start_mps(plan, run_dir=run_dir / "mps")
+            if warning:
+                print(f"openclaw-launch: warning: {warning}", file=sys.stderr)
         if daemon is not None:
             argv, env, stdin = daemon.cleanup_command()
             guardian.watch_command(argv, env, stdin)
             plan = with_env(plan, daemon.worker_env())
         # The daemon may be our descendant (we are a child subreaper): spare it from leftover kills.
         exempt = [daemon.pid] if daemon is not None and daemon.pid is not None else []
-        result = supervise(plan, options, hooks=SuperviseHooks(exempt_pids=lambda: exempt), guardian=guardian)
+        hooks = SuperviseHooks(exempt_pids=lambda: exempt)
+        result = supervise(plan, options, os_layer, hooks, guardian=guardian)
     finally:
         if daemon is not None:
             daemon.stop()
         shutil.rmtree(run_dir, ignore_errors=True)
         guardian.close()
+        os_layer.reap()
     report = build_report(plan, result)
     if report_path:
         write_report(report_path, report)

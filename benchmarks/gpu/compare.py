@@ -38,6 +38,9 @@ def main() -> None:
     p.add_argument("--timeout-s", type=float, default=120)
     args = p.parse_args()
     from openclaw_launch.mps import MpsDaemon
+    from openclaw_launch.plan import MpsPlan
+
+    torchrun_mps = MpsPlan(None, None, None, on_start_failure="error", gpu_uuids=())
 
     cfg = Path(args.config_dir)
     py = sys.executable
@@ -58,7 +61,7 @@ def main() -> None:
                 env = dict(base)
                 daemon = None
                 if needs_mps:
-                    daemon = MpsDaemon(base_dir=tempfile.mkdtemp(prefix="bench-mps-"))
+                    daemon = MpsDaemon(torchrun_mps, run_dir=Path(tempfile.mkdtemp(prefix="bench-mps-")) / "mps")
                     env.update(daemon.start())
                 try:
                     out = run_once([*prefix, str(path)], env, TAGS[script], args.timeout_s)

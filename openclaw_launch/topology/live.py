@@ -119,6 +119,11 @@ def _discover(root: Path, nvml: NvmlProvider, allowed_cpus: Iterable[int] | None
     )
 
 
+def driver_present(root: Path = _ROOT) -> bool:
+    """The NVIDIA kernel driver is loaded (NVML cannot work without it)."""
+    return (root / "proc/driver/nvidia").exists() or (root / "dev/nvidiactl").exists()
+
+
 def discover_topology(
     sysfs_root: Path = _ROOT,
     nvml: NvmlProvider | None = None,
@@ -134,6 +139,8 @@ def discover_topology(
     root = Path(sysfs_root)
     if nvml is not None:
         return _discover(root, nvml, allowed_cpus)
+    if not driver_present(root):  # skip pynvml's import and library search: start-up time
+        return _discover(root, no_gpus(), allowed_cpus)
     try:
         provider = PynvmlProvider()
     except NvmlUnavailable:

@@ -1,0 +1,778 @@
+"""YAML text -> validated ``Config`` (the format is documented in ``config``).
+
+Walks PyYAML's node tree (safe composer only) so every problem carries its key
+path and line, and reports all problems at once.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from openclaw_launch.config import (
+    BINDING_POLICIES,
+    MEM_POLICIES,
+    MPS_START_FAILURE_MODES,
+    NCCL_DEPRECATED,
+    NCCL_NAMED_LEVELS,
+    STRICTNESS_MODES,
+    VISIBLE_DEVICES_MODES,
+    Config,
+    GpuSpec,
+    NodeSpec,
+    Runtime,
+)
+from openclaw_launch.errors import ConfigError, Problem
+from openclaw_launch.topology.cpulist import parse_cpulist
+from openclaw_launch.topology.model import normalize_bus_id
+
+_TOP_KEYS = ("cluster", "runtime")
+_CLUSTER_KEYS = ("nodes",)
+_NODE_KEYS = ("name", "ip", "gpus", "cpu_workers")
+_GPU_KEYS = ("uuid", "numa_node", "pci_bus_id", "nvlink_peers", "cpus")
+_RUNTIME_KEYS = (
+    "enable_mps",
+    "mps_max_clients_per_gpu",
+    "mps_active_thread_percentage",
+    "mps_pinned_device_mem_limit",
+    "mps_on_start_failure",
+    "nccl_socket_nthreads",
+    "nccl_nthreads",
+    "nccl_env",
+    "env",
+    "binding",
+    "mem_policy",
+    "visible_devices",
+    "procs_per_gpu",
+    "master_addr",
+    "master_port",
+    "strictness",
+)
+_HOME: Mapping[str, str] = {
+    **{k: "the top level" for k in _TOP_KEYS},
+    **{k: "cluster" for k in _CLUSTER_KEYS},
+    **{k: "a node (an item of cluster.nodes)" for k in _NODE_KEYS},
+    **{k: "a GPU (an item of a node's gpus)" for k in _GPU_KEYS},
+    **{k: "runtime" for k in _RUNTIME_KEYS},
+}
+_MPS_KEYS = tuple(k for k in _RUNTIME_KEYS if k.startswith("mps_"))
+
+_UUID_RE = re.compile(r"^(GPU|MIG)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.I)
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_HOST_LABEL_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+_MEM_LIMIT_RE = re.compile(r"^[1-9][0-9]*[KMGT]$")
+
+_TAG = "tag:yaml.org,2002:"
+_KINDS = {
+    "null": "null (an empty value)",
+    "bool": "a boolean",
+    "int": "an integer",
+    "float": "a number",
+    "str": "a string",
+    "map": "a mapping",
+    "seq": "a list",
+    "timestamp": "a date",
+    "binary": "binary data",
+}
+_Y_CONSTRUCT = yaml.constructor.SafeConstructor()
+
+
+def load_config_file(path: str | os.PathLike[str]) -> Config:
+    """Read and validate the YAML file at ``path``; ConfigError lists every problem."""
+    source = os.fspath(path)
+    try:
+        with open(source, encoding="utf-8-sig") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise ConfigError(source, [Problem("", None, f"cannot read the config: {reason}")]) from None
+    return parse_config_text(text, source)
+
+
+def parse_config_text(text: str, source: str = "<config>") -> Config:
+    """Validate YAML ``text``; ``source`` names it in messages. Raises ConfigError."""
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as e:
+        raise ConfigError(source, [_syntax_problem(e, text)]) from None
+    checker = _Checker()
+    config = checker.config(root, source)
+    if checker.problems:
+        raise ConfigError(source, sorted(checker.problems, key=lambda p: p.line or 0))
+    return config
+
+
+def _syntax_problem(e: yaml.YAMLError, text: str) -> Problem:
+    """A YAML parse error as one Problem, with the line where the parser stopped."""
+    if isinstance(e, yaml.MarkedYAMLError):
+        mark = e.problem_mark or e.context_mark
+        line = mark.line + 1 if mark is not None else None
+        what = e.problem or "invalid YAML"
+        if e.context:
+            what = f"{what} ({e.context})"
+        col = f", column {mark.column + 1}" if mark is not None else ""
+        return Problem("yaml", line, f"YAML syntax error{col}: {what}")
+    if isinstance(e, yaml.reader.ReaderError):
+        line = text.count("\n", 0, e.position) + 1
+        return Problem("yaml", line, f"YAML syntax error: character {e.character!r} is not allowed")
+    return Problem("yaml", None, f"YAML syntax error: {e}")
+
+
+def _line(node: yaml.Node) -> int:
+    return int(node.start_mark.line) + 1
+
+
+def _short_tag(node: yaml.Node) -> str:
+    return node.tag[len(_TAG) :] if node.tag.startswith(_TAG) else node.tag
+
+
+def _kind(node: yaml.Node) -> str:
+    """What the user wrote, for "expected X, got Y" messages."""
+    kind = _KINDS.get(_short_tag(node), f"tag {node.tag}")
+    if isinstance(node, yaml.ScalarNode) and _short_tag(node) not in ("null", "str"):
+        return f"{kind} ({node.value})"
+    if isinstance(node, yaml.ScalarNode) and _short_tag(node) == "str":
+        return f"{kind} ({node.value!r})"
+    return kind
+
+
+def _is_null(node: yaml.Node | None) -> bool:
+    return node is None or (isinstance(node, yaml.ScalarNode) and node.tag == _TAG + "null")
+
+
+def _join(path: str, key: str) -> str:
+    """Key path syntax: ``a.b``, ``a['odd key']``."""
+    if not _ENV_NAME_RE.match(key):
+        return f"{path}[{key!r}]"
+    return f"{path}.{key}" if path else key
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """One ``key: value`` pair of a mapping; errors about the value point at the key's line."""
+
+    key: yaml.Node
+    value: yaml.Node
+    path: str
+
+    @property
+    def line(self) -> int:
+        return _line(self.key)
+
+
+@dataclass
+class _NodeScope:
+    """What one node's GPUs are checked against each other with."""
+
+    peers: list[tuple[str, str, int]] = field(default_factory=list)  # (uuid, path, line)
+    bus_ids: dict[str, str] = field(default_factory=dict)  # bus id -> "path (line N)"
+
+
+def _first_use(seen: dict[Any, str], key: Any, e: _Entry) -> str | None:
+    """Where ``key`` was first seen ("path (line N)"), or None after recording this as the first."""
+    if key in seen:
+        return seen[key]
+    seen[key] = f"{e.path} (line {e.line})"
+    return None
+
+
+class _Checker:
+    """Walks the composed node tree once, collecting every problem and warning."""
+
+    def __init__(self) -> None:
+        self.problems: list[Problem] = []
+        self.warnings: list[Problem] = []
+        self.uuids: dict[str, str] = {}  # lower-case UUID -> where first seen
+        self.names: dict[str, str] = {}
+        self.ips: dict[ipaddress.IPv4Address | ipaddress.IPv6Address, str] = {}
+
+    def error(self, path: str, line: int | None, message: str) -> None:
+        self.problems.append(Problem(path, line, message))
+
+    def warn(self, path: str, line: int | None, message: str) -> None:
+        self.warnings.append(Problem(path, line, message))
+
+    # -- structure -------------------------------------------------------------------------
+
+    def safe(self, node: yaml.Node, path: str, line: int) -> bool:
+        """Only plain YAML: an explicit foreign tag (``!!python/...``, ``!foo``) is an error."""
+        tag = _short_tag(node)
+        if node.tag.startswith(_TAG) and tag in _KINDS:
+            return True
+        self.error(path, line, f"YAML tag {node.tag!r} is not allowed (safe YAML only); remove it")
+        return False
+
+    def mapping(
+        self,
+        node: yaml.Node,
+        path: str,
+        line: int,
+        valid: Sequence[str],
+        required: Sequence[str] = (),
+    ) -> dict[str, _Entry] | None:
+        """The known keys of a mapping. Unknown, duplicate and missing keys are reported."""
+        if not self.safe(node, path, line):
+            return None
+        if not isinstance(node, yaml.MappingNode):
+            self.error(
+                path or "(top level)", line, f"expected a mapping with keys {_listing(valid)}, got {_kind(node)}"
+            )
+            return None
+        out: dict[str, _Entry] = {}
+        first_line: dict[str, int] = {}
+        suggested: set[str] = set()
+        for key_node, value in node.value:
+            key_line = _line(key_node)
+            if key_node.tag == _TAG + "merge":
+                first_line["<<"] = key_line
+                self.error(
+                    _join(path, "<<"),
+                    key_line,
+                    "YAML merge keys ('<<') are not supported; "
+                    "write the keys out (anchors and aliases of whole values are fine)",
+                )
+                continue
+            if not isinstance(key_node, yaml.ScalarNode) or not self.safe(key_node, path, key_line):
+                self.error(path or "(top level)", key_line, "keys must be plain names")
+                continue
+            key = str(key_node.value)
+            kpath = _join(path, key)
+            if key in first_line:
+                self.error(
+                    kpath,
+                    key_line,
+                    f"duplicate key {key!r} (first at line {first_line[key]}); "
+                    "YAML would silently keep only the last one",
+                )
+                continue
+            first_line[key] = key_line
+            if key not in valid:
+                close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+                suggested.update(close)
+                mean = f"; did you mean {close[0]!r}?" if close else "."
+                extra = "" if close else _misplaced_hint(key)
+                self.error(kpath, key_line, f"unknown key {key!r}{mean}{extra} Valid keys: {_listing(valid)}")
+                continue
+            out[key] = _Entry(key_node, value, kpath)
+        for key in required:
+            if key not in out and key not in suggested and "<<" not in first_line and key not in first_line:
+                self.error(_join(path, key), _line(node), f"required key {key!r} is missing")
+        return out
+
+    def sequence(self, entry: _Entry, what: str) -> list[yaml.Node] | None:
+        if not self.safe(entry.value, entry.path, entry.line):
+            return None
+        if not isinstance(entry.value, yaml.SequenceNode):
+            self.error(entry.path, entry.line, f"expected {what}, got {_kind(entry.value)}")
+            return None
+        return list(entry.value.value)
+
+    # -- scalars ---------------------------------------------------------------------------
+
+    def scalar(
+        self, node: yaml.Node, path: str, line: int, expected: str, tags: Sequence[str]
+    ) -> yaml.ScalarNode | None:
+        """``node`` when it is a safe scalar with one of ``tags``; otherwise report it."""
+        if not self.safe(node, path, line):
+            return None
+        if isinstance(node, yaml.ScalarNode) and _short_tag(node) in tags:
+            return node
+        quoted = ""
+        if isinstance(node, yaml.ScalarNode) and node.style in ("'", '"') and "str" not in tags:
+            quoted = " (remove the quotes)"
+        self.error(path, line, f"expected {expected}, got {_kind(node)}{quoted}")
+        return None
+
+    def boolean(self, e: _Entry) -> bool | None:
+        node = self.scalar(e.value, e.path, e.line, "a boolean (true or false)", ("bool",))
+        return None if node is None else bool(_Y_CONSTRUCT.construct_yaml_bool(node))
+
+    def integer(self, e: _Entry, lo: int, hi: int | None = None) -> int | None:
+        what = f"an integer >= {lo}" if hi is None else f"an integer from {lo} to {hi}"
+        node = self.scalar(e.value, e.path, e.line, what, ("int",))
+        if node is None:
+            return None
+        try:
+            value = int(_Y_CONSTRUCT.construct_yaml_int(node))
+        except ValueError:
+            self.error(e.path, e.line, f"expected {what}, got {node.value!r}")
+            return None
+        if value < lo or (hi is not None and value > hi):
+            self.error(e.path, e.line, f"{value} is out of range: expected {what}")
+            return None
+        return value
+
+    def text(self, e: _Entry, what: str = "a string") -> str | None:
+        """A plain scalar's text exactly as written: YAML 1.1 turns ``0000:00:06.0`` into a
+        number and ``010`` into 8, but an identifier must stay what the operator typed."""
+        node = self.scalar(e.value, e.path, e.line, what, ("str", "int", "float"))
+        return None if node is None else str(node.value)
+
+    def choice(self, e: _Entry, choices: Sequence[str]) -> str | None:
+        what = f"one of {_listing(choices)}"
+        node = self.scalar(e.value, e.path, e.line, what, ("str",))
+        if node is None:
+            return None
+        value = str(node.value)
+        if value not in choices:
+            close = difflib.get_close_matches(value, choices, n=1)
+            mean = f" (did you mean {close[0]!r}?)" if close else ""
+            self.error(e.path, e.line, f"{value!r} is not valid{mean}: expected {what}")
+            return None
+        return value
+
+    # -- the document ----------------------------------------------------------------------
+
+    def config(self, root: yaml.Node | None, source: str) -> Config:
+        if _is_null(root):
+            self.error("cluster", 1, "the config is empty; it needs 'cluster' with 'nodes'")
+            return Config(nodes=(), source=source)
+        assert root is not None
+        top = self.mapping(root, "", _line(root), _TOP_KEYS, required=("cluster",)) or {}
+        runtime, binding = self.runtime(top.get("runtime"))
+        nodes = self.cluster(top.get("cluster"), binding)
+        warnings = tuple(str(w) for w in sorted(self.warnings, key=lambda p: p.line or 0))
+        return Config(nodes=nodes, runtime=runtime, source=source, warnings=warnings)
+
+    def cluster(self, entry: _Entry | None, binding: str | None) -> tuple[NodeSpec, ...]:
+        if entry is None:
+            return ()
+        m = self.mapping(entry.value, entry.path, entry.line, _CLUSTER_KEYS, required=("nodes",))
+        if not m or "nodes" not in m:
+            return ()
+        items = self.sequence(m["nodes"], "a list of nodes")
+        if items is None:
+            return ()
+        if not items:
+            self.error(m["nodes"].path, m["nodes"].line, "the node list is empty; describe at least one node")
+        return tuple(self.node(item, f"cluster.nodes[{i}]", binding) for i, item in enumerate(items))
+
+    def node(self, item: yaml.Node, path: str, binding: str | None) -> NodeSpec:
+        m = self.mapping(item, path, _line(item), _NODE_KEYS, required=("name",))
+        if m is None:
+            return NodeSpec(name="")
+        name = self.node_name(m["name"]) if "name" in m else None
+        ip = self.ip(m["ip"]) if _given(m, "ip") else None
+        has_gpus, has_cpu = _given(m, "gpus"), _given(m, "cpu_workers")
+        if has_gpus and has_cpu:
+            e = m["cpu_workers"]
+            self.error(e.path, e.line, "a node has either gpus or cpu_workers, not both; remove one")
+        elif not has_gpus and not has_cpu and not _mistyped(item, ("gpus", "cpu_workers"), _NODE_KEYS):
+            self.error(path, _line(item), "a node needs gpus (a list of GPUs) or cpu_workers: N")
+        cpu_workers = self.integer(m["cpu_workers"], 1) if has_cpu else None
+        gpus = self.gpus(m["gpus"], binding) if has_gpus else ()
+        return NodeSpec(name=name or "", ip=ip, gpus=gpus, cpu_workers=cpu_workers, line=_line(item))
+
+    def node_name(self, e: _Entry) -> str | None:
+        name = self.text(e, "a node name")
+        if name is None:
+            return None
+        if not name or any(c.isspace() or c == "/" or not c.isprintable() for c in name):
+            self.error(
+                e.path,
+                e.line,
+                f"node name {name!r} must be non-empty, without spaces or '/' "
+                "(it names log files and is given to --node)",
+            )
+            return None
+        if first := _first_use(self.names, name, e):
+            self.error(e.path, e.line, f"duplicate node name {name!r}; {first} already uses it")
+        return name
+
+    def ip(self, e: _Entry) -> str | None:
+        text = self.text(e, "an IP address")
+        if text is None:
+            return None
+        try:
+            addr = ipaddress.ip_address(text.strip())
+        except ValueError:
+            self.error(
+                e.path,
+                e.line,
+                f"{text!r} is not an IP address (e.g. 10.10.1.10 or fd00::1); hostnames are not allowed here",
+            )
+            return None
+        if first := _first_use(self.ips, addr, e):
+            self.warn(
+                e.path,
+                e.line,
+                f"same IP as {first}: several agents on one host is how multi-node is tried locally; "
+                "on a real cluster this is a mistake",
+            )
+        return text.strip()
+
+    def gpus(self, e: _Entry, binding: str | None) -> tuple[GpuSpec, ...]:
+        items = self.sequence(e, "a list of GPUs")
+        if items is None:
+            return ()
+        if not items:
+            self.error(e.path, e.line, "the GPU list is empty; list the node's GPUs or use cpu_workers: N")
+        scope = _NodeScope()
+        specs = tuple(self.gpu(g, f"{e.path}[{i}]", binding, scope) for i, g in enumerate(items))
+        own = {g.uuid.lower() for g in specs}
+        for uuid, ppath, pline in scope.peers:
+            if uuid.lower() not in own:
+                self.warn(ppath, pline, f"NVLink peer {uuid} is not a GPU of this node in the config")
+        return specs
+
+    def gpu(self, item: yaml.Node, path: str, binding: str | None, scope: _NodeScope) -> GpuSpec:
+        m = self.mapping(item, path, _line(item), _GPU_KEYS, required=("uuid",))
+        if m is None:
+            return GpuSpec(uuid="")
+        uuid = self.uuid(m["uuid"]) if "uuid" in m else None
+        if uuid is not None and (first := _first_use(self.uuids, uuid.lower(), m["uuid"])):
+            self.error(m["uuid"].path, m["uuid"].line, f"duplicate GPU UUID {uuid}; {first} already names it")
+        numa = self.numa_node(m["numa_node"]) if _given(m, "numa_node") else None
+        bus = self.bus_id(m["pci_bus_id"]) if _given(m, "pci_bus_id") else None
+        if bus is not None and (first := _first_use(scope.bus_ids, bus, m["pci_bus_id"])):
+            e = m["pci_bus_id"]
+            self.error(e.path, e.line, f"bus id {bus} is already used by {first} on this node")
+        peer_list = self.nvlink_peers(m["nvlink_peers"], uuid) if _given(m, "nvlink_peers") else ()
+        scope.peers.extend(peer_list)
+        cpus = self.cpus(m["cpus"], binding) if _given(m, "cpus") else None
+        if binding == "explicit" and not _given(m, "cpus"):
+            self.error(
+                _join(path, "cpus"),
+                _line(item),
+                "runtime.binding is 'explicit': every GPU needs "
+                'cpus (a cpulist like "0-7,64-71" or a list of CPU numbers)',
+            )
+        return GpuSpec(
+            uuid=uuid or "",
+            numa_node=numa,
+            pci_bus_id=bus,
+            nvlink_peers=tuple(u for u, _, _ in peer_list),
+            cpus=cpus,
+            line=_line(item),
+        )
+
+    def uuid(self, e: _Entry) -> str | None:
+        text = self.text(e, "a GPU UUID")
+        if text is None:
+            return None
+        if not _UUID_RE.match(text):
+            self.error(
+                e.path,
+                e.line,
+                f"malformed GPU UUID {text!r}: expected "
+                "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (hex digits; MIG- for MIG instances), "
+                "as printed by nvidia-smi -L"
+                + (" (GPU indexes change between boots; name GPUs by UUID)" if text.isdigit() else ""),
+            )
+            return None
+        return text
+
+    def numa_node(self, e: _Entry) -> int | None:
+        v = e.value
+        if isinstance(v, yaml.ScalarNode) and v.tag == _TAG + "int" and v.value.strip().startswith("-"):
+            self.error(
+                e.path,
+                e.line,
+                f"NUMA node {v.value} is negative; write null when the host has "
+                "no NUMA information (sysfs numa_node -1)",
+            )
+            return None
+        return self.integer(e, 0)
+
+    def bus_id(self, e: _Entry) -> str | None:
+        text = self.text(e, 'a PCI bus id like "0000:0a:00.0"')
+        if text is None:
+            return None
+        try:
+            return normalize_bus_id(text)
+        except ValueError:
+            self.error(
+                e.path,
+                e.line,
+                f'malformed PCI bus id {text!r}: expected e.g. "0000:0a:00.0" '
+                "(domain:bus:device.function, hex; see nvidia-smi --query-gpu=pci.bus_id)",
+            )
+            return None
+
+    def nvlink_peers(self, e: _Entry, own: str | None) -> tuple[tuple[str, str, int], ...]:
+        items = self.sequence(e, "a list of GPU UUIDs")
+        if items is None:
+            return ()
+        out = []
+        for i, item in enumerate(items):
+            pe = _Entry(item, item, f"{e.path}[{i}]")
+            uuid = self.uuid(pe)
+            if uuid is None:
+                continue
+            if own is not None and uuid.lower() == own.lower():
+                self.error(pe.path, pe.line, "a GPU is not its own NVLink peer; remove it")
+                continue
+            out.append((uuid, pe.path, pe.line))
+        return tuple(out)
+
+    def cpus(self, e: _Entry, binding: str | None) -> tuple[int, ...] | None:
+        if binding not in (None, "explicit"):
+            self.error(
+                e.path,
+                e.line,
+                f"cpus is only used with runtime.binding: explicit (binding is "
+                f"{binding!r}); remove it or set binding: explicit",
+            )
+            return None
+        if isinstance(e.value, yaml.SequenceNode):
+            return self.cpu_items(e)
+        text = self.text(e, 'a cpulist like "0-7,64-71" or a list of CPU numbers')
+        if text is None:
+            return None
+        try:
+            cpus = parse_cpulist(text)
+        except ValueError as err:
+            self.error(e.path, e.line, str(err))
+            return None
+        if not cpus:
+            self.error(e.path, e.line, "the CPU list is empty")
+            return None
+        return cpus
+
+    def cpu_items(self, e: _Entry) -> tuple[int, ...] | None:
+        items = self.sequence(e, "a list of CPU numbers")
+        if not items:
+            if items is not None:
+                self.error(e.path, e.line, "the CPU list is empty")
+            return None
+        cpus = [self.integer(_Entry(n, n, f"{e.path}[{i}]"), 0) for i, n in enumerate(items)]
+        if any(c is None for c in cpus):
+            return None
+        return tuple(sorted({c for c in cpus if c is not None}))
+
+    # -- runtime ---------------------------------------------------------------------------
+
+    def runtime(self, entry: _Entry | None) -> tuple[Runtime, str | None]:
+        """The Runtime and the binding policy the GPUs are checked against (None: invalid)."""
+        if entry is None or _is_null(entry.value):
+            return Runtime(), "node"
+        m = self.mapping(entry.value, entry.path, entry.line, _RUNTIME_KEYS)
+        if m is None:
+            return Runtime(), None
+        readers: dict[str, Callable[[_Entry], Any]] = {
+            "enable_mps": self.boolean,
+            "mps_max_clients_per_gpu": lambda e: self.integer(e, 1),
+            "mps_active_thread_percentage": lambda e: self.integer(e, 1, 100),
+            "mps_pinned_device_mem_limit": self.mem_limit,
+            "mps_on_start_failure": lambda e: self.choice(e, MPS_START_FAILURE_MODES),
+            "nccl_socket_nthreads": lambda e: self.integer(e, 1),
+            "nccl_nthreads": lambda e: self.integer(e, 1),
+            "nccl_env": lambda e: self.env_mapping(e, nccl=True),
+            "env": lambda e: self.env_mapping(e, nccl=False),
+            "binding": lambda e: self.choice(e, BINDING_POLICIES),
+            "mem_policy": lambda e: self.choice(e, MEM_POLICIES),
+            "visible_devices": lambda e: self.choice(e, VISIBLE_DEVICES_MODES),
+            "procs_per_gpu": lambda e: self.integer(e, 1),
+            "master_addr": self.host,
+            "master_port": lambda e: self.integer(e, 1, 65535),
+            "strictness": lambda e: self.choice(e, STRICTNESS_MODES),
+        }
+        values: dict[str, Any] = {}
+        invalid: set[str] = set()
+        for key, entry_ in m.items():
+            if _is_null(entry_.value):
+                continue
+            value = readers[key](entry_)
+            if value is None:
+                invalid.add(key)
+            else:
+                values[key] = value
+        runtime = Runtime(**values)
+        self.check_nccl(runtime, m)
+        self.check_mps(runtime, m, invalid)
+        return runtime, None if "binding" in invalid else runtime.binding
+
+    def mem_limit(self, e: _Entry) -> str | None:
+        text = self.text(e, 'a size like "40G" or "512M"')
+        if text is None:
+            return None
+        if not _MEM_LIMIT_RE.match(text):
+            self.error(
+                e.path,
+                e.line,
+                f'{text!r} is not a size: expected a number with a unit K, M, G or T, e.g. "40G" or "512M"',
+            )
+            return None
+        return text
+
+    def host(self, e: _Entry) -> str | None:
+        text = self.text(e, "an IP address or hostname")
+        if text is None:
+            return None
+        try:
+            ipaddress.ip_address(text)
+            return text
+        except ValueError:
+            pass
+        labels = text.rstrip(".").split(".")
+        numeric = all(label.isdigit() for label in labels)
+        if numeric or len(text) > 253 or not all(_HOST_LABEL_RE.match(label) for label in labels):
+            self.error(e.path, e.line, f"{text!r} is neither an IP address nor a valid hostname")
+            return None
+        return text
+
+    def env_mapping(self, e: _Entry, nccl: bool) -> dict[str, str] | None:
+        """``nccl_env`` / ``env``: names checked, values kept as the literal YAML text."""
+        v = e.value
+        if not self.safe(v, e.path, e.line):
+            return None
+        if not isinstance(v, yaml.MappingNode):
+            self.error(e.path, e.line, f"expected a mapping of NAME: value, got {_kind(v)}")
+            return None
+        out: dict[str, str] = {}
+        first_line: dict[str, int] = {}
+        for key_node, value_node in v.value:
+            key_line = _line(key_node)
+            if not isinstance(key_node, yaml.ScalarNode) or not self.safe(key_node, e.path, key_line):
+                self.error(e.path, key_line, "keys must be plain variable names")
+                continue
+            name = str(key_node.value)
+            ve = _Entry(key_node, value_node, _join(e.path, name))
+            if name in first_line:
+                self.error(ve.path, key_line, f"duplicate key {name!r} (first at line {first_line[name]})")
+                continue
+            first_line[name] = key_line
+            if self.env_name(ve, name, nccl):
+                value = self.env_value(ve)
+                if value is not None:
+                    out[name] = value
+                    self.check_deprecated(ve, name, value)
+        return out
+
+    def env_name(self, e: _Entry, name: str, nccl: bool) -> bool:
+        if not _ENV_NAME_RE.match(name):
+            self.error(
+                e.path,
+                e.line,
+                f"{name!r} is not a valid variable name (letters, digits and _, not starting with a digit)",
+            )
+            return False
+        if nccl and not name.startswith("NCCL_"):
+            self.error(e.path, e.line, f"{name!r} does not start with NCCL_; put other variables in runtime.env")
+            return False
+        return True
+
+    def env_value(self, e: _Entry) -> str | None:
+        v = e.value
+        if not self.safe(v, e.path, e.line):
+            return None
+        if not isinstance(v, yaml.ScalarNode) or _is_null(v):
+            empty = "; write '' for an empty value" if _is_null(v) else ""
+            self.error(e.path, e.line, f"expected a single value (string or number), got {_kind(v)}{empty}")
+            return None
+        value = str(v.value)
+        if "\0" in value:
+            self.error(e.path, e.line, "an environment value cannot contain a NUL character")
+            return None
+        return value
+
+    def check_deprecated(self, e: _Entry, name: str, value: str) -> None:
+        if name in NCCL_DEPRECATED:
+            self.warn(e.path, e.line, f"{name} is deprecated: {NCCL_DEPRECATED[name]}")
+        elif name in NCCL_NAMED_LEVELS and value.strip().isdigit():
+            self.warn(
+                e.path,
+                e.line,
+                f"{name}={value}: integer levels are deprecated (their meaning "
+                f"changed between NCCL versions); use {NCCL_NAMED_LEVELS[name]}",
+            )
+
+    def check_nccl(self, rt: Runtime, m: dict[str, _Entry]) -> None:
+        """Operator keys vs ``nccl_env``/``env``; values NCCL itself would replace."""
+        for key, var in (("nccl_socket_nthreads", "NCCL_SOCKET_NTHREADS"), ("nccl_nthreads", "NCCL_NTHREADS")):
+            ours = getattr(rt, key)
+            for where in ("nccl_env", "env"):
+                theirs = getattr(rt, where).get(var)
+                if ours is not None and theirs is not None and theirs.strip() != str(ours):
+                    e = m[key]
+                    self.error(
+                        e.path,
+                        e.line,
+                        f"{key}: {ours} conflicts with runtime.{where}.{var}: {theirs!r}; set it in one place",
+                    )
+        for name in sorted(set(rt.env) & set(rt.nccl_env)):
+            if rt.env[name] != rt.nccl_env[name]:
+                e = m["env"]
+                self.error(
+                    e.path,
+                    e.line,
+                    f"{name} is set both in runtime.env ({rt.env[name]!r}) and "
+                    f"runtime.nccl_env ({rt.nccl_env[name]!r}); set it in one place",
+                )
+        if rt.nccl_socket_nthreads is not None and rt.nccl_socket_nthreads > 16:
+            e = m["nccl_socket_nthreads"]
+            self.warn(
+                e.path, e.line, f"NCCL caps NCCL_SOCKET_NTHREADS at 16; {rt.nccl_socket_nthreads} will be reduced"
+            )
+        nt = rt.nccl_nthreads
+        if nt is not None and (nt % 32 or not 64 <= nt <= 512):
+            e = m["nccl_nthreads"]
+            self.warn(
+                e.path,
+                e.line,
+                f"NCCL_NTHREADS={nt}: NCCL wants a multiple of 32 from 64 to 512 "
+                "(CUDA threads per block) and will replace this value",
+            )
+
+    def check_mps(self, rt: Runtime, m: dict[str, _Entry], invalid: set[str]) -> None:
+        """Processes per GPU need MPS; MPS settings without MPS do nothing."""
+        if "procs_per_gpu" in m and rt.procs_per_gpu > 1 and "enable_mps" not in invalid:
+            e = m["procs_per_gpu"]
+            if not rt.enable_mps:
+                self.error(
+                    e.path,
+                    e.line,
+                    f"procs_per_gpu: {rt.procs_per_gpu} needs enable_mps: true "
+                    "(several processes share a GPU well only under MPS)",
+                )
+            elif rt.mps_max_clients_per_gpu is not None and rt.procs_per_gpu > rt.mps_max_clients_per_gpu:
+                self.error(
+                    e.path,
+                    e.line,
+                    f"procs_per_gpu: {rt.procs_per_gpu} exceeds mps_max_clients_per_gpu: {rt.mps_max_clients_per_gpu}",
+                )
+        if rt.enable_mps or "enable_mps" in invalid:
+            return
+        for key in _MPS_KEYS:
+            if _given(m, key):
+                self.warn(m[key].path, m[key].line, f"{key} has no effect without enable_mps: true")
+
+
+def _given(m: dict[str, _Entry], key: str) -> bool:
+    """Present with a non-null value (``key:`` alone means "not set")."""
+    return key in m and not _is_null(m[key].value)
+
+
+def _listing(choices: Sequence[str]) -> str:
+    return ", ".join(repr(c) for c in choices)
+
+
+def _mistyped(node: yaml.Node, wanted: Sequence[str], valid: Sequence[str]) -> bool:
+    """A key of ``node`` already reported (a typo of one of ``wanted``, or a merge key) may have
+    been meant to supply ``wanted``: saying they are missing too would only add noise."""
+    keys = [str(k.value) for k, _ in node.value if isinstance(k, yaml.ScalarNode)]
+    if "<<" in keys:
+        return True
+    for key in keys:
+        close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6) if key not in valid else []
+        if close and close[0] in wanted:
+            return True
+    return False
+
+
+def _misplaced_hint(key: str) -> str:
+    """Where a key that belongs elsewhere goes: usually an indentation mistake."""
+    if key in _HOME:
+        return f" {key!r} belongs in {_HOME[key]}; check the indentation."
+    if key.startswith("NCCL_"):
+        return f" NCCL variables go under runtime.nccl_env ({key}: ...)."
+    if _ENV_NAME_RE.match(key) and key.isupper():
+        return f" Environment variables go under runtime.env ({key}: ...)."
+    return ""
