@@ -51,7 +51,7 @@ def mps_config(tmp_path: Path) -> Path:
     """The recorded H200 host with MPS on: GPU ranks whose workers never touch a GPU."""
     text = (ROOT / "configs" / "h200x2.yaml").read_text()
     cfg = tmp_path / "mps.yaml"
-    cfg.write_text(text.replace("runtime:", "runtime:\n  enable_mps: true\n  mps_max_clients_per_gpu: 2", 1))
+    cfg.write_text(text.replace("enable_mps: false", "enable_mps: true\n  mps_max_clients_per_gpu: 2", 1))
     return cfg
 
 
@@ -117,13 +117,26 @@ def test_restart_then_success_with_per_attempt_logs(tmp_path: Path) -> None:
         str(tmp_path),
         "--run-id",
         "job1",
-        *worker("--only-rank", "0", "--fail-below-attempt", "1", "--exit", "5", "--stdout", "attempt {attempt}"),
+        *worker(
+            "--only-rank",
+            "0",
+            "--fail-below-attempt",
+            "1",
+            "--exit",
+            "5",
+            "--stdout",
+            "hello",
+            "--write-env",
+            f"{tmp_path}/env-{{rank}}-{{attempt}}.json",
+        ),
     )
     code, out, err = finish(proc)
     assert code == 0, err
-    assert (tmp_path / "job1" / "attempt-0" / "rank-0" / "stdout.log").read_text().strip() == "attempt 0"
-    assert (tmp_path / "job1" / "attempt-1" / "rank-0" / "stdout.log").read_text().strip() == "attempt 1"
-    assert "[rank 0] attempt 1" in out
+    for attempt in (0, 1):
+        assert (tmp_path / "job1" / f"attempt-{attempt}" / "rank-0" / "stdout.log").read_text().strip() == "hello"
+        env = json.loads((tmp_path / f"env-0-{attempt}.json").read_text())["environ"]
+        assert env["TORCHELASTIC_RESTART_COUNT"] == str(attempt)
+    assert "[rank 0] hello" in out
 
 
 def test_mps_daemon_owned_for_the_job_and_gone_after(tmp_path: Path) -> None:
