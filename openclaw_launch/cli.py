@@ -7,19 +7,22 @@ one message and no traceback, before anything is started.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
 import sys
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
 from openclaw_launch.config import Config, GpuSpec, NodeSpec, load_config
 from openclaw_launch.errors import OpenclawError
-from openclaw_launch.plan import Entry, LaunchPlan, PlanOptions, build_plan, format_plan_table
+from openclaw_launch.plan import Entry, EntryKind, LaunchPlan, PlanOptions, build_plan, format_plan_table
 from openclaw_launch.topology.model import Topology
 
 if TYPE_CHECKING:
@@ -49,7 +52,7 @@ def _topology(snapshot: str | None, with_gpus: bool) -> Topology:
     if snapshot:
         from openclaw_launch.topology.snapshot import load_snapshot
 
-        return load_snapshot(snapshot)
+        return load_snapshot(Path(snapshot))
     return _live_topology(with_gpus)
 
 
@@ -70,35 +73,35 @@ def host_config(topology: Topology, nproc_per_node: int | None) -> Config:
 
 
 def _make_plan(
-    config_path: str | None,
-    topology_path: str | None,
-    node: str | None,
-    nproc_per_node: int | None,
-    entry: Entry,
-    **overrides: object,
-) -> tuple[Config, Topology, LaunchPlan]:
-    if config_path:
-        config = load_config(config_path)
-        if nproc_per_node is not None:
+    c: _Common, run_id: str = "none", max_restarts: int = 0, error_file_dir: str | None = None
+) -> LaunchPlan:
+    entry = _entry(c.script or ("train.py",), c.module, c.no_python)
+    if c.config_path:
+        if c.nproc_per_node is not None:
             raise click.UsageError("--nproc-per-node is for runs without --config; the config sets the ranks")
+        config = load_config(c.config_path)
         for w in config.warnings:
             _warn(w)
-        node_name = _node_name(config, node)
-        wants_gpus = not config.node(node_name).is_cpu
-        topology = _topology(topology_path, wants_gpus)
+        node_name = _node_name(config, c.node)
+        topology = _topology(c.topology_path, not config.node(node_name).is_cpu)
     else:
-        topology = _topology(topology_path, True)
-        config = host_config(topology, nproc_per_node)
-        node_name = node or "localhost"
+        topology = _topology(c.topology_path, True)
+        config = host_config(topology, c.nproc_per_node)
+        node_name = c.node or "localhost"
     options = PlanOptions(
         entry=entry,
         node=node_name,
         python=sys.executable,
         base_env=dict(os.environ),
+        run_id=run_id,
+        master_addr=c.master_addr,
+        master_port=c.master_port,
+        max_restarts=max_restarts,
+        error_file_dir=error_file_dir,
         numactl=shutil.which("numactl"),
-        **overrides,  # type: ignore[arg-type]
+        strictness=c.strictness,
     )
-    return config, topology, build_plan(config, topology, options)
+    return build_plan(config, topology, options)
 
 
 def _node_name(config: Config, cli_node: str | None) -> str:
@@ -115,7 +118,7 @@ def _entry(script: tuple[str, ...], module: bool, no_python: bool) -> Entry:
         raise click.UsageError("give the training script (or -m MODULE, or --no-python COMMAND) to run")
     if module and no_python:
         raise click.UsageError("-m and --no-python exclude each other")
-    kind = "module" if module else "exec" if no_python else "script"
+    kind: EntryKind = "module" if module else "exec" if no_python else "script"
     return Entry(kind=kind, target=script[0], args=tuple(script[1:]))
 
 
@@ -134,7 +137,23 @@ def cli() -> None:
     """Topology-aware launcher: every rank on its GPU by UUID, on that GPU's NUMA node."""
 
 
-_common = [
+@dataclass(frozen=True)
+class _Common:
+    """What ``run`` and ``plan`` share: where the ranks come from and what they run."""
+
+    config_path: str | None
+    node: str | None
+    topology_path: str | None
+    nproc_per_node: int | None
+    module: bool
+    no_python: bool
+    master_addr: str | None
+    master_port: int | None
+    strictness: str | None
+    script: tuple[str, ...]
+
+
+_common_options = [
     click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Cluster YAML."),
     click.option("--node", help="Which config node this launcher is (default: Slurm, or matched to this host)."),
     click.option(
@@ -157,13 +176,21 @@ _common = [
         type=click.Choice(["fail", "warn"]),
         help="Bus id / NUMA / NVLink mismatches fail the launch or only warn.",
     ),
+    click.argument("script", nargs=-1, type=click.UNPROCESSED),
 ]
 
 
-def _with_common(f):  # type: ignore[no-untyped-def]
-    for opt in reversed(_common):
-        f = opt(f)
-    return f
+def _with_common(f: Callable[..., None]) -> Callable[..., None]:
+    """Add the shared options and hand them to ``f`` as one ``_Common``."""
+
+    @functools.wraps(f)
+    def wrapper(**kw: Any) -> None:
+        common = _Common(**{name: kw.pop(name) for name in _Common.__dataclass_fields__})
+        f(common, **kw)
+
+    for option in reversed(_common_options):
+        wrapper = option(wrapper)
+    return wrapper
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -199,47 +226,48 @@ def _with_common(f):  # type: ignore[no-untyped-def]
 @click.option("--run-id", help="Job id shared by all nodes (default: random).")
 @click.option("--dry-run", is_flag=True, help="Print the plan and start nothing.")
 @click.option("--standalone", is_flag=True, hidden=True, help="Accepted for torchrun compatibility.")
-@click.argument("script", nargs=-1, type=click.UNPROCESSED)
-def run(**kw: object) -> None:
+def run(
+    c: _Common,
+    max_restarts: int,
+    restart_backoff_s: float,
+    grace_period_s: float,
+    kill_timeout_s: float,
+    log_dir: str | None,
+    console_ranks: str,
+    prefix_template: str,
+    report_path: str | None,
+    run_id: str | None,
+    dry_run: bool,
+    standalone: bool,
+) -> None:
     """Run SCRIPT [ARGS...] on every planned rank and supervise it."""
-    entry = _entry(kw.pop("script"), kw.pop("module"), kw.pop("no_python"))  # type: ignore[arg-type]
-    run_id = str(kw.pop("run_id") or uuid.uuid4().hex[:12])
+    if not c.script:
+        raise click.UsageError("give the training script (or -m MODULE, or --no-python COMMAND) to run")
     from openclaw_launch.launch import launch, run_dir_for
     from openclaw_launch.supervise import SuperviseOptions
 
+    job_id = run_id or uuid.uuid4().hex[:12]
+    ranks_shown = _console_ranks(console_ranks)
     try:
-        console_ranks = _console_ranks(str(kw.pop("console_ranks")))
-        _, _, plan = _make_plan(
-            kw.pop("config_path"),
-            kw.pop("topology_path"),
-            kw.pop("node"),
-            kw.pop("nproc_per_node"),
-            entry,  # type: ignore[arg-type]
-            run_id=run_id,
-            master_addr=kw.pop("master_addr"),
-            master_port=kw.pop("master_port"),
-            max_restarts=kw["max_restarts"],
-            strictness=kw.pop("strictness"),
-            error_file_dir=str(run_dir_for(run_id) / "errors"),
-        )
+        plan = _make_plan(c, job_id, max_restarts, str(run_dir_for(job_id) / "errors"))
     except OpenclawError as e:
         _fail(e)
     for w in plan.warnings:
         _warn(w)
-    if kw["dry_run"]:
+    if dry_run:
         click.echo(format_plan_table(plan, warnings=False))
         return
     options = SuperviseOptions(
-        grace_period_s=float(kw["grace_period_s"]),  # type: ignore[arg-type]
-        kill_timeout_s=float(kw["kill_timeout_s"]),  # type: ignore[arg-type]
-        max_restarts=int(kw["max_restarts"]),  # type: ignore[call-overload]
-        restart_backoff_s=float(kw["restart_backoff_s"]),  # type: ignore[arg-type]
-        log_dir=kw["log_dir"],  # type: ignore[arg-type]
-        console_ranks=console_ranks,
-        prefix_template=str(kw["prefix_template"]),
+        grace_period_s=grace_period_s,
+        kill_timeout_s=kill_timeout_s,
+        max_restarts=max_restarts,
+        restart_backoff_s=restart_backoff_s,
+        log_dir=log_dir,
+        console_ranks=ranks_shown,
+        prefix_template=prefix_template,
     )
     try:
-        code = launch(plan, options, report_path=kw["report_path"])  # type: ignore[arg-type]
+        code = launch(plan, options, report_path=report_path)
     except OpenclawError as e:
         _fail(e)
     sys.exit(code)
@@ -264,25 +292,13 @@ def _console_ranks(text: str) -> frozenset[int] | None:
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @_with_common
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON (schema 1).")
-@click.argument("script", nargs=-1, type=click.UNPROCESSED)
-def plan(**kw: object) -> None:
+def plan(c: _Common, as_json: bool) -> None:
     """Print where each rank would run and with what environment; start nothing."""
-    script = kw.pop("script") or ("train.py",)
-    entry = _entry(script, kw.pop("module"), kw.pop("no_python"))  # type: ignore[arg-type]
     try:
-        _, _, launch_plan = _make_plan(
-            kw.pop("config_path"),
-            kw.pop("topology_path"),
-            kw.pop("node"),
-            kw.pop("nproc_per_node"),
-            entry,  # type: ignore[arg-type]
-            master_addr=kw.pop("master_addr"),
-            master_port=kw.pop("master_port"),
-            strictness=kw.pop("strictness"),
-        )
+        launch_plan = _make_plan(c)
     except OpenclawError as e:
         _fail(e)
-    if kw["as_json"]:
+    if as_json:
         click.echo(json.dumps(launch_plan.to_json(), indent=2))
     else:
         for w in launch_plan.warnings:

@@ -65,6 +65,9 @@ def main() -> None:
                     env.update(daemon.start())
                 try:
                     out = run_once([*prefix, str(path)], env, TAGS[script], args.timeout_s)
+                except (RuntimeError, subprocess.TimeoutExpired) as e:  # keep the other variants' numbers
+                    print(f"rep {rep} {script} {name} FAILED: {e}", flush=True)
+                    continue
                 finally:
                     if daemon is not None:
                         daemon.stop()
@@ -80,7 +83,9 @@ def main() -> None:
     for script, by_variant in summary.items():
         metric = "samples_per_s" if script == "ddp" else str(1 << 30)
         for name, med in by_variant.items():
-            ref = by_variant["torchrun-mps" if name.endswith("-mps") else "torchrun"]
+            ref = by_variant.get("torchrun-mps" if name.endswith("-mps") else "torchrun")
+            if ref is None:
+                continue
             ratios.setdefault(script, {})[name] = round(med[metric] / ref[metric], 4)
     Path(args.json).write_text(
         json.dumps({"samples": samples, "median": summary, "ratio_vs_torchrun": ratios}, indent=2)
