@@ -47,6 +47,21 @@ live)
   ;;
 compare)
   make_configs
-  python3 benchmarks/gpu/compare.py --config-dir "$CFG" --reps "${REPS:-2}" --json "$OUT/compare.json" 2>&1 | tee "$OUT/compare.txt"
+  python3 benchmarks/gpu/compare.py --config-dir "$CFG" --reps "${REPS:-2}" --scripts "${SCRIPTS:-allreduce,ddp}" \
+    --json "$OUT/compare.json" 2>&1 | tee "$OUT/compare.txt"
+  ;;
+cleanup)  # an MPS job ended four ways; after each, no MPS process and no <defunct> may be left
+  make_configs
+  W='import os,sys,time,torch; torch.ones(1,device="cuda"); r=int(os.environ["RANK"]); time.sleep(0.5 if r else 60); sys.exit(3 if r else 0)'
+  leftovers() { echo "-- leftovers after $1:"; ps -eo pid,ppid,stat,cmd | grep -E "nvidia-cuda-mps|defunct|python3 -c" | grep -v grep || echo "(none)"; }
+  {
+    $L --config "$CFG/ordered-mps.yaml" --no-python -- python3 -c 'import torch; torch.ones(1,device="cuda")'; echo "success: exit $?"; leftovers success
+    $L --config "$CFG/isolated-mps.yaml" --grace-period-s 2 --no-python -- python3 -c "$W"; echo "failure: exit $? (expect 3)"; leftovers failure
+    $L --config "$CFG/ordered-mps.yaml" --no-python -- python3 -c 'import time,torch; torch.ones(1,device="cuda"); time.sleep(60)' & p=$!
+    sleep 12; kill -TERM $p; wait $p; echo "sigterm: exit $? (expect 143)"; sleep 1; leftovers sigterm
+    $L --config "$CFG/ordered-mps.yaml" --no-python -- python3 -c 'import time,torch; torch.ones(1,device="cuda"); time.sleep(60)' & p=$!
+    sleep 12; kill -KILL $p; wait $p; echo "sigkill: exit $? (expect 137)"; sleep 3; leftovers sigkill
+  } > "$OUT/cleanup.txt" 2>&1
+  cat "$OUT/cleanup.txt"
   ;;
 esac

@@ -36,6 +36,7 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=2)
     p.add_argument("--json", required=True)
     p.add_argument("--timeout-s", type=float, default=120)
+    p.add_argument("--scripts", default=",".join(SCRIPTS), help="comma list of: " + ", ".join(SCRIPTS))
     args = p.parse_args()
     from openclaw_launch.mps import MpsDaemon
     from openclaw_launch.plan import MpsPlan
@@ -56,7 +57,8 @@ def main() -> None:
     }
     samples: dict[str, dict[str, list[dict[str, float]]]] = {}
     for rep in range(args.reps):
-        for script, path in SCRIPTS.items():
+        for script in args.scripts.split(","):
+            path = SCRIPTS[script]
             for name, (prefix, needs_mps) in variants.items():
                 env = dict(base)
                 daemon = None
