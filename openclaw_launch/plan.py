@@ -205,7 +205,7 @@ def format_plan_table(plan: LaunchPlan, *, warnings: bool = True) -> str:
             str(r.rank),
             str(r.local_rank),
             r.node,
-            _short_uuid(r.gpu_uuid),
+            _short_uuid(r.gpu_uuid) if r.gpu_index is None else f"{r.gpu_index}:{_short_uuid(r.gpu_uuid)}",
             r.pci_bus_id or "-",
             "-" if r.numa_node is None else str(r.numa_node),
             format_cpulist(r.cpus) or "-",
