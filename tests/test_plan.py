@@ -370,7 +370,7 @@ def test_plan_is_deterministic_and_printable() -> None:
     table = format_plan_table(plan_for(cfg, topo, numactl=None))
     lines = table.splitlines()
     assert lines[1].split()[:8] == ["rank", "local", "node", "gpu", "bus", "numa", "cpus", "mem"]
-    assert lines[2].split()[:8] == ["0", "0", "n0", "GPU-00000000", bus(0), "0", "0-7,64-71", "bind:0"]
+    assert lines[2].split()[:8] == ["0", "0", "n0", "0:GPU-00000000", bus(0), "0", "0-7,64-71", "bind:0"]
     assert lines[-1].startswith("warning: numactl is not installed")
     assert "warning" not in format_plan_table(plan_for(cfg, topo, numactl=None), warnings=False)
 
