@@ -13,7 +13,7 @@ import selectors
 import signal
 import subprocess
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO, Protocol
 
@@ -62,7 +62,7 @@ class OsLayer(Protocol):
     def reap(self) -> list[Reaped]: ...
     def proc_status(self, pid: int) -> dict[str, str] | None: ...
     def proc_comm(self, pid: int) -> str | None: ...
-    def descendants(self) -> list[int]: ...
+    def descendants(self, exempt: Collection[int] = ()) -> list[int]: ...
     def open_log(self, path: str) -> BinaryIO: ...
     def read_text(self, path: str) -> str | None: ...
     def remove_file(self, path: str) -> None: ...
@@ -241,8 +241,9 @@ class RealOs:
         text = self.read_text(f"/proc/{pid}/comm")
         return None if text is None else text.strip()
 
-    def descendants(self) -> list[int]:
-        """Live (non-zombie) descendants of this process, from one scan of /proc."""
+    def descendants(self, exempt: Collection[int] = ()) -> list[int]:
+        """Live (non-zombie) descendants of this process, from one scan of /proc; ``exempt`` pids and
+        everything under them (the MPS control daemon and its servers) are left out."""
         children: dict[int, list[int]] = {}
         for name in os.listdir("/proc"):
             if not name.isdigit():
@@ -258,8 +259,9 @@ class RealOs:
         todo = [self._pid]
         while todo:
             for child in children.get(todo.pop(), ()):
-                found.append(child)
-                todo.append(child)
+                if child not in exempt:
+                    found.append(child)
+                    todo.append(child)
         return found
 
     def open_log(self, path: str) -> BinaryIO:

@@ -611,7 +611,7 @@ class _Supervisor:
             exempt.update(self.hooks.exempt_pids())
         deadline = self.os.monotonic() + self.opt.kill_timeout_s
         while True:
-            left = [pid for pid in self.os.descendants() if pid not in exempt]
+            left = self.os.descendants(exempt)
             if not left:
                 break
             if self.os.monotonic() >= deadline:

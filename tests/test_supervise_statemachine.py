@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import io
 import signal
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pytest
@@ -134,8 +134,8 @@ class FakeOs:
     def proc_comm(self, pid: int) -> str | None:
         return None
 
-    def descendants(self) -> list[int]:
-        return [p.pid for p in self.by_pid.values() if not p.reaped]
+    def descendants(self, exempt: Collection[int] = ()) -> list[int]:
+        return [p.pid for p in self.by_pid.values() if not p.reaped and p.pid not in exempt]
 
     def open_log(self, path: str) -> io.BytesIO:
         raise AssertionError("no log_dir in these tests")
