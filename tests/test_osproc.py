@@ -10,7 +10,10 @@ import psutil
 
 from openclaw_launch.osproc import RealOs
 
-TREE = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); time.sleep(30)"
+TREE = (  # a parent that sleeps beside its own sleeping child
+    "import subprocess, sys, time; "
+    "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); time.sleep(30)"
+)
 
 
 def test_descendants_leave_out_exempt_subtrees() -> None:
