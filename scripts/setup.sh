@@ -20,6 +20,6 @@ PY=${PYTHON:-python3}
 # only asks for a range, in its optional "torch" extra.
 extra=""
 [ "${1:-}" = "--test" ] && extra="[test]"
-$PY -m pip install -q --disable-pip-version-check "torch==2.13.0" -e ".${extra}" 2>&1 \
+$PY -m pip install -q --disable-pip-version-check "torch==2.13.0" numpy -e ".${extra}" 2>&1 \
   | grep -v -e "is ignored: it is neither a file nor a directory" -e "Running pip as the 'root' user" || true
 $PY -c "import openclaw_launch, torch, click, yaml, psutil, pynvml" # fail loudly if the install did not work

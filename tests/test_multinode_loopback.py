@@ -1,0 +1,56 @@
+"""Several launchers, one job: the two-node config on loopback, a real gloo DDP training across
+3 ranks (2 + 1) started by two `openclaw-launch --node ...` processes, as two hosts would."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+pytest.importorskip("torch")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_two_launchers_make_one_world() -> None:
+    port = str(free_port())
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "openclaw_launch",
+                "--config",
+                "configs/two-nodes-loopback.yaml",
+                "--node",
+                node,
+                "--master-port",
+                port,
+                "--run-id",
+                "loop",
+                "examples/train.py",
+                "--steps",
+                "5",
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for node in ("node0", "node1")
+    ]
+    outs = [p.communicate(timeout=180) for p in procs]
+    for p, (out, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, out + err
+    text = outs[0][0] + outs[1][0]
+    for rank in range(3):
+        assert f"rank {rank}/3 on cpu" in text
+    assert "[rank 2]" in outs[1][0]  # node1 holds the last global rank
