@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING
 from openclaw_launch.guard import Guardian
 from openclaw_launch.osproc import RealOs
 from openclaw_launch.plan import LaunchPlan
+from openclaw_launch.report import build_report, format_report, write_report
+from openclaw_launch.supervise import SuperviseHooks, SuperviseOptions, supervise
 
 if TYPE_CHECKING:
     from openclaw_launch.mps import MpsDaemon
-from openclaw_launch.report import build_report, format_report, write_report
-from openclaw_launch.supervise import SuperviseHooks, SuperviseOptions, supervise
 
 
 def run_dir_for(run_id: str) -> Path:

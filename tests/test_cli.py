@@ -147,3 +147,20 @@ def test_usage_errors_exit_2() -> None:
     env = {**os.environ, "SLURM_NODEID": "5"}
     proc = launcher("plan", "--config", "configs/two-nodes-loopback.yaml", env=env)
     assert proc.returncode == 2 and "SLURM_NODEID=5" in proc.stderr
+
+
+def test_module_entry_runs_python_dash_m() -> None:
+    proc = launcher("--nproc-per-node", "1", "-m", "platform")
+    assert proc.returncode == 0, proc.stderr
+    assert "[rank 0] Linux" in proc.stdout
+
+
+def test_report_renders_a_saved_run_and_rejects_other_files(tmp_path: Path) -> None:
+    report = tmp_path / "run.json"
+    done = launcher("--nproc-per-node", "2", "--report", str(report), "--no-python", "--", "true")
+    assert done.returncode == 0, done.stderr
+    shown = launcher("report", str(report))
+    assert shown.returncode == 0 and "exit 0" in shown.stdout and "bound cpus" in shown.stdout
+    (tmp_path / "other.json").write_text("{}")
+    bad = launcher("report", str(tmp_path / "other.json"))
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
