@@ -69,6 +69,7 @@ def main() -> None:
         f"median step {median_ms:.1f} ms, final loss {loss.item():.4f}",
         flush=True,
     )
+    dist.barrier()  # nobody tears down while a peer still talks to it (gloo aborts on a closed peer)
     dist.destroy_process_group()
 
 

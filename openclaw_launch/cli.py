@@ -79,9 +79,7 @@ def _make_plan(
     if c.config_path:
         if c.nproc_per_node is not None:
             raise click.UsageError("--nproc-per-node is for runs without --config; the config sets the ranks")
-        config = load_config(c.config_path)
-        for w in config.warnings:
-            _warn(w)
+        config = load_config(c.config_path)  # its warnings come back in the plan's
         node_name = _node_name(config, c.node)
         topology = _topology(c.topology_path, not config.node(node_name).is_cpu)
     else:
