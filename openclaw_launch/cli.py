@@ -358,7 +358,9 @@ def discover(
     except OpenclawError as e:
         _fail(e)
     if output:
-        _atomic_write(Path(output), text)
+        from openclaw_launch.files import write_atomic
+
+        write_atomic(output, text)
     else:
         click.echo(text, nl=False)
 
@@ -405,12 +407,6 @@ def report(run_json: str) -> None:
         click.echo(format_report(load_report(run_json)))
     except OpenclawError as e:
         _fail(e)
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def main() -> None:

@@ -22,61 +22,33 @@ if TYPE_CHECKING:
 # cause of a slow or hanging job).
 _INHERITED_COMMON_PREFIXES = ("NCCL_", "TORCH_NCCL_")
 
+# What torchrun sets for its workers: scripts written for it find all of these.
+TORCHRUN_ENV: frozenset[str] = frozenset(
+    "RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE ROLE_RANK ROLE_NAME ROLE_WORLD_SIZE "
+    "MASTER_ADDR MASTER_PORT TORCHELASTIC_RESTART_COUNT TORCHELASTIC_MAX_RESTARTS TORCHELASTIC_RUN_ID "
+    "TORCHELASTIC_USE_AGENT_STORE TORCHELASTIC_ERROR_FILE".split()
+)
+# Our own per-rank identity (which GPU, where, on which CPUs).
+_OPENCLAW_RANK_ENV = frozenset(
+    "OPENCLAW_NODE OPENCLAW_NODE_RANK OPENCLAW_GPU_UUID OPENCLAW_PCI_BUS_ID OPENCLAW_NUMA_NODE OPENCLAW_CPUS "
+    "OPENCLAW_BACKEND OPENCLAW_CUDA_DEVICE_INDEX".split()
+)
 # Set by the launcher for each rank; a user value for one of these is overridden.
-RESERVED_ENV: frozenset[str] = frozenset(
-    {
-        "RANK",
-        "LOCAL_RANK",
-        "WORLD_SIZE",
-        "LOCAL_WORLD_SIZE",
-        "GROUP_RANK",
-        "GROUP_WORLD_SIZE",
-        "ROLE_RANK",
-        "ROLE_NAME",
-        "ROLE_WORLD_SIZE",
-        "MASTER_ADDR",
-        "MASTER_PORT",
-        "TORCHELASTIC_RESTART_COUNT",
-        "TORCHELASTIC_MAX_RESTARTS",
-        "TORCHELASTIC_RUN_ID",
-        "TORCHELASTIC_USE_AGENT_STORE",
-        "TORCHELASTIC_ERROR_FILE",
-        "CUDA_DEVICE_ORDER",
-        "CUDA_VISIBLE_DEVICES",
-        "OPENCLAW_RUN_ID",
-        "OPENCLAW_NODE",
-        "OPENCLAW_NODE_RANK",
-        "OPENCLAW_GPU_UUID",
-        "OPENCLAW_PCI_BUS_ID",
-        "OPENCLAW_NUMA_NODE",
-        "OPENCLAW_CPUS",
-        "OPENCLAW_BACKEND",
-        "OPENCLAW_CUDA_DEVICE_INDEX",
-    }
+RESERVED_ENV: frozenset[str] = (
+    TORCHRUN_ENV | _OPENCLAW_RANK_ENV | {"CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES", "OPENCLAW_RUN_ID"}
 )
-
 # Legitimately different between ranks or nodes; everything else must match job-wide.
-PER_RANK_ENV: frozenset[str] = frozenset(
-    {
-        "RANK",
-        "LOCAL_RANK",
-        "LOCAL_WORLD_SIZE",
-        "GROUP_RANK",
-        "ROLE_RANK",
-        "TORCHELASTIC_RESTART_COUNT",
-        "TORCHELASTIC_ERROR_FILE",
-        "OMP_NUM_THREADS",
-        "CUDA_VISIBLE_DEVICES",
-        "OPENCLAW_NODE",
-        "OPENCLAW_NODE_RANK",
-        "OPENCLAW_GPU_UUID",
-        "OPENCLAW_PCI_BUS_ID",
-        "OPENCLAW_NUMA_NODE",
-        "OPENCLAW_CPUS",
-        "OPENCLAW_BACKEND",
-        "OPENCLAW_CUDA_DEVICE_INDEX",
-    }
-)
+PER_RANK_ENV: frozenset[str] = _OPENCLAW_RANK_ENV | {
+    "RANK",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "ROLE_RANK",
+    "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_ERROR_FILE",
+    "OMP_NUM_THREADS",
+    "CUDA_VISIBLE_DEVICES",
+}
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from openclaw_launch.errors import OpenclawError
+from openclaw_launch.files import write_atomic
 from openclaw_launch.plan import LaunchPlan
 from openclaw_launch.supervise import JobResult, WorkerResult, signal_name
 from openclaw_launch.topology.cpulist import format_cpulist
@@ -65,10 +66,7 @@ def build_report(plan: LaunchPlan, result: JobResult) -> dict[str, Any]:
 
 def write_report(path: str | os.PathLike[str], report: dict[str, Any]) -> None:
     """Atomic: the file is either the old one or the whole new one."""
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(report, indent=2) + "\n")
-    os.replace(tmp, target)
+    write_atomic(path, json.dumps(report, indent=2) + "\n")
 
 
 def load_report(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -18,6 +18,31 @@ from openclaw_launch.supervise import SuperviseOptions, supervise
 FAKE_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_worker.py")
 
 
+def rank_plan(
+    rank: int,
+    gpu_uuid: str | None = None,
+    cpus: tuple[int, ...] = (),
+    argv: tuple[str, ...] = ("python3", "train.py"),
+    env: dict[str, str] | None = None,
+) -> RankPlan:
+    """One local rank on node0, as build_plan shapes it; tests fill in only what they look at."""
+    return RankPlan(
+        rank=rank,
+        local_rank=rank,
+        node="node0",
+        node_rank=0,
+        gpu_uuid=gpu_uuid,
+        gpu_index=None,
+        pci_bus_id=None,
+        numa_node=None,
+        cpus=cpus,
+        mem_policy="none",
+        mem_nodes=(),
+        argv=argv,
+        env=env or {},
+    )
+
+
 def make_plan(
     n: int,
     worker_args: list[str],
@@ -33,23 +58,7 @@ def make_plan(
         env = {"RANK": str(i), "LOCAL_RANK": str(i), "WORLD_SIZE": str(n), "TORCHELASTIC_RESTART_COUNT": "99"}
         if error_dir is not None:
             env["TORCHELASTIC_ERROR_FILE"] = os.path.join(error_dir, f"error-{i}.json")
-        ranks.append(
-            RankPlan(
-                rank=i,
-                local_rank=i,
-                node="node0",
-                node_rank=0,
-                gpu_uuid=None,
-                gpu_index=None,
-                pci_bus_id=None,
-                numa_node=None,
-                cpus=cpus,
-                mem_policy="none",
-                mem_nodes=(),
-                argv=(*prefix, sys.executable, FAKE_WORKER, *worker_args),
-                env=env,
-            )
-        )
+        ranks.append(rank_plan(i, cpus=cpus, argv=(*prefix, sys.executable, FAKE_WORKER, *worker_args), env=env))
     return LaunchPlan(
         run_id=run_id,
         node="node0",

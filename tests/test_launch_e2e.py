@@ -17,28 +17,13 @@ import pytest
 from test_supervise_run import HANG_GUARD_S, wait_gone
 from test_supervise_signals import finish, wait_files
 
+from openclaw_launch.env import TORCHRUN_ENV
+
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = str(ROOT / "tests" / "fake_worker.py")
 FAKE_MPS = ROOT / "tests" / "fake_mps"
 SNAPSHOT = ROOT / "configs" / "h200x2.snapshot.json"
-TORCHRUN_VARS = [
-    "RANK",
-    "LOCAL_RANK",
-    "WORLD_SIZE",
-    "LOCAL_WORLD_SIZE",
-    "GROUP_RANK",
-    "GROUP_WORLD_SIZE",
-    "ROLE_RANK",
-    "ROLE_NAME",
-    "ROLE_WORLD_SIZE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "TORCHELASTIC_RESTART_COUNT",
-    "TORCHELASTIC_MAX_RESTARTS",
-    "TORCHELASTIC_RUN_ID",
-    "TORCHELASTIC_ERROR_FILE",
-    "OMP_NUM_THREADS",
-]
+TORCHRUN_VARS = sorted(TORCHRUN_ENV | {"OMP_NUM_THREADS"})
 
 
 def env_with_fake_mps() -> dict[str, str]:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from supervise_driver import rank_plan
 
 from openclaw_launch.errors import LaunchError, PlanError
 from openclaw_launch.mps import (
@@ -317,21 +318,7 @@ def test_parse_device_clients_as_driver_580_prints_them() -> None:
 
 
 def rank(r: int, uuid: str | None) -> RankPlan:
-    return RankPlan(
-        rank=r,
-        local_rank=r,
-        node="node0",
-        node_rank=0,
-        gpu_uuid=uuid,
-        gpu_index=None,
-        pci_bus_id=None,
-        numa_node=None,
-        cpus=(),
-        mem_policy="none",
-        mem_nodes=(),
-        argv=("python3", "train.py"),
-        env={},
-    )
+    return rank_plan(r, gpu_uuid=uuid)
 
 
 def launch_plan(gpus: list[str | None], mps: MpsPlan | None = None) -> LaunchPlan:

@@ -9,13 +9,12 @@ readable; link keys are ``"i,j"`` strings because JSON keys are strings.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from openclaw_launch.errors import TopologyError
+from openclaw_launch.files import write_atomic
 from openclaw_launch.topology.cpulist import format_cpulist, parse_cpulist
 from openclaw_launch.topology.model import GpuInfo, IbPort, NvLink, PcieLink, Topology
 
@@ -70,16 +69,7 @@ def dump_snapshot(topo: Topology) -> dict[str, Any]:
 
 def save_snapshot(topo: Topology, path: Path) -> None:
     """Write atomically (temp file + rename): a reader never sees half a snapshot."""
-    path = Path(path)
-    text = json.dumps(dump_snapshot(topo), indent=2) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, json.dumps(dump_snapshot(topo), indent=2) + "\n")
 
 
 def _int_keys(m: Mapping[str, Any]) -> dict[int, Any]:
