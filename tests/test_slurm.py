@@ -1,0 +1,119 @@
+"""Slurm places the launchers: real slurmctld + 2 slurmd on this host (tests/slurm/start-slurm.sh,
+the project's tested single-host recipe), one `openclaw-launch` per Slurm node via srun/sbatch,
+node identity from SLURM_NODEID, and scancel leaves no worker behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_supervise_run import wait_gone
+
+ROOT = Path(__file__).resolve().parent.parent
+SLURM = ROOT / "tests" / "slurm"
+ENV = {
+    **os.environ,
+    "AUTH": "none",
+    "NODES": "2",
+    "GPUS_PER_NODE": "0",
+    "RUN_DIR": "/tmp/openclaw-slurm-tests/run",
+    "CTLD_PORT": "16917",
+    "NODE_BASE_PORT": "17100",
+}
+LAUNCH = [sys.executable, "-m", "openclaw_launch", "--config", "configs/two-nodes-loopback.yaml"]
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("apt-get") is None, reason="the Slurm recipe needs root on Debian"
+)
+
+
+@pytest.fixture(scope="module")
+def slurm() -> Iterator[None]:
+    started = subprocess.run(["bash", str(SLURM / "start-slurm.sh")], env=ENV, capture_output=True, text=True)
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        yield
+    finally:
+        subprocess.run(["bash", str(SLURM / "stop-slurm.sh")], env=ENV, capture_output=True, timeout=120)
+
+
+def test_srun_starts_one_launcher_per_node_and_they_form_one_world(slurm: None) -> None:
+    out = subprocess.run(
+        ["srun", "-l", "-N2", "--ntasks-per-node=1", *LAUNCH, "--master-port", "29641", "tests/allreduce_worker.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = set(out.stdout.splitlines())
+    assert "0: [rank 0] rank 0/3 local 0 sum 3" in lines  # Slurm node 0 -> config node0: ranks 0, 1
+    assert "0: [rank 1] rank 1/3 local 1 sum 3" in lines
+    assert "1: [rank 2] rank 2/3 local 0 sum 3" in lines  # Slurm node 1 -> config node1: rank 2
+
+
+def test_sbatch_script(slurm: None, tmp_path: Path) -> None:
+    script = tmp_path / "job.sh"
+    script.write_text(
+        "#!/bin/bash\n#SBATCH -N2 --ntasks-per-node=1\n"
+        f"cd {ROOT}\nsrun {' '.join(LAUNCH)} --master-port 29642 tests/allreduce_worker.py\n"
+    )
+    out = tmp_path / "job.out"
+    done = subprocess.run(
+        ["sbatch", "--wait", "-o", str(out), str(script)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr + (out.read_text() if out.exists() else "")
+    assert "[rank 2] rank 2/3 local 0 sum 3" in out.read_text()
+
+
+def test_scancel_stops_the_launchers_and_leaves_no_worker(slurm: None, tmp_path: Path) -> None:
+    worker = [
+        sys.executable,
+        str(ROOT / "tests" / "fake_worker.py"),
+        "--pids-file",
+        f"{tmp_path}/pids-{{rank}}",
+        "--grandchildren",
+        "1",
+        "--ready-file",
+        f"{tmp_path}/ready-{{rank}}",
+        "--sleep",
+        "120",
+    ]
+    job = subprocess.Popen(
+        [
+            "srun",
+            "-N2",
+            "--ntasks-per-node=1",
+            "-J",
+            "openclaw-scancel",
+            *LAUNCH,
+            "--grace-period-s",
+            "1",
+            "--no-python",
+            "--",
+            *worker,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not all((tmp_path / f"ready-{r}").exists() for r in range(3)):
+        assert job.poll() is None and time.monotonic() < deadline, "workers never started"
+        time.sleep(0.1)
+    subprocess.run(["scancel", "-n", "openclaw-scancel"], check=True, timeout=30)
+    job.communicate(timeout=60)
+    pids = []
+    for f in tmp_path.glob("pids-*"):
+        recorded = json.loads(f.read_text())
+        pids += [recorded["worker"], *recorded["grandchildren"]]
+    assert len(pids) == 6
+    assert wait_gone(pids) == []
