@@ -117,7 +117,7 @@ def bind_gpu_workers(topology: Topology, slots: Sequence[Slot], policy: str) -> 
     elif policy == "socket":
         bindings = [_socket(topology, s, cpus, allowed) for s, (cpus, _) in zip(slots, homes, strict=True)]
     elif policy == "explicit":
-        bindings = [_explicit(topology, s, allowed) for s in slots]
+        bindings = [_explicit(topology, s, allowed, warnings) for s in slots]
     else:
         raise PlanError(f"unknown binding policy {policy!r}; use one of: node, exclusive, socket, explicit, none")
     return BindingResult(tuple(bindings), tuple(dict.fromkeys(warnings)))
@@ -216,7 +216,7 @@ def _exclusive(
     for pool, members in groups.items():
         cores = [core for core in cores_of(topology, pool) if not used & set(core)]
         if len(members) > len(cores):
-            where = _describe_pool(slots[members[0]], pool)
+            where = _describe_pool(topology, slots[members[0]], pool)
             gpus = ", ".join(dict.fromkeys(slots[i].label for i in members))
             raise PlanError(
                 f"binding: exclusive gives each worker whole cores, but {where} has {len(cores)} "
@@ -230,10 +230,17 @@ def _exclusive(
     return [result[i] for i in range(len(slots))]
 
 
-def _describe_pool(slot: Slot, pool: tuple[int, ...]) -> str:
-    if slot.numa_node is not None:
-        return f"NUMA node {slot.numa_node} (CPUs {format_cpulist(pool)})"
-    return f"CPUs {format_cpulist(pool)}"
+def _describe_pool(topology: Topology, slot: Slot, pool: tuple[int, ...]) -> str:
+    """The worker's CPUs for a message; says so when a cpuset left only part of its NUMA node."""
+    if slot.numa_node is None:
+        return f"CPUs {format_cpulist(pool)}"
+    node_cpus = topology.numa_nodes.get(slot.numa_node, pool)
+    if len(pool) < len(node_cpus):
+        return (
+            f"NUMA node {slot.numa_node} (CPUs {format_cpulist(pool)}: only {len(pool)} of its "
+            f"{len(node_cpus)} CPUs are allowed to this launcher by its cgroup/Slurm cpuset)"
+        )
+    return f"NUMA node {slot.numa_node} (CPUs {format_cpulist(pool)})"
 
 
 def _socket(topology: Topology, slot: Slot, home: tuple[int, ...], allowed: tuple[int, ...]) -> Binding:
@@ -255,8 +262,9 @@ def _socket(topology: Topology, slot: Slot, home: tuple[int, ...], allowed: tupl
     return Binding(cpus, mem, _whole_nodes(topology, cpus) if mem else ())
 
 
-def _explicit(topology: Topology, slot: Slot, allowed: tuple[int, ...]) -> Binding:
-    """The configured CPU list, cut to the allowed CPUs; memory on the nodes those CPUs are on."""
+def _explicit(topology: Topology, slot: Slot, allowed: tuple[int, ...], warnings: list[str]) -> Binding:
+    """The configured CPU list, cut to the allowed CPUs (a warning names the ones dropped);
+    memory on the nodes those CPUs are on."""
     if not slot.explicit_cpus:
         raise PlanError(
             f"binding: explicit needs a `cpus:` list for {slot.label} in the config; add one per GPU "
@@ -266,7 +274,14 @@ def _explicit(topology: Topology, slot: Slot, allowed: tuple[int, ...]) -> Bindi
     if not cpus:
         raise PlanError(
             f"{slot.label}: none of its configured cpus ({format_cpulist(slot.explicit_cpus)}) are "
-            f"allowed to this launcher (allowed: {format_cpulist(allowed)}); fix the `cpus:` list"
+            f"allowed to this launcher (allowed: {format_cpulist(allowed)}, cgroup/Slurm cpuset); fix the "
+            "`cpus:` list"
+        )
+    dropped = sorted(set(slot.explicit_cpus) - set(cpus))
+    if dropped:
+        warnings.append(
+            f"{slot.label}: configured cpus {format_cpulist(dropped)} are not allowed to this launcher "
+            f"(allowed: {format_cpulist(allowed)}, cgroup/Slurm cpuset); its worker runs on {format_cpulist(cpus)}"
         )
     mem = tuple(sorted(n for n, ncpus in topology.numa_nodes.items() if set(cpus) & set(ncpus)))
     if not mem and slot.numa_node is not None:

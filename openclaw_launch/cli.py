@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from openclaw_launch.config import Config, GpuSpec, NodeSpec, load_config
+from openclaw_launch.config import Config, load_config
 from openclaw_launch.errors import OpenclawError
 from openclaw_launch.plan import Entry, EntryKind, LaunchPlan, PlanOptions, build_plan, format_plan_table
 from openclaw_launch.topology.model import Topology
@@ -56,22 +56,6 @@ def _topology(snapshot: str | None, with_gpus: bool) -> Topology:
     return _live_topology(with_gpus)
 
 
-def host_config(topology: Topology, nproc_per_node: int | None) -> Config:
-    """The config for "this machine as found": one rank per GPU, or CPU workers without GPUs."""
-    gpus = [g for g in topology.gpus if g.uuid]
-    if gpus:
-        if nproc_per_node is not None and nproc_per_node > len(gpus):
-            raise click.UsageError(
-                f"--nproc-per-node {nproc_per_node} but this host has {len(gpus)} GPU(s); "
-                "ask for at most that many, or write a config with procs_per_gpu and MPS"
-            )
-        chosen = gpus[: nproc_per_node or len(gpus)]
-        node = NodeSpec(name="localhost", ip="127.0.0.1", gpus=tuple(GpuSpec(uuid=str(g.uuid)) for g in chosen))
-    else:
-        node = NodeSpec(name="localhost", ip="127.0.0.1", cpu_workers=nproc_per_node or 1)
-    return Config(nodes=(node,), source="<this host>")
-
-
 def _make_plan(
     c: _Common, run_id: str = "none", max_restarts: int = 0, error_file_dir: str | None = None
 ) -> LaunchPlan:
@@ -83,9 +67,13 @@ def _make_plan(
         node_name = _node_name(config, c.node)
         topology = _topology(c.topology_path, not config.node(node_name).is_cpu)
     else:
+        if c.node is not None:
+            raise click.UsageError("--node names a node of --config; without --config the only node is this host")
+        from openclaw_launch.topology.discover import host_config
+
         topology = _topology(c.topology_path, True)
         config = host_config(topology, c.nproc_per_node)
-        node_name = c.node or "localhost"
+        node_name = "localhost"
     options = PlanOptions(
         entry=entry,
         node=node_name,
@@ -338,6 +326,12 @@ def discover(
     from openclaw_launch.topology.discover import config_yaml_from_topology
     from openclaw_launch.topology.snapshot import dump_snapshot
 
+    saved = {"--smi-list": smi_list, "--numactl-hardware": numactl_hardware, "--lscpu": lscpu}
+    stray = [flag for flag, value in saved.items() if value and not from_smi]
+    if stray:
+        raise click.UsageError(
+            f"{' and '.join(stray)}: give --from-smi TOPO.txt too (saved outputs describe a saved host, not this one)"
+        )
     try:
         if from_smi:
             from openclaw_launch.topology.smi import topology_from_smi_files
@@ -360,7 +354,12 @@ def discover(
     if output:
         from openclaw_launch.files import write_atomic
 
-        write_atomic(output, text)
+        try:
+            write_atomic(output, text)
+        except OSError as e:
+            raise click.BadParameter(
+                f"cannot write {output} ({e.strerror}: {e.filename})", param_hint="--output"
+            ) from None
     else:
         click.echo(text, nl=False)
 
@@ -378,7 +377,7 @@ def validate(config_path: str, node: str | None, topology_path: str | None, as_j
         config = load_config(config_path)
         node_name = _node_name(config, node)
         topology = _topology(topology_path, not config.node(node_name).is_cpu)
-        mps = _mps_status(config)
+        mps = _mps_status(config, node_name)
         results = checks.run_checks(config, topology, node_name, numactl_path=shutil.which("numactl"), mps=mps)
     except OpenclawError as e:
         _fail(e)
@@ -388,13 +387,20 @@ def validate(config_path: str, node: str | None, topology_path: str | None, as_j
     sys.exit(checks.exit_code(results))
 
 
-def _mps_status(config: Config) -> MpsStatus | None:
-    """The MPS daemon this host runs now (default pipe directory), when the config enables MPS."""
-    if not config.runtime.enable_mps:
+def _mps_status(config: Config, node_name: str) -> MpsStatus | None:
+    """The MPS daemon this host runs now (default pipe directory), when the config enables MPS.
+
+    Its per-device client list numbers devices by the daemon's CUDA_VISIBLE_DEVICES; the
+    launcher starts its daemon with the node's GPUs in config (= plan) order, so that order
+    names them. A daemon started by hand with another order would be misattributed.
+    """
+    node = config.node(node_name)
+    if not config.runtime.enable_mps or node.is_cpu:
         return None
     from openclaw_launch.mps import mps_status
 
-    return mps_status(os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps"), None)
+    pipe_dir = os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")
+    return mps_status(pipe_dir, None, gpu_uuids=[g.uuid for g in node.gpus])
 
 
 @cli.command()

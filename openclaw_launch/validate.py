@@ -74,7 +74,12 @@ class MpsStatusLike(Protocol):
 
     @property
     def client_count(self) -> int:
-        """MPS clients connected to all its servers (MPS cannot say which GPU each uses)."""
+        """MPS clients connected to all its servers."""
+        ...
+
+    @property
+    def clients_per_gpu(self) -> Mapping[str, int]:
+        """GPU UUID -> clients, from the daemon's per-device list (empty when it gave none)."""
         ...
 
 
@@ -115,7 +120,7 @@ def run_checks(
     elif rt.enable_mps:
         results += _mps_node_checks(spec, rt, mps)
     for gpu_spec in spec.gpus:
-        results += _gpu_checks(gpu_spec, topology, rt, th, mismatch)
+        results += _gpu_checks(gpu_spec, topology, rt, th, mismatch, mps)
     results += _check_unconfigured(spec, topology)
     for port in topology.infiniband:
         results += _ib_checks(port, th)
@@ -277,6 +282,7 @@ def _gpu_checks(
     rt: Runtime,
     th: Thresholds,
     mismatch: Status,
+    mps: MpsStatusLike | None,
 ) -> list[CheckResult]:
     gpu = topology.gpu_by_uuid(gpu_spec.uuid)
     if gpu is None:
@@ -292,7 +298,7 @@ def _gpu_checks(
         _check_aer(subject, gpu, th),
         _check_retired_pages(subject, gpu, th),
         _check_ecc(subject, gpu),
-        _check_mps_clients(subject, gpu, rt) if rt.enable_mps else None,
+        _check_mps_clients(subject, _mps_clients(gpu, mps), rt) if rt.enable_mps else None,
     ]
     return results + [r for r in maybe if r is not None]
 
@@ -468,10 +474,18 @@ def _check_ecc(subject: str, gpu: GpuInfo) -> CheckResult | None:
     return CheckResult("ecc_uncorrected", "pass", subject, found, "0")
 
 
-def _check_mps_clients(subject: str, gpu: GpuInfo, rt: Runtime) -> CheckResult | None:
-    if gpu.mps_clients is None:
+def _mps_clients(gpu: GpuInfo, mps: MpsStatusLike | None) -> int | None:
+    """Clients on ``gpu``: the answering daemon's per-device list, else what the topology recorded."""
+    if mps is not None and mps.answering and gpu.uuid is not None:
+        counts = {uuid.lower(): n for uuid, n in mps.clients_per_gpu.items()}
+        if gpu.uuid.lower() in counts:
+            return counts[gpu.uuid.lower()]
+    return gpu.mps_clients
+
+
+def _check_mps_clients(subject: str, count: int | None, rt: Runtime) -> CheckResult | None:
+    if count is None:
         return None
-    count = gpu.mps_clients
     limit = rt.mps_max_clients_per_gpu
     if limit is None:
         return CheckResult("mps_clients", "pass", subject, str(count), "no limit configured")

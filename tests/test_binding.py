@@ -95,6 +95,11 @@ def test_exclusive_more_workers_than_cores_is_a_plan_error() -> None:
         bind_gpu_workers(topo, slots(topo, [0, 0, 0, 0]), "exclusive")
     msg = str(e.value)
     assert "3 allowed core(s) for 4 worker(s)" in msg and "binding: node" in msg and "NUMA node 0" in msg
+    assert "only 6 of its 64 CPUs are allowed to this launcher by its cgroup/Slurm cpuset" in msg
+    whole_node = two_socket()
+    with pytest.raises(PlanError) as whole:  # the whole node allowed: no cpuset talk
+        bind_gpu_workers(whole_node, [Slot("GPU 0", whole_node.gpus[0], 0)] * 33, "exclusive")
+    assert "32 allowed core(s) for 33 worker(s)" in str(whole.value) and "cpuset" not in str(whole.value)
 
 
 def test_socket_policy_covers_all_numa_nodes_of_the_socket() -> None:
@@ -119,8 +124,13 @@ def test_socket_policy_without_socket_info_says_what_to_do() -> None:
 def test_explicit_cpus_are_cut_to_allowed_and_empty_is_an_error() -> None:
     topo = two_socket(allowed=tuple(range(0, 16)))
     slot = Slot("GPU 0", topo.gpus[0], 0, explicit_cpus=(4, 5, 6, 40))
-    (b,) = bind_gpu_workers(topo, [slot], "explicit").bindings
+    res = bind_gpu_workers(topo, [slot], "explicit")
+    (b,) = res.bindings
     assert b.cpus == (4, 5, 6) and b.mem_nodes == (0,) and b.cpu_nodes == ()
+    assert res.warnings == (
+        "GPU 0: configured cpus 40 are not allowed to this launcher (allowed: 0-15, "
+        "cgroup/Slurm cpuset); its worker runs on 4-6",
+    )
     with pytest.raises(PlanError, match="none of its configured cpus"):
         bind_gpu_workers(topo, [Slot("GPU 0", topo.gpus[0], 0, explicit_cpus=(40, 41))], "explicit")
 

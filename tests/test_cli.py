@@ -164,3 +164,96 @@ def test_report_renders_a_saved_run_and_rejects_other_files(tmp_path: Path) -> N
     (tmp_path / "other.json").write_text("{}")
     bad = launcher("report", str(tmp_path / "other.json"))
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+SMI = ROOT / "tests" / "data" / "topologies" / "h200x2"
+
+
+def _bad_inputs(tmp: Path) -> dict[str, tuple[list[str], str]]:
+    """name -> (arguments, what the one-line message must say)."""
+    (tmp / "empty.yaml").write_text("")
+    (tmp / "list.yaml").write_text("- a\n- b\n")
+    (tmp / "snap.json").write_text('{"schema": "openclaw-topology/0"}')
+    (tmp / "notes.txt").write_text("hello\n")
+    (tmp / "dir").mkdir()
+    (tmp / "file").write_text("")
+    h200 = ["--config", "configs/h200x2.yaml"]
+    return {
+        "missing_config": (["plan", "--config", str(tmp / "nope.yaml")], "cannot read the config"),
+        "config_is_a_directory": (["plan", "--config", str(tmp / "dir")], "is a directory"),
+        "empty_config": (["plan", "--config", str(tmp / "empty.yaml")], "the config is empty"),
+        "config_is_a_list": (["validate", "--config", str(tmp / "list.yaml")], "got a list"),
+        "snapshot_wrong_schema": (["plan", *h200, "--topology", str(tmp / "snap.json")], "openclaw-topology/1"),
+        "topology_is_a_config": (["plan", *h200, "--topology", "configs/h200x2.yaml"], "is a config, not a topology"),
+        "unknown_node": (["validate", *h200, "--node", "nope"], "the config has: h200x2"),
+        "node_without_config": (["plan", "--node", "n0", "--", "x.py"], "--node names a node of --config"),
+        "from_smi_not_smi": (["discover", "--from-smi", str(tmp / "notes.txt")], f"{tmp / 'notes.txt'}: nvidia-smi"),
+        "smi_list_alone": (["discover", "--smi-list", str(SMI / "nvidia-smi-L.txt")], "give --from-smi"),
+        "output_unwritable": (
+            [
+                "discover",
+                "--from-smi",
+                str(SMI / "nvidia-smi-topo-m.txt"),
+                "--smi-list",
+                str(SMI / "nvidia-smi-L.txt"),
+                "-o",
+                str(tmp / "file" / "x.yaml"),
+            ],
+            "cannot write",
+        ),
+    }
+
+
+BAD_INPUT_NAMES = [
+    "missing_config",
+    "config_is_a_directory",
+    "empty_config",
+    "config_is_a_list",
+    "snapshot_wrong_schema",
+    "topology_is_a_config",
+    "unknown_node",
+    "node_without_config",
+    "from_smi_not_smi",
+    "smi_list_alone",
+    "output_unwritable",
+]
+
+
+@pytest.mark.parametrize("name", BAD_INPUT_NAMES)
+def test_bad_input_exits_2_with_a_clear_message(tmp_path: Path, name: str) -> None:
+    args, says = _bad_inputs(tmp_path)[name]
+    proc = launcher(*args)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and says in proc.stderr, proc.stderr
+    assert proc.stdout == ""
+
+
+def test_validate_counts_mps_clients_per_gpu_in_plan_order(tmp_path: Path) -> None:
+    """The daemon numbers devices by its CUDA_VISIBLE_DEVICES: the config's GPUs in order."""
+    cfg = tmp_path / "mps.yaml"
+    text = (ROOT / "configs" / "h200x2.yaml").read_text()
+    cfg.write_text(text.replace("enable_mps: false", "enable_mps: true\n  mps_max_clients_per_gpu: 1"))
+    fake = ROOT / "tests" / "fake_mps"
+    env = {
+        **os.environ,
+        "PATH": f"{fake}{os.pathsep}{os.environ['PATH']}",
+        "CUDA_MPS_PIPE_DIRECTORY": str(tmp_path / "pipe"),
+        "CUDA_MPS_LOG_DIRECTORY": str(tmp_path / "log"),
+        "FAKE_MPS_SERVERS": "4242:11,12,13",
+        "FAKE_MPS_DEVICE_CLIENTS": "0:11,12;1:13",
+    }
+    for d in ("pipe", "log"):
+        (tmp_path / d).mkdir()
+    control = str(fake / "nvidia-cuda-mps-control")
+    assert subprocess.run([control, "-d"], env=env, timeout=30).returncode == 0
+    try:
+        proc = launcher("validate", "--config", str(cfg), "--topology", str(SNAPSHOT), "--json", env=env)
+    finally:
+        subprocess.run([control], input="quit\n", text=True, env=env, timeout=30)
+    checks = json.loads(proc.stdout)["checks"]
+    per_gpu = {c["subject"].split()[2]: (c["status"], c["found"]) for c in checks if c["name"] == "mps_clients"}
+    assert per_gpu == {
+        "GPU-584f87b1-e561-d9a3-aa91-5ea20ea584ee": ("fail", "2"),
+        "GPU-593502f1-407a-3b77-45a0-032830195d52": ("pass", "1"),
+    }
+    assert proc.returncode == 1

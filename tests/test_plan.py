@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -391,3 +392,29 @@ def test_planned_argv_and_env_run_as_planned() -> None:
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines == [str(list(cpus)), repr(NASTY), str([NASTY])]
+
+
+def test_every_plan_json_field_is_documented() -> None:
+    """docs/plan-format.md is what other tools read: a field added here must be added there."""
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "plan-format.md").read_text()
+    topo = dgx(n=2)
+    cfg = config(node_from(topo), enable_mps=True, mps_max_clients_per_gpu=1)
+    doc_json = plan_for(cfg, topo).to_json()
+    rank = doc_json["ranks"][0]  # type: ignore[index]
+    assert doc_json["schema"] == 1
+    mps = doc_json["mps"]
+    assert isinstance(mps, dict)
+    for key in [*doc_json, *rank, *mps]:
+        assert f"`{key}`" in doc, key
+    assert {
+        "rank",
+        "local_rank",
+        "node",
+        "gpu_uuid",
+        "pci_bus_id",
+        "numa_node",
+        "cpus",
+        "mem_policy",
+        "argv",
+        "env",
+    } <= rank.keys()

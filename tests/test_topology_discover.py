@@ -5,10 +5,10 @@ import yaml
 from topo_helpers import DATA, h200_nvml, load_recorded, recorded_names, recorded_texts
 
 from openclaw_launch.config import parse_config
-from openclaw_launch.errors import TopologyError
-from openclaw_launch.topology.discover import config_yaml_from_topology
+from openclaw_launch.errors import PlanError, TopologyError
+from openclaw_launch.topology.discover import config_yaml_from_topology, host_config
 from openclaw_launch.topology.live import discover_topology
-from openclaw_launch.topology.model import Topology
+from openclaw_launch.topology.model import GpuInfo, Topology
 from openclaw_launch.topology.smi import topology_from_smi
 
 H200_YAML = """\
@@ -75,3 +75,14 @@ def test_cpu_only_host() -> None:
 def test_awkward_names_stay_strings() -> None:
     text = config_yaml_from_topology(Topology(allowed_cpus=(0,)), 'no: "yes" #x', "10.0.0.1")
     assert yaml.safe_load(text)["cluster"]["nodes"][0]["name"] == 'no: "yes" #x'
+
+
+def test_host_config_one_rank_per_gpu_or_cpu_workers() -> None:
+    gpus = tuple(GpuInfo(i, f"GPU-{i}") for i in range(2)) + (GpuInfo(2, None),)  # no UUID: not usable
+    (node,) = host_config(Topology(gpus=gpus), None).nodes
+    assert (node.name, node.ip, [g.uuid for g in node.gpus]) == ("localhost", "127.0.0.1", ["GPU-0", "GPU-1"])
+    assert [g.uuid for g in host_config(Topology(gpus=gpus), 1).nodes[0].gpus] == ["GPU-0"]
+    with pytest.raises(PlanError, match="--nproc-per-node 3 but this host has 2 GPU"):
+        host_config(Topology(gpus=gpus), 3)
+    assert host_config(Topology(), None).nodes[0].cpu_workers == 1
+    assert host_config(Topology(), 4).nodes[0].cpu_workers == 4

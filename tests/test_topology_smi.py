@@ -230,3 +230,21 @@ def test_from_files(tmp_path: Path) -> None:
     assert topo.source == f"smi:{tmp_path / 'topo.txt'}" and all(g.uuid for g in topo.gpus)
     with pytest.raises(TopologyError, match="cannot read the saved nvidia-smi -L"):
         topology_from_smi_files(tmp_path / "topo.txt", tmp_path / "missing.txt")
+
+
+def test_lscpu_without_any_fact_is_an_error() -> None:
+    with pytest.raises(TopologyError, match="lscpu: no 'Socket"):
+        parse_lscpu("hello: world\nnot lscpu at all\n")
+
+
+@pytest.mark.parametrize("which", ["topo", "list", "numactl", "lscpu"])
+def test_file_that_does_not_parse_is_named(tmp_path: Path, which: str) -> None:
+    topo_text, listing, numactl, lscpu = recorded_texts("h200x2")
+    texts = {"topo": topo_text, "list": listing, "numactl": numactl or "", "lscpu": lscpu or ""}
+    texts[which] = "nvidia-smi: command not found\n"
+    paths = {name: tmp_path / f"{name}.txt" for name in texts}
+    for name, path in paths.items():
+        path.write_text(texts[name])
+    with pytest.raises(TopologyError) as e:
+        topology_from_smi_files(paths["topo"], paths["list"], paths["numactl"], paths["lscpu"])
+    assert str(e.value).startswith(f"{paths[which]}: ")

@@ -102,3 +102,10 @@ def test_unreadable_snapshot(tmp_path: Path, text: str | None, match: str) -> No
     with pytest.raises(TopologyError, match=match) as e:
         load_snapshot(path)
     assert str(path) in str(e.value) and REDO in str(e.value)
+
+
+def test_config_given_as_snapshot_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "node.yaml"
+    path.write_text("# a config\ncluster:\n  nodes:\n    - name: a\n      cpu_workers: 1\n")
+    with pytest.raises(TopologyError, match="node.yaml is a config, not a topology snapshot: give it with --config"):
+        load_snapshot(path)

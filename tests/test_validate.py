@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
 import pytest
 
@@ -32,6 +33,7 @@ class FakeMps:
     answering: bool
     client_count: int = 0
     error: str | None = None
+    clients_per_gpu: Mapping[str, int] = field(default_factory=dict)
 
 
 def h200_gpu(index: int, uuid: str, bus: str, **kw: object) -> GpuInfo:
@@ -477,3 +479,14 @@ def test_exit_code_policy() -> None:
     assert exit_code([]) == 0
     assert exit_code([ok, warn]) == 0
     assert exit_code([ok, warn, fail]) == 1
+
+
+def test_mps_clients_per_gpu_from_the_daemon_win_over_the_topology() -> None:
+    topo = h200_topology(h200_gpu(0, UUID0, BUS0, mps_clients=0), h200_gpu(1, UUID1, BUS1))
+    cfg = h200_config(enable_mps=True, mps_max_clients_per_gpu=2)
+    daemon = FakeMps(answering=True, client_count=3, clients_per_gpu={UUID0.upper(): 3})
+    results = run(cfg, topo, mps=daemon)
+    assert (check(results, "mps_clients", UUID0).status, check(results, "mps_clients", UUID0).found) == ("fail", "3")
+    assert "mps_clients" not in names([r for r in results if UUID1 in r.subject])  # neither source knows
+    silent = FakeMps(answering=False, clients_per_gpu={UUID0: 3})  # a daemon that does not answer says nothing
+    assert check(run(cfg, topo, mps=silent), "mps_clients", UUID0).found == "0"

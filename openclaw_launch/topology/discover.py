@@ -1,4 +1,6 @@
-"""A ``Topology`` written as the operators' YAML config: one node, its GPUs by UUID.
+"""A host as a config: ``config_yaml_from_topology`` writes the operators' YAML for
+``discover``; ``host_config`` is the in-memory config for "this machine as found"
+(``openclaw-launch --nproc-per-node N script.py``, no ``--config``).
 
 Written by hand, not by a YAML library, so the key order is the operators'
 (name, ip, gpus; uuid, numa_node, pci_bus_id, nvlink_peers) and the output is
@@ -10,7 +12,8 @@ from __future__ import annotations
 
 import json
 
-from openclaw_launch.errors import TopologyError
+from openclaw_launch.config import Config, GpuSpec, NodeSpec
+from openclaw_launch.errors import PlanError, TopologyError
 from openclaw_launch.topology.model import GpuInfo, Topology
 
 
@@ -70,3 +73,19 @@ def config_yaml_from_topology(topo: Topology, node_name: str, ip: str | None) ->
     else:
         lines.append(f"      cpu_workers: {max(1, len(topo.allowed_cpus))}")
     return "\n".join(lines) + "\n"
+
+
+def host_config(topology: Topology, nproc_per_node: int | None) -> Config:
+    """One rank per GPU (the first ``nproc_per_node``), or that many CPU workers (default 1) without GPUs."""
+    gpus = [g for g in topology.gpus if g.uuid]
+    if gpus:
+        if nproc_per_node is not None and nproc_per_node > len(gpus):
+            raise PlanError(
+                f"--nproc-per-node {nproc_per_node} but this host has {len(gpus)} GPU(s); "
+                "ask for at most that many, or write a config with procs_per_gpu and MPS"
+            )
+        chosen = gpus[: nproc_per_node or len(gpus)]
+        node = NodeSpec(name="localhost", ip="127.0.0.1", gpus=tuple(GpuSpec(uuid=str(g.uuid)) for g in chosen))
+    else:
+        node = NodeSpec(name="localhost", ip="127.0.0.1", cpu_workers=nproc_per_node or 1)
+    return Config(nodes=(node,), source="<this host>")

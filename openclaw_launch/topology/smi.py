@@ -63,8 +63,17 @@ class LscpuFacts:
     sockets: int | None
 
 
-def _bad(what: str, detail: str) -> TopologyError:
-    return TopologyError(f"{what}: {detail}")
+class SmiTextError(TopologyError):
+    """Saved command output that does not parse; ``what`` names the command, so the caller
+    that read it from a file can name the file too."""
+
+    def __init__(self, what: str, detail: str):
+        self.what = what
+        super().__init__(f"{what}: {detail}")
+
+
+def _bad(what: str, detail: str) -> SmiTextError:
+    return SmiTextError(what, detail)
 
 
 def _opt_int(cell: str | None) -> int | None:
@@ -174,7 +183,12 @@ def parse_lscpu(text: str) -> LscpuFacts:
                 nodes[int(m.group(1))] = cpus
         else:
             fields[key] = value
-    return LscpuFacts(nodes, _opt_int(fields.get("Thread(s) per core")), _opt_int(fields.get("Socket(s)")))
+    facts = LscpuFacts(nodes, _opt_int(fields.get("Thread(s) per core")), _opt_int(fields.get("Socket(s)")))
+    if not nodes and facts.threads_per_core is None and facts.sockets is None:
+        raise _bad(
+            "lscpu", "no 'Socket(s):', 'Thread(s) per core:' or 'NUMA nodeN CPU(s):' line; paste the whole output"
+        )
+    return facts
 
 
 def _sibling_offset(cpus: Iterable[int]) -> int | None:
@@ -291,11 +305,18 @@ def topology_from_smi_files(
     numactl_path: Path | None = None,
     lscpu_path: Path | None = None,
 ) -> Topology:
-    """``topology_from_smi`` on saved files (``discover --from-smi T --smi-list L``)."""
-    return topology_from_smi(
-        _read_text(topo_path, "nvidia-smi topo -m"),
-        _read_text(list_path, "nvidia-smi -L") if list_path is not None else None,
-        _read_text(numactl_path, "numactl --hardware") if numactl_path is not None else None,
-        _read_text(lscpu_path, "lscpu") if lscpu_path is not None else None,
-        source=f"smi:{topo_path}",
-    )
+    """``topology_from_smi`` on saved files (``discover --from-smi T --smi-list L``); a file
+    that does not parse is named in the error."""
+    paths = {"nvidia-smi topo -m": topo_path, "nvidia-smi -L": list_path}
+    paths |= {"numactl --hardware": numactl_path, "lscpu": lscpu_path}
+    texts = {what: _read_text(path, what) if path is not None else None for what, path in paths.items()}
+    try:
+        return topology_from_smi(
+            texts["nvidia-smi topo -m"] or "",
+            texts["nvidia-smi -L"],
+            texts["numactl --hardware"],
+            texts["lscpu"],
+            source=f"smi:{topo_path}",
+        )
+    except SmiTextError as e:
+        raise TopologyError(f"{paths[e.what]}: {e}") from None

@@ -130,10 +130,19 @@ def topology_from_snapshot(data: Mapping[str, Any], where: str = "<snapshot>") -
 def load_snapshot(path: Path) -> Topology:
     """Read a snapshot file; a missing, non-JSON or outdated file is a ``TopologyError``."""
     try:
-        data = json.loads(Path(path).read_text())
+        text = Path(path).read_text()
     except OSError as e:
         raise TopologyError(f"{path}: cannot read the topology snapshot ({e.strerror}); {_REDO}") from e
+    except ValueError as e:  # not UTF-8
+        raise TopologyError(f"{path}: the topology snapshot is not valid JSON ({e}); {_REDO}") from e
+    try:
+        data = json.loads(text)
     except ValueError as e:
+        if any(line.startswith("cluster:") for line in text.splitlines()):
+            raise TopologyError(
+                f"{path} is a config, not a topology snapshot: give it with --config; --topology takes "
+                "the JSON that `openclaw-launch discover --snapshot` writes"
+            ) from e
         raise TopologyError(f"{path}: the topology snapshot is not valid JSON ({e}); {_REDO}") from e
     if not isinstance(data, dict):
         raise TopologyError(f"{path}: a topology snapshot is a JSON object; {_REDO}")
