@@ -16,10 +16,12 @@ import contextlib
 import json
 import os
 import signal
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 DEFAULT_COMMAND_TIMEOUT_S = 10.0
+DEFAULT_CLOSE_TIMEOUT_S = 5.0
 
 
 class Guardian:
@@ -50,8 +52,10 @@ class Guardian:
     def _send(self, message: Mapping[str, Any]) -> None:
         if self._fd is None:
             return
+        data = memoryview((json.dumps(message) + "\n").encode())
         try:
-            os.write(self._fd, (json.dumps(message) + "\n").encode())
+            while data:  # a message over PIPE_BUF (a command's environment) may be written in parts
+                data = data[os.write(self._fd, data) :]
         except OSError:  # guardian gone: nothing more it can do for us
             self._close_fd()
 
@@ -98,12 +102,26 @@ class Guardian:
     def unwatch_command(self, command_id: int) -> None:
         self._send({"op": "unwatch_command", "id": command_id})
 
-    def close(self) -> None:
-        """The launcher is ending cleanly: the guardian exits doing nothing."""
+    def close(self, timeout_s: float = DEFAULT_CLOSE_TIMEOUT_S) -> None:
+        """The launcher is ending cleanly: the guardian exits doing nothing.
+
+        It exits at once on ``done``; the wait is bounded all the same (a stopped guardian, or one
+        whose pipe broke and that is now running its cleanup) and it is SIGKILLed after ``timeout_s``.
+        """
         self._send({"op": "done"})
         self._close_fd()
-        with contextlib.suppress(ChildProcessError):  # already reaped by the supervisor's waitpid(-1)
-            os.waitpid(self.pid, 0)  # exits at once on "done"
+        deadline = time.monotonic() + timeout_s
+        pause = 0.001
+        try:
+            while os.waitpid(self.pid, os.WNOHANG)[0] == 0:
+                if time.monotonic() >= deadline:
+                    os.kill(self.pid, signal.SIGKILL)
+                    os.waitpid(self.pid, 0)  # SIGKILL: prompt
+                    return
+                time.sleep(pause)
+                pause = min(pause * 2, 0.05)
+        except ChildProcessError:  # already reaped by the supervisor's waitpid(-1)
+            pass
 
 
 def _detach(keep_fd: int) -> None:

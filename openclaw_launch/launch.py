@@ -1,11 +1,15 @@
 """The effects of a run, in order: private run directory, guardian, MPS daemon, supervision, report.
 
 Everything here is undone on every path (success, failure, signal, exception), and the guardian
-undoes it if the launcher itself is SIGKILLed.
+undoes it if the launcher itself is SIGKILLed. The forwarded signals are caught for the whole run,
+not only while ``supervise`` runs: one that arrives while the MPS daemon starts means no worker
+starts, one that arrives while it stops still makes the exit code 128+signal, and neither kills
+the launcher halfway through its cleanup.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -14,11 +18,19 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from openclaw_launch.errors import LaunchError
 from openclaw_launch.guard import Guardian
 from openclaw_launch.osproc import RealOs
 from openclaw_launch.plan import LaunchPlan
 from openclaw_launch.report import build_report, format_report, write_report
-from openclaw_launch.supervise import SuperviseHooks, SuperviseOptions, supervise
+from openclaw_launch.supervise import (
+    FORWARDED_SIGNALS,
+    JobResult,
+    SuperviseHooks,
+    SuperviseOptions,
+    signal_name,
+    supervise,
+)
 
 if TYPE_CHECKING:
     from openclaw_launch.mps import MpsDaemon
@@ -36,39 +48,108 @@ def with_env(plan: LaunchPlan, extra: dict[str, str]) -> LaunchPlan:
 
 def launch(plan: LaunchPlan, options: SuperviseOptions, report_path: str | None = None) -> int:
     """Run the plan; return the launcher's exit code."""
-    run_dir = run_dir_for(plan.run_id)
-    run_dir.mkdir(mode=0o700)
-    # Subreaper before MPS starts: `nvidia-cuda-mps-control -d` double-forks, and an orphan handed to
-    # an init that never reaps stays <defunct> (seen on the H200 host). Ours are reaped below.
     os_layer = RealOs()
-    os_layer.set_child_subreaper(True)
-    guardian = Guardian.start()
-    guardian.watch_path(str(run_dir))
-    daemon: MpsDaemon | None = None
+    os_layer.install_signals(FORWARDED_SIGNALS)
     try:
-        if plan.mps is not None:  # psutil and the MPS module load only for MPS jobs
-            from openclaw_launch.mps import start_mps
-
-            daemon, warning = start_mps(plan, run_dir=run_dir / "mps")
-            if warning:
-                print(f"openclaw-launch: warning: {warning}", file=sys.stderr)
-        if daemon is not None:
-            argv, env, stdin = daemon.cleanup_command()
-            guardian.watch_command(argv, env, stdin)
-            plan = with_env(plan, daemon.worker_env())
-        # The daemon may be our descendant (we are a child subreaper): spare it from leftover kills.
-        exempt = [daemon.pid] if daemon is not None and daemon.pid is not None else []
-        hooks = SuperviseHooks(exempt_pids=lambda: exempt)
-        result = supervise(plan, options, os_layer, hooks, guardian=guardian)
+        result = _run(plan, options, os_layer)
+        result = _with_late_signal(result, _forwarded(os_layer.drain_signals()), options)
+        report = build_report(plan, result)
+        code = result.exit_code
+        if report_path:
+            try:
+                write_report(report_path, report)
+            except OSError as e:
+                _say(options, f"openclaw-launch: error: cannot write the report {report_path}: {e}")
+                code = code or 1
+        if result.exit_code != 0 or report_path:
+            _say(options, format_report(report))
+        return code
     finally:
+        os_layer.restore_signals()
+
+
+def _run(plan: LaunchPlan, options: SuperviseOptions, os_layer: RealOs) -> JobResult:
+    """Set everything up, supervise, tear everything down (in reverse order, whatever happens)."""
+    run_dir = _make_run_dir(run_dir_for(plan.run_id))
+    with contextlib.ExitStack() as undo:
+        # Subreaper before MPS starts: `nvidia-cuda-mps-control -d` double-forks, and an orphan handed
+        # to an init that never reaps stays <defunct> (seen on the H200 host). Ours are reaped here.
+        undo.callback(os_layer.set_child_subreaper, os_layer.set_child_subreaper(True))
+        undo.callback(os_layer.reap)
+        undo.callback(shutil.rmtree, run_dir, ignore_errors=True)
+        guardian = Guardian.start()
+        undo.callback(guardian.close)
+        guardian.watch_path(str(run_dir))
+        daemon = _start_mps(plan, run_dir, guardian, options) if plan.mps is not None else None
         if daemon is not None:
-            daemon.stop()
-        shutil.rmtree(run_dir, ignore_errors=True)
-        guardian.close()
-        os_layer.reap()
-    report = build_report(plan, result)
-    if report_path:
-        write_report(report_path, report)
-    if result.exit_code != 0 or report_path:
-        print(format_report(report), file=sys.stderr)
-    return result.exit_code
+            undo.callback(daemon.stop)
+            plan = with_env(plan, daemon.worker_env())
+        early = _forwarded(os_layer.drain_signals())
+        if early:  # e.g. Ctrl-C while the MPS daemon started: start no worker at all
+            result = _not_started(early[0], options)
+        else:
+            # The daemon may be our descendant (we are a child subreaper): spare it from leftover kills.
+            exempt = [daemon.pid] if daemon is not None and daemon.pid is not None else []
+            hooks = SuperviseHooks(exempt_pids=lambda: exempt)
+            result = supervise(plan, options, os_layer, hooks, guardian=guardian)
+    return result
+
+
+def _make_run_dir(run_dir: Path) -> Path:
+    try:
+        run_dir.mkdir(mode=0o700)
+    except FileExistsError:
+        raise LaunchError(
+            f"the run directory {run_dir} already exists: another launcher with this run id and pid "
+            "(a container's PID 1 sharing /tmp?) or one that was SIGKILLed with its guardian. Remove "
+            "it, or pass another --run-id"
+        ) from None
+    except OSError as e:
+        raise LaunchError(f"cannot create the run directory {run_dir}: {e}; set TMPDIR to a writable directory") from e
+    return run_dir
+
+
+def _start_mps(plan: LaunchPlan, run_dir: Path, guardian: Guardian, options: SuperviseOptions) -> MpsDaemon | None:
+    """Start the plan's daemon, registered with the guardian before it exists (a SIGKILLed launcher
+    must not leave it running)."""
+    from openclaw_launch.mps import start_mps  # psutil and the MPS module load only for MPS jobs
+
+    watched: list[int] = []
+    daemon, warning = start_mps(
+        plan, run_dir=run_dir / "mps", on_launch=lambda cmd: watched.append(guardian.watch_command(*cmd))
+    )
+    if daemon is None:
+        for command_id in watched:
+            guardian.unwatch_command(command_id)
+    if warning:
+        _say(options, f"openclaw-launch: warning: {warning}")
+    return daemon
+
+
+def _forwarded(signals: list[int]) -> list[int]:
+    return [s for s in signals if s in FORWARDED_SIGNALS]
+
+
+def _not_started(sig: int, options: SuperviseOptions) -> JobResult:
+    _say(options, f"openclaw-launch: received {signal_name(sig)} before the workers started; started none")
+    return JobResult(exit_code=128 + sig, root_cause=None, attempts=0, results=(), signal_received=sig, unkillable=())
+
+
+def _with_late_signal(result: JobResult, late: list[int], options: SuperviseOptions) -> JobResult:
+    """A signal after the workers were gone (MPS stop, cleanup) counts as one received during the
+    job: a root cause keeps its exit code, otherwise it is 128+signal."""
+    if not late or result.signal_received is not None:
+        return result
+    sig = late[0]
+    _say(options, f"openclaw-launch: received {signal_name(sig)} while cleaning up after the workers")
+    code = result.exit_code if result.root_cause is not None else 128 + sig
+    return dataclasses.replace(result, exit_code=code, signal_received=sig)
+
+
+def _say(options: SuperviseOptions, text: str) -> None:
+    stream = options.stderr or sys.stderr
+    try:
+        stream.write(text + "\n")
+        stream.flush()
+    except (OSError, ValueError):  # console gone: the exit code and report still tell
+        pass

@@ -30,7 +30,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -53,6 +53,7 @@ _PINNED_LIMIT = re.compile(r"[1-9]\d*[MG]")
 _DEVICE_LINE = re.compile(r"\s*\[(\d+)\]")
 _CLIENT_LINE = re.compile(r"(\d+)(?:\.\d+)?")
 _LOG_TAIL_LINES = 20
+CleanupCommand = tuple[list[str], dict[str, str], str]  # argv, env, stdin: quits the daemon
 _FIX_HINT = (
     "Fix the cause shown above, or set runtime.mps_on_start_failure: warn to run the job "
     "without MPS, or runtime.enable_mps: false."
@@ -283,8 +284,12 @@ class MpsDaemon:
         start_timeout_s: float = 10.0,
         stop_timeout_s: float = 10.0,
         base_env: Mapping[str, str] | None = None,
+        on_launch: Callable[[CleanupCommand], object] | None = None,
     ):
+        """``on_launch`` gets ``cleanup_command()`` just before the daemon is started, so a guardian
+        can quit it even if the launcher is SIGKILLed while it starts."""
         self.mps = mps
+        self._on_launch = on_launch
         self.control = control
         self.start_timeout_s = start_timeout_s
         self.stop_timeout_s = stop_timeout_s
@@ -327,7 +332,7 @@ class MpsDaemon:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(self.mps.gpu_uuids)
         return env
 
-    def cleanup_command(self) -> tuple[list[str], dict[str, str], str]:
+    def cleanup_command(self) -> CleanupCommand:
         """(argv, env, stdin) that quits this daemon; for the guardian if the launcher is SIGKILLed.
 
         It only quits the daemon (whose parent, then init or a subreaper, reaps
@@ -366,6 +371,8 @@ class MpsDaemon:
             self._prepare_dirs()
             self._refuse_if_taken()
             self._started = True  # from here on there may be a daemon to stop
+            if self._on_launch is not None:
+                self._on_launch(self.cleanup_command())
             self._launch()
             self._wait_until_answering()
             self._apply_limits()
@@ -600,6 +607,7 @@ def start_mps(
     control: str | None = None,
     start_timeout_s: float = 10.0,
     base_env: Mapping[str, str] | None = None,
+    on_launch: Callable[[CleanupCommand], object] | None = None,
 ) -> tuple[MpsDaemon | None, str | None]:
     """Start the plan's MPS daemon: (daemon, None), or (None, warning) under on_start_failure "warn".
 
@@ -608,7 +616,9 @@ def start_mps(
     if plan.mps is None:
         return None, None
     check_client_limit(plan)
-    daemon = MpsDaemon(plan.mps, run_dir, control, start_timeout_s=start_timeout_s, base_env=base_env)
+    daemon = MpsDaemon(
+        plan.mps, run_dir, control, start_timeout_s=start_timeout_s, base_env=base_env, on_launch=on_launch
+    )
     try:
         daemon.start()
     except LaunchError as e:

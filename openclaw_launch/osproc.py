@@ -65,7 +65,7 @@ class OsLayer(Protocol):
     def descendants(self, exempt: Collection[int] = ()) -> list[int]: ...
     def open_log(self, path: str) -> BinaryIO: ...
     def read_text(self, path: str) -> str | None: ...
-    def remove_file(self, path: str) -> None: ...
+    def fresh_file(self, path: str) -> None: ...
 
 
 def _noop_handler(signum: int, frame: object) -> None:
@@ -86,6 +86,7 @@ class RealOs:
         self._old_wakeup: int | None = None
         self._wake_r: int | None = None
         self._wake_w: int | None = None
+        self._installs = 0
 
     def pid(self) -> int:
         return self._pid
@@ -108,15 +109,26 @@ class RealOs:
         return bool(old.value)
 
     def install_signals(self, signals: Iterable[int]) -> int:
-        """Route the given signals to a non-blocking pipe (read it with ``drain_signals``)."""
-        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self._old_wakeup = signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+        """Route the given signals to a non-blocking pipe (read it with ``drain_signals``).
+
+        Nests: ``launch`` installs the forwarded signals for its whole run (MPS start and stop
+        included) and ``supervise`` adds SIGCHLD; a signal caught by the outer installation stays
+        in the pipe for the inner one. Handlers go back only at the outermost ``restore_signals``.
+        """
+        if self._wake_r is None:
+            self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+            self._old_wakeup = signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+            self.watch_fd(self._wake_r)
         for sig in signals:
-            self._old_handlers[sig] = signal.signal(sig, _noop_handler)
-        self.watch_fd(self._wake_r)
+            if sig not in self._old_handlers:
+                self._old_handlers[sig] = signal.signal(sig, _noop_handler)
+        self._installs += 1
         return self._wake_r
 
     def restore_signals(self) -> None:
+        self._installs = max(self._installs - 1, 0)
+        if self._installs:
+            return
         for sig, handler in self._old_handlers.items():
             signal.signal(sig, handler)  # type: ignore[arg-type]
         self._old_handlers.clear()
@@ -275,6 +287,9 @@ class RealOs:
         except OSError:
             return None
 
-    def remove_file(self, path: str) -> None:
+    def fresh_file(self, path: str) -> None:
+        """Make ``path`` ready to be written by a worker: its directory exists (torch's ``@record``
+        does not create it), an old file is gone."""
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)

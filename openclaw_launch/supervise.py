@@ -46,6 +46,7 @@ FORWARDED_SIGNALS = (
 )
 ESCALATING_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # a second one while stopping means "SIGKILL now"
 _MAX_PARTIAL_LINE = 65536  # a "line" longer than this is emitted in pieces
+_MAX_DRAIN = 16 << 20  # bytes read from a pipe after its worker is gone, at most
 
 
 class State(enum.Enum):
@@ -196,6 +197,12 @@ def read_error_file(text: str) -> str:
         parts = [str(message.get("message") or ""), str(extra.get("py_callstack") or "")]
         return "\n".join(p.rstrip() for p in parts if p)
     return text.strip()
+
+
+def _close_logs(logs: dict[str, BinaryIO | None]) -> None:
+    for log in logs.values():
+        if log is not None:
+            log.close()
 
 
 def _parse_cpulist(text: str) -> tuple[int, ...] | None:
@@ -419,10 +426,12 @@ class _Supervisor:
         self.workers, self.live, self.streams = [], {}, {}
         self.attempt_open = True
         self.failure, self.killed, self.gave_up = None, False, False
-        for rank in self.plan.ranks:
-            if self.state is not State.STARTING:  # a spawn failed: do not start the rest
-                break
-            self._spawn(rank, attempt)
+        logs = self._prepare_files(attempt)  # raises before any worker of the attempt starts
+        for rank, rank_logs in zip(self.plan.ranks, logs, strict=True):
+            if self.state is State.STARTING:
+                self._spawn(rank, attempt, rank_logs)
+            else:  # a spawn failed: do not start the rest
+                _close_logs(rank_logs)
         if self.state is State.STARTING:
             self.state = State.RUNNING
         self._loop(lambda: not self.live or self.gave_up)
@@ -454,20 +463,35 @@ class _Supervisor:
                 root = result
         return tuple(results), root
 
-    def _spawn(self, rank: RankPlan, attempt: int) -> None:
-        error_file = rank.env.get("TORCHELASTIC_ERROR_FILE")
-        if error_file:  # a previous attempt's file must not be mistaken for this one's
-            self.os.remove_file(error_file)
+    def _prepare_files(self, attempt: int) -> list[dict[str, BinaryIO | None]]:
+        """Every rank's log files and error-file directory, all or nothing."""
+        opened: list[dict[str, BinaryIO | None]] = []
+        try:
+            for rank in self.plan.ranks:
+                error_file = rank.env.get("TORCHELASTIC_ERROR_FILE")
+                if error_file:  # a previous attempt's file must not be mistaken for this one's
+                    try:
+                        self.os.fresh_file(error_file)
+                    except OSError as exc:
+                        raise LaunchError(
+                            f"cannot prepare the error file {error_file} for rank {rank.rank}: {exc}; "
+                            "set TMPDIR to a writable directory"
+                        ) from exc
+                opened.append(self._open_logs(rank, attempt))
+        except BaseException:
+            for logs in opened:
+                _close_logs(logs)
+            raise
+        return opened
+
+    def _spawn(self, rank: RankPlan, attempt: int, logs: dict[str, BinaryIO | None]) -> None:
         w = _Worker(rank, attempt, start_s=self.os.time(), readbacks_left=self.opt.readback_attempts)
         w.tail = deque(maxlen=self.opt.stderr_tail_lines)
         self.workers.append(w)
-        logs = self._open_logs(rank, attempt)
         try:
             spawned = self.os.spawn(rank.argv, {**rank.env, "TORCHELASTIC_RESTART_COUNT": str(attempt)})
         except OSError as exc:
-            for log in logs.values():
-                if log is not None:
-                    log.close()
+            _close_logs(logs)
             w.finished, w.end_s = True, self.os.time()
             w.exit_code = 127 if isinstance(exc, FileNotFoundError) else 126
             w.tail.append(f"openclaw-launch: could not start {rank.argv[0]!r}: {exc}")
@@ -484,13 +508,17 @@ class _Supervisor:
         self._at(self.opt.readback_delay_s, lambda: self._readback(w, self.opt.readback_delay_s))
 
     def _open_logs(self, rank: RankPlan, attempt: int) -> dict[str, BinaryIO | None]:
+        logs: dict[str, BinaryIO | None] = {"stdout": None, "stderr": None}
         if not self.opt.log_dir:
-            return {"stdout": None, "stderr": None}
+            return logs
         base = f"{self.opt.log_dir}/{self.plan.run_id}/attempt-{attempt}/rank-{rank.rank}"
         try:
-            return {name: self.os.open_log(f"{base}/{name}.log") for name in ("stdout", "stderr")}
+            for name in logs:
+                logs[name] = self.os.open_log(f"{base}/{name}.log")
         except OSError as exc:
+            _close_logs(logs)
             raise LaunchError(f"cannot write worker logs under {base}: {exc}; pass a writable --log-dir") from exc
+        return logs
 
     def _open_stream(self, w: _Worker, fd: int, name: str, log: BinaryIO | None) -> None:
         r = w.rank
@@ -539,9 +567,12 @@ class _Supervisor:
             self._close_stream(stream)
 
     def _drain(self, stream: _Stream) -> None:
-        """Whatever is left in the pipe, without blocking (an unkillable process may still hold it)."""
-        while (data := self.os.read_fd(stream.fd)) is not None and data:
+        """What is in the pipe now, without blocking (an unkillable process may still hold it) and
+        bounded (a writer we could not kill, e.g. exempt, may keep it full)."""
+        left = _MAX_DRAIN
+        while left > 0 and (data := self.os.read_fd(stream.fd)):
             stream.feed(data)
+            left -= len(data)
         self._close_stream(stream)
 
     def _close_stream(self, stream: _Stream) -> None:

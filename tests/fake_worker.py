@@ -1,8 +1,8 @@
 """A stand-in training worker driven by argv, for supervisor tests with real processes.
 
 File arguments may contain ``{rank}`` and ``{attempt}`` (RANK, TORCHELASTIC_RESTART_COUNT).
-Order: signal set-up, --write-env, --stdout/--stderr, grandchildren, --orphan-child, --ready-file,
---wait-for, then the failure or --sleep.
+Order: signal set-up, --write-env, --mps-probe, --stdout/--stderr, --flood-mb, grandchildren,
+--orphan-child, --ready-file, --wait-for, then the failure or --sleep.
 Failure options (--exit, --raise, --segfault, --error-file) apply to every rank, or only to
 ``--only-rank`` and only while the attempt is below ``--fail-below-attempt``.
 """
@@ -80,6 +80,28 @@ def _orphan_child(report: str, deadline_s: float = 10.0) -> None:
     _write(report, verdict)
 
 
+def _flood(megabytes: float, rank: int) -> None:
+    """Lines ``r<rank> xxx...`` as fast as the pipe takes them; big writes split lines anywhere."""
+    line = f"r{rank} {'x' * 100}\n".encode()
+    block = line * (1048576 // len(line))
+    for _ in range(int(megabytes)):
+        sys.stdout.buffer.write(block)
+    sys.stdout.buffer.flush()
+
+
+def _mps_probe(path: str) -> None:
+    """The MPS control daemon this worker was handed (pid file in its pipe dir) and whether it runs."""
+    pid_file = os.path.join(os.environ["CUDA_MPS_PIPE_DIRECTORY"], "nvidia-cuda-mps-control.pid")
+    with open(pid_file) as f:
+        pid = int(f.read())
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            alive = f.read().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        alive = False
+    _write(path, json.dumps({"pid": pid, "alive": alive}))
+
+
 def _log_signals(path: str, ignore_sigterm: bool) -> None:
     def handler(signum: int, frame: object) -> None:
         with open(path, "a") as f:
@@ -112,6 +134,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--stdout", default=None)
     p.add_argument("--stderr", default=None)
     p.add_argument("--no-newline", action="store_true")
+    p.add_argument("--flood-mb", type=float, default=0, help="write this many MiB of lines to stdout")
+    p.add_argument("--mps-probe", default=None, help="write the MPS daemon's pid and liveness here")
     p.add_argument("--ready-file", default=None)
     p.add_argument("--wait-for", default=None, help="before failing, wait until this file exists")
     a = p.parse_args(argv)
@@ -126,6 +150,8 @@ def main(argv: list[str]) -> int:
         _log_signals(_path(a.log_signals), a.ignore_sigterm)
     if a.write_env:
         _write(_path(a.write_env), json.dumps({"environ": dict(os.environ), **_affinity()}))
+    if a.mps_probe:
+        _mps_probe(_path(a.mps_probe))
     end = "" if a.no_newline else "\n"
     if a.stdout is not None:
         sys.stdout.write(a.stdout + end)
@@ -133,6 +159,8 @@ def main(argv: list[str]) -> int:
     if a.stderr is not None:
         sys.stderr.write(a.stderr + end)
         sys.stderr.flush()
+    if a.flood_mb:
+        _flood(a.flood_mb, rank)
     pids = [_sleeper(a.setsid_grandchildren) for _ in range(a.grandchildren)]
     if a.pids_file:
         _write(_path(a.pids_file), json.dumps({"worker": os.getpid(), "grandchildren": pids}))

@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 from test_supervise_run import HANG_GUARD_S, wait_gone
-from test_supervise_signals import finish, wait_files
+from test_supervise_signals import _unshare_works, finish, wait_files
 
 from openclaw_launch.env import TORCHRUN_ENV
 
@@ -205,3 +207,185 @@ def test_no_worker_daemon_or_temp_dir_outlives_the_launcher(tmp_path: Path, how:
     while run_dir.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not run_dir.exists()
+
+
+def run_dir_of(run_id: str, proc: subprocess.Popen[str]) -> Path:
+    return Path(tempfile.gettempdir()) / f"openclaw-{run_id}-{proc.pid}"
+
+
+def wait_log_line(log: Path, text: str, proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + HANG_GUARD_S
+    while not (log.exists() and text in log.read_text()):
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"launcher exited {proc.returncode} before {log} said {text!r}:\n{out}\n{err}")
+        assert time.monotonic() < deadline, f"{log} never said {text!r}"
+        time.sleep(0.02)
+
+
+@pytest.mark.skipif(not _unshare_works(), reason="unshare --pid --fork --mount-proc refused (needs root/userns)")
+def test_cli_launcher_as_pid1_forwards_sigterm_and_reaps_orphans(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-m", "openclaw_launch"]
+        + ["--nproc-per-node", "2", "--grace-period-s", "2"]
+        + worker("--orphan-child", f"{tmp_path}/orphan-{{rank}}", "--log-signals", f"{tmp_path}/sig-{{rank}}")
+        + ["--ready-file", f"{tmp_path}/ready-{{rank}}", "--sleep", "60"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_files([tmp_path / "ready-0", tmp_path / "ready-1"], proc)
+    (launcher,) = psutil.Process(proc.pid).children()  # unshare itself does not forward signals
+    assert os.readlink(f"/proc/{launcher.pid}/ns/pid") != os.readlink("/proc/self/ns/pid")
+    launcher.send_signal(signal.SIGTERM)
+    code, _, err = finish(proc)
+    assert code == 128 + signal.SIGTERM, err
+    for rank in (0, 1):
+        assert (tmp_path / f"sig-{rank}").read_text().split() == ["SIGTERM"]
+        assert (tmp_path / f"orphan-{rank}").read_text() == "reaped"  # not left <defunct> by PID 1
+
+
+def test_sigterm_during_a_slow_mps_start_starts_no_worker_and_leaves_nothing(tmp_path: Path) -> None:
+    report = tmp_path / "run.json"
+    proc = start(
+        "--config",
+        str(mps_config(tmp_path)),
+        "--topology",
+        str(SNAPSHOT),
+        "--run-id",
+        "slowmps",
+        "--report",
+        str(report),
+        *worker("--ready-file", f"{tmp_path}/ready-{{rank}}", "--sleep", "60"),
+        env={**env_with_fake_mps(), "FAKE_MPS_START_DELAY_S": "1"},
+    )
+    run_dir = run_dir_of("slowmps", proc)
+    wait_log_line(run_dir / "mps" / "log" / "control.log", "Delaying start", proc)
+    proc.send_signal(signal.SIGTERM)  # the launcher is waiting for `nvidia-cuda-mps-control -d`
+    code, _, err = finish(proc)
+    assert code == 128 + signal.SIGTERM, err
+    assert "received SIGTERM before the workers started" in err and "Traceback" not in err
+    assert not list(tmp_path.glob("ready-*"))
+    wait_no_mps()
+    assert not run_dir.exists()
+    data = json.loads(report.read_text())
+    assert data["exit_code"] == 128 + signal.SIGTERM and data["signal_received"] == "SIGTERM"
+
+
+def test_sigterm_while_mps_quits_after_success_still_exits_143(tmp_path: Path) -> None:
+    proc = start(
+        "--config",
+        str(mps_config(tmp_path)),
+        "--topology",
+        str(SNAPSHOT),
+        "--run-id",
+        "slowquit",
+        *worker(),
+        env={**env_with_fake_mps(), "FAKE_MPS_QUIT_DELAY_S": "1"},
+    )
+    run_dir = run_dir_of("slowquit", proc)
+    wait_log_line(run_dir / "mps" / "log" / "control.log", "Cmd:quit", proc)  # workers are done
+    proc.send_signal(signal.SIGTERM)
+    code, _, err = finish(proc)
+    assert code == 128 + signal.SIGTERM, err
+    assert "received SIGTERM while cleaning up" in err and "Traceback" not in err
+    wait_no_mps()
+    assert not run_dir.exists()
+
+
+def test_restart_keeps_the_one_mps_daemon(tmp_path: Path) -> None:
+    proc = start(
+        "--config",
+        str(mps_config(tmp_path)),
+        "--topology",
+        str(SNAPSHOT),
+        "--max-restarts",
+        "1",
+        "--restart-backoff-s",
+        "0",
+        *worker(
+            "--mps-probe",
+            f"{tmp_path}/mps-{{rank}}-{{attempt}}.json",
+            "--only-rank",
+            "0",
+            "--fail-below-attempt",
+            "1",
+            "--exit",
+            "5",
+        ),
+        env=env_with_fake_mps(),
+    )
+    code, _, err = finish(proc)
+    assert code == 0, err
+    probes = [json.loads((tmp_path / f"mps-{r}-{a}.json").read_text()) for r in (0, 1) for a in (0, 1)]
+    assert all(p["alive"] for p in probes), probes  # not swept as a leftover after attempt 0
+    assert len({p["pid"] for p in probes}) == 1, probes  # the same daemon, not a second one
+    wait_no_mps()
+
+
+def test_flooded_stdout_loses_no_line_and_no_exit(tmp_path: Path) -> None:
+    megabytes = 50
+    proc = start(
+        "--nproc-per-node",
+        "2",
+        *worker(
+            "--flood-mb",
+            str(megabytes),
+            "--ready-file",
+            f"{tmp_path}/flooded-{{rank}}",
+            "--only-rank",
+            "1",
+            "--wait-for",
+            f"{tmp_path}/flooded-0",
+            "--exit",
+            "3",
+            "--sleep",
+            "60",
+        ),
+    )
+    code, out, err = finish(proc)
+    assert code == 3, err[-2000:]  # rank 1's exit was seen while rank 0's output poured in
+    counts = {0: 0, 1: 0}
+    line_re = re.compile(r"\[rank ([01])\] r\1 x{100}")
+    for line in out.splitlines():
+        match = line_re.fullmatch(line)
+        assert match, f"a line was cut or interleaved: {line[:200]!r}"
+        counts[int(match.group(1))] += 1
+    per_rank = (1048576 // len(f"r0 {'x' * 100}\n")) * megabytes
+    assert counts == {0: per_rank, 1: per_rank}
+
+
+def test_unwritable_log_dir_exits_2_before_any_worker_starts(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "job1").write_text("a file where the run's log directory goes")
+    proc = start(
+        "--nproc-per-node",
+        "2",
+        "--log-dir",
+        str(logs),
+        "--run-id",
+        "job1",
+        *worker("--ready-file", f"{tmp_path}/ready-{{rank}}"),
+    )
+    code, _, err = finish(proc)
+    assert code == 2, err
+    assert "writable --log-dir" in err and "Traceback" not in err
+    assert not list(tmp_path.glob("ready-*"))
+    assert not run_dir_of("job1", proc).exists()
+
+
+def test_error_file_of_record_reaches_the_summary(tmp_path: Path) -> None:
+    proc = start("--nproc-per-node", "1", *worker("--error-file"))
+    code, _, err = finish(proc)
+    assert code == 1, err
+    assert "error file" in err and "ValueError: bad batch shape (fake)" in err
+
+
+def test_unwritable_report_is_an_error_not_a_traceback(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    proc = start("--nproc-per-node", "1", "--report", str(tmp_path / "file" / "run.json"), *worker())
+    code, _, err = finish(proc)
+    assert code == 1, err
+    assert "cannot write the report" in err and "Traceback" not in err

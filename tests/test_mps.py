@@ -214,6 +214,31 @@ def test_never_answering_daemon_times_out_and_is_killed(run_dir: Path) -> None:
     assert not run_dir.exists()
 
 
+def test_stop_is_bounded_when_quit_is_never_answered(run_dir: Path) -> None:
+    """A daemon that hangs on ``quit`` is SIGKILLed at the stop deadline and reaped."""
+    daemon = MpsDaemon(
+        mps_plan(), run_dir, control=FAKE, stop_timeout_s=0.5, base_env=env_with(FAKE_MPS_QUIT_DELAY_S="600")
+    )
+    daemon.start()
+    pipe_dir = daemon.pipe_dir
+    assert len(find_mps_processes(pipe_dir)) == 1
+    daemon.stop()
+    assert_nothing_left(pipe_dir)
+    assert not run_dir.exists()
+
+
+def test_on_launch_gets_the_cleanup_command_before_the_daemon_exists(run_dir: Path) -> None:
+    """So the launcher's guardian can quit a daemon whose launcher is SIGKILLed while it starts."""
+    seen: list[tuple[list[str], dict[str, str], str]] = []
+
+    def on_launch(command: tuple[list[str], dict[str, str], str]) -> None:
+        seen.append(command)
+        assert find_mps_processes(run_dir / "pipe") == []
+
+    with MpsDaemon(mps_plan(), run_dir, control=FAKE, on_launch=on_launch) as daemon:
+        assert seen == [daemon.cleanup_command()]
+
+
 def test_limits_applied(run_dir: Path) -> None:
     plan = mps_plan(active_thread_percentage=25, pinned_device_mem_limit="10G")
     with MpsDaemon(plan, run_dir, control=FAKE) as daemon:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -38,3 +40,23 @@ def test_descendants_leave_out_exempt_subtrees() -> None:
             subprocess.run(["pkill", "-KILL", "-P", str(p.pid)], check=False)
             p.kill()
             p.wait()
+
+
+def test_nested_signal_installs_keep_an_early_signal_and_restore_at_the_outermost() -> None:
+    """launch() catches signals for its whole run; supervise() nests inside and sees what came first."""
+    os_layer = RealOs()
+    outer_fd = os_layer.install_signals([signal.SIGUSR1])
+    try:
+        os.kill(os.getpid(), signal.SIGUSR1)  # e.g. while the MPS daemon starts
+        inner_fd = os_layer.install_signals([signal.SIGUSR1, signal.SIGCHLD])
+        assert inner_fd == outer_fd
+        assert signal.SIGUSR1 in os_layer.drain_signals()
+        os_layer.restore_signals()  # supervise() ends: still caught (MPS stop, report)
+        assert signal.getsignal(signal.SIGUSR1) not in (signal.SIG_DFL, signal.SIG_IGN)
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert signal.SIGUSR1 in os_layer.drain_signals()
+    finally:
+        os_layer.restore_signals()
+    assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL
+    assert signal.getsignal(signal.SIGCHLD) is signal.SIG_DFL
+    assert signal.set_wakeup_fd(-1) == -1

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import textwrap
 import time
 from pathlib import Path
 
+import pytest
 from test_supervise_run import HANG_GUARD_S, alive, wait_gone
 
 from openclaw_launch.guard import Guardian
@@ -71,3 +74,39 @@ def wait_gone_path(path: Path) -> bool:
     while path.exists() and time.monotonic() < deadline:
         time.sleep(0.02)
     return not path.exists()
+
+
+def test_close_is_bounded_when_the_guardian_does_not_answer() -> None:
+    """A stopped guardian never reads "done": close() SIGKILLs and reaps it instead of waiting forever."""
+    guardian = Guardian.start()
+    os.kill(guardian.pid, signal.SIGSTOP)
+    guardian.close(timeout_s=0.2)
+    with pytest.raises(ChildProcessError):  # reaped, not left <defunct>
+        os.waitpid(guardian.pid, os.WNOHANG)
+
+
+def test_a_command_bigger_than_a_pipe_buffer_reaches_the_guardian(tmp_path: Path) -> None:
+    """The MPS quit command carries the launcher's whole environment: it must arrive whole."""
+    out = tmp_path / "out"
+    (tmp_path / "count.py").write_text(
+        "import os, sys\nopen(sys.argv[1] + '.tmp', 'w').write(str(len(os.environ['BIG'])))\n"
+        "os.replace(sys.argv[1] + '.tmp', sys.argv[1])\n"
+    )
+    script = textwrap.dedent(
+        """
+        import os, signal, sys
+        from openclaw_launch.guard import Guardian
+        guardian = Guardian.start()
+        guardian.watch_command([sys.executable, sys.argv[1], sys.argv[2]], env={"BIG": "x" * 100_000})
+        os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "count.py"), str(out)], capture_output=True, timeout=HANG_GUARD_S
+    )
+    assert done.returncode == -9, done.stderr
+    deadline = time.monotonic() + HANG_GUARD_S
+    while not out.exists():
+        assert time.monotonic() < deadline, "the guardian did not run the command"
+        time.sleep(0.02)
+    assert out.read_text() == "100000"

@@ -217,8 +217,9 @@ def test_unwritable_log_dir_is_a_launch_error_and_leaves_nothing(tmp_path: Path)
     blocker.parent.mkdir(parents=True)
     blocker.write_text("a file where rank 1's log directory should go")
     with pytest.raises(LaunchError, match="writable --log-dir"):
-        run(2, ["--sleep", "60"], log_dir=str(tmp_path))
-    assert _live_children() == []  # rank 0 had started: it was killed and reaped
+        run(2, ["--ready-file", str(tmp_path / "ready-{rank}"), "--sleep", "60"], log_dir=str(tmp_path))
+    assert _live_children() == []
+    assert not list(tmp_path.glob("ready-*"))  # checked before any worker started, rank 0 included
 
 
 class ExplodingConsole(io.StringIO):

@@ -143,7 +143,7 @@ class FakeOs:
     def read_text(self, path: str) -> str | None:
         return None
 
-    def remove_file(self, path: str) -> None:
+    def fresh_file(self, path: str) -> None:
         pass
 
     def signals_sent(self, sig: int) -> list[tuple[float, int]]:
