@@ -73,7 +73,7 @@ def _orphan_child(report: str, deadline_s: float = 10.0) -> None:
         try:
             with open(f"/proc/{grandchild}/stat") as f:
                 f.read()
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):  # ESRCH: it went between open and read
             verdict = "reaped"
             break
         time.sleep(0.02)
@@ -97,7 +97,7 @@ def _mps_probe(path: str) -> None:
     try:
         with open(f"/proc/{pid}/stat") as f:
             alive = f.read().rpartition(")")[2].split()[0] != "Z"
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
         alive = False
     _write(path, json.dumps({"pid": pid, "alive": alive}))
 
