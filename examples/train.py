@@ -34,7 +34,10 @@ def main() -> None:
     else:
         device = torch.device("cpu")
         torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    dist.init_process_group(backend="nccl" if use_cuda else "gloo")
+    if use_cuda:
+        dist.init_process_group(backend="nccl", device_id=device)
+    else:
+        dist.init_process_group(backend="gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
 
     torch.manual_seed(0)
