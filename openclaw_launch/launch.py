@@ -61,7 +61,7 @@ def launch(plan: LaunchPlan, options: SuperviseOptions, report_path: str | None 
             except OSError as e:
                 _say(options, f"openclaw-launch: error: cannot write the report {report_path}: {e}")
                 code = code or 1
-        if result.exit_code != 0 or report_path:
+        if result.attempts:  # per-rank outcome, time, resources and binding in force, on every exit
             _say(options, format_report(report))
         return code
     finally:

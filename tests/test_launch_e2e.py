@@ -307,6 +307,8 @@ def test_restart_keeps_the_one_mps_daemon(tmp_path: Path) -> None:
         *worker(
             "--mps-probe",
             f"{tmp_path}/mps-{{rank}}-{{attempt}}.json",
+            "--wait-for",  # rank 0 fails only once rank 1 has probed too (it would be SIGTERMed first)
+            f"{tmp_path}/mps-1-{{attempt}}.json",
             "--only-rank",
             "0",
             "--fail-below-attempt",
