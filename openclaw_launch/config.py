@@ -60,6 +60,7 @@ use the path ``yaml``.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -75,6 +76,8 @@ MEM_POLICIES: tuple[str, ...] = ("bind", "preferred", "local", "none")
 VISIBLE_DEVICES_MODES: tuple[str, ...] = ("ordered", "isolated")
 STRICTNESS_MODES: tuple[str, ...] = ("fail", "warn")
 MPS_START_FAILURE_MODES: tuple[str, ...] = ("error", "warn")
+# What `set_default_device_pinned_mem_limit` accepts: an integer followed by M or G.
+PINNED_MEM_LIMIT_RE = re.compile(r"[1-9][0-9]*[MG]")
 
 
 @dataclass(frozen=True)

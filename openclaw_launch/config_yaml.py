@@ -22,6 +22,7 @@ from openclaw_launch.config import (
     MPS_START_FAILURE_MODES,
     NCCL_DEPRECATED,
     NCCL_NAMED_LEVELS,
+    PINNED_MEM_LIMIT_RE,
     STRICTNESS_MODES,
     VISIBLE_DEVICES_MODES,
     Config,
@@ -67,7 +68,6 @@ _MPS_KEYS = tuple(k for k in _RUNTIME_KEYS if k.startswith("mps_"))
 _UUID_RE = re.compile(r"^(GPU|MIG)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.I)
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HOST_LABEL_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
-_MEM_LIMIT_RE = re.compile(r"^[1-9][0-9]*[KMGT]$")
 
 _TAG = "tag:yaml.org,2002:"
 _KINDS = {
@@ -593,11 +593,11 @@ class _Checker:
         text = self.text(e, 'a size like "40G" or "512M"')
         if text is None:
             return None
-        if not _MEM_LIMIT_RE.match(text):
+        if not PINNED_MEM_LIMIT_RE.fullmatch(text):
             self.error(
                 e.path,
                 e.line,
-                f'{text!r} is not a size: expected a number with a unit K, M, G or T, e.g. "40G" or "512M"',
+                f'{text!r} is not a size MPS accepts: expected an integer followed by M or G, e.g. "40G" or "512M"',
             )
             return None
         return text

@@ -37,6 +37,7 @@ from types import TracebackType
 
 import psutil
 
+from openclaw_launch.config import PINNED_MEM_LIMIT_RE
 from openclaw_launch.errors import LaunchError, PlanError
 from openclaw_launch.plan import LaunchPlan, MpsPlan
 
@@ -49,7 +50,6 @@ CONTROL_LOG = "control.log"
 # starts, fails to bind and only says "Cannot find MPS control daemon process".
 _LONGEST_SOCKET = "control_privileged"
 _SUN_PATH_MAX = 107
-_PINNED_LIMIT = re.compile(r"[1-9]\d*[MG]")
 _DEVICE_LINE = re.compile(r"\s*\[(\d+)\]")
 _CLIENT_LINE = re.compile(r"(\d+)(?:\.\d+)?")
 _LOG_TAIL_LINES = 20
@@ -235,7 +235,7 @@ def _daemon_from_pid_file(pipe_dir: Path, control: str) -> psutil.Process | None
 
 def validate_pinned_limit(value: str) -> str:
     """``set_default_device_pinned_mem_limit`` takes an integer followed by M or G."""
-    if not _PINNED_LIMIT.fullmatch(value):
+    if not PINNED_MEM_LIMIT_RE.fullmatch(value):
         raise PlanError(
             f"runtime.mps_pinned_device_mem_limit {value!r} is not a memory size MPS accepts; "
             "write an integer followed by M or G, e.g. 512M or 40G"
