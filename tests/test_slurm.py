@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -34,6 +35,12 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+def free_port() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
 @pytest.fixture(scope="module")
 def slurm() -> Iterator[None]:
     started = subprocess.run(["bash", str(SLURM / "start-slurm.sh")], env=ENV, capture_output=True, text=True)
@@ -46,7 +53,8 @@ def slurm() -> Iterator[None]:
 
 def test_srun_starts_one_launcher_per_node_and_they_form_one_world(slurm: None) -> None:
     out = subprocess.run(
-        ["srun", "-l", "-N2", "--ntasks-per-node=1", *LAUNCH, "--master-port", "29641", "tests/allreduce_worker.py"],
+        ["srun", "--immediate=30", "-l", "-N2", "--ntasks-per-node=1", *LAUNCH, "--master-port", free_port()]
+        + ["tests/allreduce_worker.py"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -63,7 +71,7 @@ def test_sbatch_script(slurm: None, tmp_path: Path) -> None:
     script = tmp_path / "job.sh"
     script.write_text(
         "#!/bin/bash\n#SBATCH -N2 --ntasks-per-node=1\n"
-        f"cd {ROOT}\nsrun {' '.join(LAUNCH)} --master-port 29642 tests/allreduce_worker.py\n"
+        f"cd {ROOT}\nsrun {' '.join(LAUNCH)} --master-port {free_port()} tests/allreduce_worker.py\n"
     )
     out = tmp_path / "job.out"
     done = subprocess.run(
