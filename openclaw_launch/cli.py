@@ -120,7 +120,11 @@ class _DefaultRun(click.Group):
 @click.group(cls=_DefaultRun, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="openclaw-launch")
 def cli() -> None:
-    """Topology-aware launcher: every rank on its GPU by UUID, on that GPU's NUMA node."""
+    """Topology-aware launcher: every rank on its GPU by UUID, on that GPU's NUMA node.
+
+    Run a job as with torchrun: `openclaw-launch [OPTIONS] train.py [ARGS]...` is
+    `openclaw-launch run ...` (see `openclaw-launch run --help`).
+    """
 
 
 @dataclass(frozen=True)
@@ -181,8 +185,20 @@ def _with_common(f: Callable[..., None]) -> Callable[..., None]:
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @_with_common
-@click.option("--max-restarts", type=click.IntRange(min=0), default=0, show_default=True)
-@click.option("--restart-backoff-s", type=click.FloatRange(min=0), default=1.0, show_default=True)
+@click.option(
+    "--max-restarts",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Restart the node's whole group this many times after a failure.",
+)
+@click.option(
+    "--restart-backoff-s",
+    type=click.FloatRange(min=0),
+    default=1.0,
+    show_default=True,
+    help="Wait before restart k: this times 2**k (at most 30 s).",
+)
 @click.option(
     "--grace-period-s",
     type=click.FloatRange(min=0),
@@ -209,7 +225,7 @@ def _with_common(f: Callable[..., None]) -> Callable[..., None]:
     help="Console line prefix; fields {rank}, {local_rank}, {node}.",
 )
 @click.option("--report", "report_path", type=click.Path(dir_okay=False), help="Write the run report JSON here.")
-@click.option("--run-id", help="Job id shared by all nodes (default: random).")
+@click.option("--run-id", help="Job id shared by all nodes (default: $SLURM_JOB_ID under Slurm, else random).")
 @click.option("--dry-run", is_flag=True, help="Print the plan and start nothing.")
 @click.option("--standalone", is_flag=True, hidden=True, help="Accepted for torchrun compatibility.")
 def run(
@@ -232,7 +248,7 @@ def run(
     from openclaw_launch.launch import launch, run_dir_for
     from openclaw_launch.supervise import SuperviseOptions
 
-    job_id = run_id or uuid.uuid4().hex[:12]
+    job_id = run_id or os.environ.get("SLURM_JOB_ID") or uuid.uuid4().hex[:12]
     ranks_shown = _console_ranks(console_ranks)
     try:
         plan = _make_plan(c, job_id, max_restarts, str(run_dir_for(job_id) / "errors"))

@@ -71,7 +71,9 @@ def test_sbatch_script(slurm: None, tmp_path: Path) -> None:
     script = tmp_path / "job.sh"
     script.write_text(
         "#!/bin/bash\n#SBATCH -N2 --ntasks-per-node=1\n"
-        f"cd {ROOT}\nsrun {' '.join(LAUNCH)} --master-port {free_port()} tests/allreduce_worker.py\n"
+        f"cd {ROOT}\n"  # $SLURM_NODEID must be expanded per task, not once by the batch shell
+        f"srun bash -c 'exec {' '.join(LAUNCH)} --master-port {free_port()} "
+        f"--report {tmp_path}/report-$SLURM_NODEID.json tests/allreduce_worker.py'\n"
     )
     out = tmp_path / "job.out"
     done = subprocess.run(
@@ -79,6 +81,10 @@ def test_sbatch_script(slurm: None, tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr + (out.read_text() if out.exists() else "")
     assert "[rank 2] rank 2/3 local 0 sum 3" in out.read_text()
+    job_id = done.stdout.split()[-1]  # "Submitted batch job N"
+    reports = [json.loads((tmp_path / f"report-{n}.json").read_text()) for n in (0, 1)]
+    assert [r["node"] for r in reports] == ["node0", "node1"]
+    assert {r["run_id"] for r in reports} == {job_id}  # one run id for the job, from SLURM_JOB_ID
 
 
 def test_scancel_stops_the_launchers_and_leaves_no_worker(slurm: None, tmp_path: Path) -> None:
