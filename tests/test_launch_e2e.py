@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from test_supervise_run import HANG_GUARD_S, wait_gone
+from test_supervise_run import HANG_GUARD_S, recorded_pids, wait_gone
 from test_supervise_signals import _unshare_works, finish, wait_files
 
 from openclaw_launch.env import TORCHRUN_ENV
@@ -196,10 +196,7 @@ def test_no_worker_daemon_or_temp_dir_outlives_the_launcher(tmp_path: Path, how:
     code, _, err = finish(proc)
     expected = {"failure": 3, "sigterm": 128 + signal.SIGTERM, "sigkill": -signal.SIGKILL}[how]
     assert code == expected, err
-    pids = []
-    for f in tmp_path.glob("pids-*"):
-        recorded = json.loads(f.read_text())
-        pids += [recorded["worker"], *recorded["grandchildren"]]
+    pids = recorded_pids(tmp_path)
     assert len(pids) >= 2
     assert wait_gone(pids) == [], f"outlived the launcher ({how})"
     wait_no_mps()

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_supervise_run import wait_gone
+from test_supervise_run import recorded_pids, wait_gone
 
 ROOT = Path(__file__).resolve().parent.parent
 SLURM = ROOT / "tests" / "slurm"
@@ -125,9 +125,6 @@ def test_scancel_stops_the_launchers_and_leaves_no_worker(slurm: None, tmp_path:
         time.sleep(0.1)
     subprocess.run(["scancel", "-n", "openclaw-scancel"], check=True, timeout=30)
     job.communicate(timeout=60)
-    pids = []
-    for f in tmp_path.glob("pids-*"):
-        recorded = json.loads(f.read_text())
-        pids += [recorded["worker"], *recorded["grandchildren"]]
+    pids = recorded_pids(tmp_path)
     assert len(pids) == 6
     assert wait_gone(pids) == []

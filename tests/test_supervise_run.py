@@ -28,6 +28,15 @@ def alive(pid: int) -> bool:
         return False
 
 
+def recorded_pids(directory: Path) -> list[int]:
+    """Workers and grandchildren from every ``pids-*`` file that fake_worker --pids-file wrote there."""
+    pids: list[int] = []
+    for f in sorted(directory.glob("pids-*")):
+        data = json.loads(f.read_text())
+        pids += [data["worker"], *data["grandchildren"]]
+    return pids
+
+
 def wait_gone(pids: list[int], deadline_s: float = HANG_GUARD_S) -> list[int]:
     deadline = time.monotonic() + deadline_s
     while (left := [p for p in pids if alive(p)]) and time.monotonic() < deadline:
