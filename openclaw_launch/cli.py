@@ -243,6 +243,7 @@ def run(
     standalone: bool,
 ) -> None:
     """Run SCRIPT [ARGS...] on every planned rank and supervise it."""
+    del standalone  # accepted for torchrun compatibility: one launcher per node is always standalone
     if not c.script:
         raise click.UsageError("give the training script (or -m MODULE, or --no-python COMMAND) to run")
     from openclaw_launch.launch import launch, run_dir_for

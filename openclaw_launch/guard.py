@@ -74,9 +74,6 @@ class Guardian:
     def watch_path(self, path: str) -> None:
         self._send({"op": "watch_path", "path": path})
 
-    def unwatch_path(self, path: str) -> None:
-        self._send({"op": "unwatch_path", "path": path})
-
     def watch_command(
         self,
         argv: Sequence[str],
@@ -161,8 +158,6 @@ def _guard(fd: int) -> None:
                 pgids.pop(msg["pgid"], None)
             elif op == "watch_path":
                 paths[msg["path"]] = None
-            elif op == "unwatch_path":
-                paths.pop(msg["path"], None)
             elif op == "watch_command":
                 commands[msg["id"]] = msg
             elif op == "unwatch_command":

@@ -1,12 +1,11 @@
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from topo_helpers import DATA, write_sysfs
 
 from openclaw_launch.topology.model import IbPort
-from openclaw_launch.topology.sysfs import allowed_cpus_from_status, read_pci_device, read_sysfs
+from openclaw_launch.topology.sysfs import read_pci_device, read_sysfs
 
 AER_COR = "RxErr 2\nBadTLP 3\nBadDLLP 0\nRollover 0\nTimeout 2\nNonFatalErr 0\nTOTAL_ERR_COR 7\n"
 AER_NONFATAL = "Undefined 0\nDLP 0\nSDES 0\nTLP 0\nFCP 0\nCmpltTO 1\nTOTAL_ERR_NONFATAL 1\n"
@@ -116,11 +115,3 @@ def test_infiniband_ports(tmp_path: Path) -> None:
         IbPort("mlx5_0", 1, "4: ACTIVE", {"link_downed": 1, "port_xmit_data": 123456789, "symbol_error": 3}),
         IbPort("mlx5_1", 1, "1: DOWN", {}),
     )
-
-
-def test_allowed_cpus_from_status() -> None:
-    status = "Name:\tpython\nCpus_allowed:\tff\nCpus_allowed_list:\t0-3,8\nMems_allowed_list:\t0\n"
-    assert allowed_cpus_from_status(status) == (0, 1, 2, 3, 8)
-    assert allowed_cpus_from_status("Name:\tpython\n") is None
-    own = Path("/proc/self/status").read_text()
-    assert allowed_cpus_from_status(own) == tuple(sorted(os.sched_getaffinity(0)))

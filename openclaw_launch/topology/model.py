@@ -84,12 +84,6 @@ class Topology:
                 return g
         return None
 
-    def gpu_by_bus_id(self, bus_id: str) -> GpuInfo | None:
-        for g in self.gpus:
-            if g.pci_bus_id == bus_id:
-                return g
-        return None
-
     def describe_gpus(self) -> str:
         """One line per GPU, for errors that must list what is there."""
         if not self.gpus:

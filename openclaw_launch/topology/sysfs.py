@@ -191,15 +191,3 @@ def read_sysfs(root: Path = Path("/"), bus_ids: Iterable[str] = ()) -> SysfsFact
         pci=pci,
         infiniband=read_infiniband(root),
     )
-
-
-def allowed_cpus_from_status(text: str) -> tuple[int, ...] | None:
-    """``Cpus_allowed_list`` of a ``/proc/PID/status`` text: the binding actually in force."""
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "Cpus_allowed_list":
-            try:
-                return parse_cpulist(value)
-            except ValueError:
-                return None
-    return None
