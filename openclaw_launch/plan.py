@@ -395,10 +395,11 @@ def _policy_warnings(config: Config, node: NodeSpec, options: PlanOptions) -> li
 
 def _entry_argv(options: PlanOptions) -> list[str]:
     e = options.entry
+    # -u as torchrun: a killed worker's last output is not lost in its stdio buffer.
     if e.kind == "script":
-        return [options.python, e.target, *e.args]
+        return [options.python, "-u", e.target, *e.args]
     if e.kind == "module":
-        return [options.python, "-m", e.target, *e.args]
+        return [options.python, "-u", "-m", e.target, *e.args]
     return [e.target, *e.args]
 
 

@@ -290,7 +290,7 @@ def test_entry_kinds() -> None:
     topo = dgx(n=1)
     cfg = config(node_from(topo))
     mod = plan_for(cfg, topo, entry=Entry("module", "pkg.train", ("-v",)), python="py")
-    assert mod.ranks[0].argv[3:] == ("py", "-m", "pkg.train", "-v")
+    assert mod.ranks[0].argv[3:] == ("py", "-u", "-m", "pkg.train", "-v")
     exe = plan_for(cfg, topo, entry=Entry("exec", "/bin/echo", ("hi",)))
     assert exe.ranks[0].argv[3:] == ("/bin/echo", "hi")
 
