@@ -99,6 +99,7 @@ def test_node_policy_on_two_socket_host() -> None:
             f"--cpunodebind={numa}",
             f"--membind={numa}",
             "/usr/bin/python3",
+            "-u",
             "train.py",
             "--epochs",
             "3",
