@@ -57,7 +57,12 @@ def _topology(snapshot: str | None, with_gpus: bool) -> Topology:
 
 
 def _make_plan(
-    c: _Common, run_id: str = "none", max_restarts: int = 0, error_file_dir: str | None = None
+    c: _Common,
+    run_id: str = "none",
+    max_restarts: int = 0,
+    error_file_dir: str | None = None,
+    telemetry_socket: str | None = None,
+    telemetry_hooks: bool = True,
 ) -> LaunchPlan:
     entry = _entry(c.script or ("train.py",), c.module, c.no_python)
     if c.config_path:
@@ -86,6 +91,8 @@ def _make_plan(
         error_file_dir=error_file_dir,
         numactl=shutil.which("numactl"),
         strictness=c.strictness,
+        telemetry_socket=telemetry_socket,
+        telemetry_hooks=telemetry_hooks,
     )
     return build_plan(config, topology, options)
 
@@ -226,6 +233,28 @@ def _with_common(f: Callable[..., None]) -> Callable[..., None]:
 )
 @click.option("--report", "report_path", type=click.Path(dir_okay=False), help="Write the run report JSON here.")
 @click.option("--run-id", help="Job id shared by all nodes (default: $SLURM_JOB_ID under Slurm, else random).")
+@click.option(
+    "--telemetry",
+    type=click.Choice(["hooks", "api", "off"]),
+    default="hooks",
+    show_default=True,
+    help="Per-step statistics: hooks = zero-code torch hooks plus the telemetry API; api = only "
+    "telemetry.step()/section(); off = none (no statistics, no straggler verdict).",
+)
+@click.option(
+    "--stats-interval-s",
+    type=click.FloatRange(min=0),
+    default=60.0,
+    show_default=True,
+    help="Print a one-line straggler summary this often while the job runs (0 = never).",
+)
+@click.option(
+    "--straggler-threshold-pct",
+    type=click.FloatRange(min=0),
+    default=5.0,
+    show_default=True,
+    help="Name a straggler when one rank is busy this % of the median step longer than the others.",
+)
 @click.option("--dry-run", is_flag=True, help="Print the plan and start nothing.")
 @click.option("--standalone", is_flag=True, hidden=True, help="Accepted for torchrun compatibility.")
 def run(
@@ -239,6 +268,9 @@ def run(
     prefix_template: str,
     report_path: str | None,
     run_id: str | None,
+    telemetry: str,
+    stats_interval_s: float,
+    straggler_threshold_pct: float,
     dry_run: bool,
     standalone: bool,
 ) -> None:
@@ -246,13 +278,15 @@ def run(
     del standalone  # accepted for torchrun compatibility: one launcher per node is always standalone
     if not c.script:
         raise click.UsageError("give the training script (or -m MODULE, or --no-python COMMAND) to run")
-    from openclaw_launch.launch import launch, run_dir_for
+    from openclaw_launch.launch import StatsOptions, launch, run_dir_for
     from openclaw_launch.supervise import SuperviseOptions
 
     job_id = run_id or os.environ.get("SLURM_JOB_ID") or uuid.uuid4().hex[:12]
     ranks_shown = _console_ranks(console_ranks)
+    run_dir = run_dir_for(job_id)
+    socket_path = None if telemetry == "off" else str(run_dir / "telemetry.sock")
     try:
-        plan = _make_plan(c, job_id, max_restarts, str(run_dir_for(job_id) / "errors"))
+        plan = _make_plan(c, job_id, max_restarts, str(run_dir / "errors"), socket_path, telemetry == "hooks")
     except OpenclawError as e:
         _fail(e)
     for w in plan.warnings:
@@ -270,7 +304,8 @@ def run(
         prefix_template=prefix_template,
     )
     try:
-        code = launch(plan, options, report_path=report_path)
+        stats = StatsOptions(interval_s=stats_interval_s, threshold_pct=straggler_threshold_pct)
+        code = launch(plan, options, report_path=report_path, stats=stats)
     except OpenclawError as e:
         _fail(e)
     sys.exit(code)

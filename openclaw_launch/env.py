@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from openclaw_launch.config import Runtime
+from openclaw_launch.telemetry import wire
 from openclaw_launch.topology.cpulist import format_cpulist
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ TORCHRUN_ENV: frozenset[str] = frozenset(
 _OPENCLAW_RANK_ENV = frozenset(
     "OPENCLAW_NODE OPENCLAW_NODE_RANK OPENCLAW_GPU_UUID OPENCLAW_PCI_BUS_ID OPENCLAW_NUMA_NODE OPENCLAW_CPUS "
     "OPENCLAW_BACKEND OPENCLAW_CUDA_DEVICE_INDEX".split()
-)
+) | {wire.SOCKET_ENV, wire.HOOKS_ENV}
 # Set by the launcher for each rank; a user value for one of these is overridden.
 RESERVED_ENV: frozenset[str] = (
     TORCHRUN_ENV | _OPENCLAW_RANK_ENV | {"CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES", "OPENCLAW_RUN_ID"}
@@ -65,6 +66,8 @@ class JobEnv:
     restart_count: int = 0
     max_restarts: int = 0
     error_file_dir: str | None = None
+    telemetry_socket: str | None = None  # per-step statistics go here (telemetry.wire)
+    telemetry_hooks: bool = True
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,27 @@ def rank_env(job: JobEnv, slot: RankSlot) -> dict[str, str]:
     env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     env["CUDA_VISIBLE_DEVICES"] = slot.cuda_visible_devices if slot.gpu_uuid is not None else ""
     env.update(_openclaw_env(job, slot))
+    env.update(_telemetry_env(job, slot))
+    return env
+
+
+# NCCL's flight recorder with timing gives each rank's time in collectives, the wait signal on GPUs
+# (the CPU does not wait in NCCL calls). Set only when the user has not chosen these themselves.
+FLIGHT_RECORDER_ENV = {"TORCH_FR_BUFFER_SIZE": "2000", "TORCH_NCCL_ENABLE_TIMING": "1"}
+_FLIGHT_RECORDER_USER_VARS = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_ENABLE_TIMING")
+
+
+def _telemetry_env(job: JobEnv, slot: RankSlot) -> dict[str, str]:
+    if job.telemetry_socket is None:
+        return {}
+    env = {wire.SOCKET_ENV: job.telemetry_socket}
+    if not job.telemetry_hooks:
+        env[wire.HOOKS_ENV] = "0"
+    user_set = any(
+        k in job.base_env or k in job.runtime.env or k in job.runtime.nccl_env for k in _FLIGHT_RECORDER_USER_VARS
+    )
+    if slot.gpu_uuid is not None and not user_set:
+        env.update(FLIGHT_RECORDER_ENV)
     return env
 
 

@@ -15,8 +15,9 @@ import os
 import shutil
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from openclaw_launch.errors import LaunchError
 from openclaw_launch.guard import Guardian
@@ -34,6 +35,7 @@ from openclaw_launch.supervise import (
 
 if TYPE_CHECKING:
     from openclaw_launch.mps import MpsDaemon
+    from openclaw_launch.stats.session import StatsSession
 
 
 def run_dir_for(run_id: str) -> Path:
@@ -46,14 +48,25 @@ def with_env(plan: LaunchPlan, extra: dict[str, str]) -> LaunchPlan:
     return dataclasses.replace(plan, ranks=ranks)
 
 
-def launch(plan: LaunchPlan, options: SuperviseOptions, report_path: str | None = None) -> int:
+@dataclass(frozen=True)
+class StatsOptions:
+    """Per-step statistics and the straggler verdict (on when the plan has a telemetry socket)."""
+
+    interval_s: float = 60.0  # the live one-line summary; 0 = none
+    threshold_pct: float = 5.0  # a straggler is busy this much of the median step longer than the others
+    sample_gpus: bool = True  # NVML sampling of the plan's GPUs
+
+
+def launch(
+    plan: LaunchPlan, options: SuperviseOptions, report_path: str | None = None, stats: StatsOptions | None = None
+) -> int:
     """Run the plan; return the launcher's exit code."""
     os_layer = RealOs()
     os_layer.install_signals(FORWARDED_SIGNALS)
     try:
-        result = _run(plan, options, os_layer)
+        result, statistics = _run(plan, options, os_layer, stats or StatsOptions())
         result = _with_late_signal(result, _forwarded(os_layer.drain_signals()), options)
-        report = build_report(plan, result)
+        report = build_report(plan, result, statistics)
         code = result.exit_code
         if report_path:
             try:
@@ -68,9 +81,12 @@ def launch(plan: LaunchPlan, options: SuperviseOptions, report_path: str | None 
         os_layer.restore_signals()
 
 
-def _run(plan: LaunchPlan, options: SuperviseOptions, os_layer: RealOs) -> JobResult:
+def _run(
+    plan: LaunchPlan, options: SuperviseOptions, os_layer: RealOs, stats: StatsOptions
+) -> tuple[JobResult, dict[str, Any] | None]:
     """Set everything up, supervise, tear everything down (in reverse order, whatever happens)."""
     run_dir = _make_run_dir(run_dir_for(plan.run_id))
+    session: StatsSession | None = None
     with contextlib.ExitStack() as undo:
         # Subreaper before MPS starts: `nvidia-cuda-mps-control -d` double-forks, and an orphan handed
         # to an init that never reaps stays <defunct> (seen on the H200 host). Ours are reaped here.
@@ -84,6 +100,9 @@ def _run(plan: LaunchPlan, options: SuperviseOptions, os_layer: RealOs) -> JobRe
         if daemon is not None:
             undo.callback(daemon.stop)
             plan = with_env(plan, daemon.worker_env())
+        if plan.telemetry_socket is not None:
+            session = _start_stats(plan, plan.telemetry_socket, stats, options)
+            undo.callback(session.close)
         early = _forwarded(os_layer.drain_signals())
         if early:  # e.g. Ctrl-C while the MPS daemon started: start no worker at all
             result = _not_started(early[0], options)
@@ -91,8 +110,32 @@ def _run(plan: LaunchPlan, options: SuperviseOptions, os_layer: RealOs) -> JobRe
             # The daemon may be our descendant (we are a child subreaper): spare it from leftover kills.
             exempt = [daemon.pid] if daemon is not None and daemon.pid is not None else []
             hooks = SuperviseHooks(exempt_pids=lambda: exempt)
+            if session is not None:
+                hooks = dataclasses.replace(
+                    hooks,
+                    before_attempt=session.before_attempt,
+                    readers={session.inbox.fileno(): session.drain},
+                    every=(stats.interval_s, session.live_line) if stats.interval_s > 0 else None,
+                )
             result = supervise(plan, options, os_layer, hooks, guardian=guardian)
-    return result
+        statistics = session.finish(_binding_warnings(result)) if session is not None else None
+    return result, statistics
+
+
+def _start_stats(plan: LaunchPlan, socket_path: str, stats: StatsOptions, options: SuperviseOptions) -> StatsSession:
+    from openclaw_launch.stats.session import StatsSession
+
+    gpu_source = None
+    if stats.sample_gpus:
+        from openclaw_launch.stats.gpu import PynvmlSource
+
+        gpu_source = PynvmlSource
+    return StatsSession(plan, socket_path, stats.threshold_pct, lambda text: _say(options, text), gpu_source)
+
+
+def _binding_warnings(result: JobResult) -> dict[int, str]:
+    last = result.results[-1] if result.results else ()
+    return {w.rank: w.binding_warning for w in last if w.binding_warning}
 
 
 def _make_run_dir(run_dir: Path) -> Path:

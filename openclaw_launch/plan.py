@@ -55,6 +55,8 @@ class PlanOptions:
     error_file_dir: str | None = None  # TORCHELASTIC_ERROR_FILE lives under it, per rank
     numactl: str | None = "numactl"  # path to numactl; None = not installed (plan without it, warn)
     strictness: str | None = None  # CLI override of runtime.strictness
+    telemetry_socket: str | None = None  # where ranks send per-step statistics; None = statistics off
+    telemetry_hooks: bool = True  # run Python entries through the zero-code bootstrap
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,7 @@ class LaunchPlan:
     ranks: tuple[RankPlan, ...]
     mps: MpsPlan | None = None
     warnings: tuple[str, ...] = ()
+    telemetry_socket: str | None = None  # per-step statistics channel (telemetry.wire); None = off
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -137,6 +140,7 @@ class LaunchPlan:
                 "gpu_uuids": list(self.mps.gpu_uuids),
             },
             "warnings": list(self.warnings),
+            "telemetry_socket": self.telemetry_socket,
             "ranks": [r.to_json() for r in self.ranks],
         }
 
@@ -180,6 +184,8 @@ def build_plan(config: Config, topology: Topology, options: PlanOptions) -> Laun
         restart_count=options.restart_count,
         max_restarts=options.max_restarts,
         error_file_dir=options.error_file_dir,
+        telemetry_socket=options.telemetry_socket,
+        telemetry_hooks=options.telemetry_hooks,
     )
     ranks = _ranks(config, node_rank, topology, options, job, resolved, result)
     return LaunchPlan(
@@ -194,6 +200,7 @@ def build_plan(config: Config, topology: Topology, options: PlanOptions) -> Laun
         ranks=ranks,
         mps=_mps(config, resolved) if runtime.enable_mps and not node.is_cpu else None,
         warnings=tuple(dict.fromkeys(warnings)),
+        telemetry_socket=options.telemetry_socket,
     )
 
 
@@ -393,14 +400,18 @@ def _policy_warnings(config: Config, node: NodeSpec, options: PlanOptions) -> li
     return out
 
 
+BOOTSTRAP_MODULE = "openclaw_launch.telemetry.bootstrap"
+
+
 def _entry_argv(options: PlanOptions) -> list[str]:
+    """-u as torchrun: a killed worker's last output is not lost in its stdio buffer. With
+    statistics on, Python entries run through the bootstrap, which leaves sys.argv as it is."""
     e = options.entry
-    # -u as torchrun: a killed worker's last output is not lost in its stdio buffer.
-    if e.kind == "script":
-        return [options.python, "-u", e.target, *e.args]
-    if e.kind == "module":
-        return [options.python, "-u", "-m", e.target, *e.args]
-    return [e.target, *e.args]
+    if e.kind == "exec":
+        return [e.target, *e.args]
+    target = [e.target] if e.kind == "script" else ["-m", e.target]
+    front = ["-m", BOOTSTRAP_MODULE] if options.telemetry_socket and options.telemetry_hooks else []
+    return [options.python, "-u", *front, *target, *e.args]
 
 
 def _prefix(binding: Binding, mem_policy: str, numactl: str | None) -> list[str]:

@@ -1,23 +1,31 @@
-"""The run report: per-rank outcome, resources and binding in force, as JSON and as a table.
+"""The run report: per-rank outcome, resources, binding in force, step statistics and the
+straggler verdict, as JSON and as a table.
 
 Written atomically (temp file + rename) whatever the job's outcome, so a reader never sees half a
-report. Schema ``openclaw-report/1``; ``openclaw-launch report RUN.json`` renders a saved one.
+report. Schema ``openclaw-report/2`` (documented in docs/report-format.md);
+``openclaw-launch report RUN.json`` renders a saved one.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import statistics
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from openclaw_launch.errors import OpenclawError
 from openclaw_launch.files import write_atomic
 from openclaw_launch.plan import LaunchPlan
+from openclaw_launch.stats.collect import RankSummary
+from openclaw_launch.stats.verdict import Straggler, format_verdict, wait_source, waited_for_others
 from openclaw_launch.supervise import JobResult, WorkerResult, signal_name
+from openclaw_launch.telemetry.wire import INPUT
 from openclaw_launch.topology.cpulist import format_cpulist
 
-SCHEMA = "openclaw-report/1"
+SCHEMA = "openclaw-report/2"
+_READABLE_SCHEMAS = ("openclaw-report/1", SCHEMA)
 
 
 def _rank_entry(w: WorkerResult) -> dict[str, Any]:
@@ -38,9 +46,48 @@ def _rank_entry(w: WorkerResult) -> dict[str, Any]:
     }
 
 
-def build_report(plan: LaunchPlan, result: JobResult) -> dict[str, Any]:
+def _statistics_entry(summary: RankSummary, waited_s: float) -> dict[str, Any]:
+    """One rank's step statistics (per step, seconds; shares of the mean step)."""
+    sync = set(summary.sync_phases)
+    input_share = summary.phases[INPUT].share if INPUT in summary.phases else 0.0
+    wait_share = waited_s / summary.step_mean_s if summary.step_mean_s else 0.0
+    return {
+        "steps": summary.steps,
+        "measured_steps": summary.measured_steps,
+        "step_source": summary.step_source,
+        "step_time_s": {
+            "p50": _r(summary.step_p50_s),
+            "p90": _r(summary.step_p90_s),
+            "p99": _r(summary.step_p99_s),
+            "max": _r(summary.step_max_s),
+            "mean": _r(summary.step_mean_s),
+        },
+        "sections": {
+            name: {"p50": _r(p.p50_s), "p90": _r(p.p90_s), "mean": _r(p.mean_s), "share": round(p.share, 4)}
+            for name, p in summary.phases.items()
+        },
+        "sync_sections": sorted(sync),
+        "input_wait_share": round(input_share, 4),
+        "wait_share": round(min(wait_share, 1.0), 4),
+        "wait_s": _r(waited_s),
+        "sync_sections_s": _r(summary.wait_s),
+        "gpu_collective_s": _r(summary.gpu_sync_s) if summary.gpu_sync_s is not None else None,
+        "busy_s": _r(summary.step_mean_s - waited_s),
+        "dropped_batches": summary.dropped_batches,
+    }
+
+
+def _r(seconds: float) -> float:
+    return round(seconds, 6)
+
+
+def build_report(plan: LaunchPlan, result: JobResult, statistics: Mapping[str, Any] | None = None) -> dict[str, Any]:
     planned = {r.rank: r for r in plan.ranks}
     last = result.results[-1] if result.results else ()
+    stats = statistics or {}
+    by_rank = {s.rank: s for s in stats.get("summaries", ())}
+    waited = waited_for_others(list(by_rank.values()))
+    gpus: Mapping[str, Any] = stats.get("gpus", {})
     ranks = []
     for w in last:
         entry = _rank_entry(w)
@@ -49,6 +96,9 @@ def build_report(plan: LaunchPlan, result: JobResult) -> dict[str, Any]:
             entry.update(
                 gpu_uuid=p.gpu_uuid, pci_bus_id=p.pci_bus_id, numa_node=p.numa_node, planned_cpus=format_cpulist(p.cpus)
             )
+        summary = by_rank.get(w.rank)
+        entry["statistics"] = _statistics_entry(summary, waited[w.rank]) if summary is not None else None
+        entry["gpu"] = gpus.get(p.gpu_uuid) if p is not None and p.gpu_uuid else None
         ranks.append(entry)
     return {
         "schema": SCHEMA,
@@ -60,6 +110,16 @@ def build_report(plan: LaunchPlan, result: JobResult) -> dict[str, Any]:
         "signal_received": signal_name(result.signal_received) if result.signal_received else None,
         "root_cause": _rank_entry(result.root_cause) if result.root_cause else None,
         "unkillable_pids": list(result.unkillable),
+        "statistics": None
+        if statistics is None
+        else {
+            "threshold_pct": stats.get("threshold_pct"),
+            "wait_source": wait_source(stats.get("summaries", ())),
+            "sync_bound_share": stats.get("sync_bound_share"),
+            "gpu_error": stats.get("gpu_error"),
+            "bad_datagrams": stats.get("bad_datagrams", 0),
+        },
+        "stragglers": [s.to_json() for s in stats.get("stragglers", ())],
         "ranks": ranks,
     }
 
@@ -74,14 +134,18 @@ def load_report(path: str | os.PathLike[str]) -> dict[str, Any]:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as e:
         raise OpenclawError(f"cannot read report {path}: {e}") from e
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+    if not isinstance(data, dict) or data.get("schema") not in _READABLE_SCHEMAS:
         raise OpenclawError(f"{path} is not an openclaw-launch report (expected schema {SCHEMA!r})")
     return data
 
 
 def format_report(report: dict[str, Any]) -> str:
-    """One line per rank: how it ended, its wall/CPU time, peak RSS and the CPUs it was really on."""
-    head = f"{'rank':>4} {'node':<12} {'exit':>8} {'wall_s':>8} {'cpu_s':>8} {'rss_MiB':>8}  bound cpus / mems"
+    """One line per rank: how it ended, wall/CPU time, peak RSS, step time and where the step went,
+    the CPUs it was really on; then the straggler verdict."""
+    head = (
+        f"{'rank':>4} {'node':<12} {'exit':>8} {'wall_s':>8} {'cpu_s':>8} {'rss_MiB':>8} {'steps':>6} "
+        f"{'p50_ms':>7} {'p90_ms':>7} {'input':>6} {'work':>6} {'wait':>6}  bound cpus / mems"
+    )
     lines = [
         f"run {report['run_id']} on {report['node']}: exit {report['exit_code']}, {report['attempts']} attempt(s)",
         head,
@@ -91,10 +155,46 @@ def format_report(report: dict[str, Any]) -> str:
         rss = f"{r['max_rss_kib'] / 1024:.0f}" if r["max_rss_kib"] else "-"
         cpu = f"{r['cpu_s']:.2f}" if r["cpu_s"] is not None else "-"
         wall = f"{r['wall_s']:.2f}" if r["wall_s"] is not None else "-"
+        steps = _step_columns(r.get("statistics"))
         lines.append(
-            f"{r['rank']:>4} {r['node']:<12} {ended:>8} {wall:>8} {cpu:>8} {rss:>8}  "
+            f"{r['rank']:>4} {r['node']:<12} {ended:>8} {wall:>8} {cpu:>8} {rss:>8} {steps}  "
             f"{r['bound_cpus'] or '?'} / {r['bound_mems'] or '?'}"
         )
         if r.get("binding_warning"):
             lines.append(f"     ! {r['binding_warning']}")
+    lines += _verdict_lines(report)
     return "\n".join(lines)
+
+
+def _step_columns(stats: Mapping[str, Any] | None) -> str:
+    if not stats or not stats.get("measured_steps"):
+        steps = stats["steps"] if stats else "-"
+        return f"{steps:>6} {'-':>7} {'-':>7} {'-':>6} {'-':>6} {'-':>6}"
+    step = stats["step_time_s"]
+    input_share, wait_share = stats["input_wait_share"], stats["wait_share"]
+    work_share = max(1.0 - input_share - wait_share, 0.0)
+    return (
+        f"{stats['steps']:>6} {1000 * step['p50']:>7.1f} {1000 * step['p90']:>7.1f} "
+        f"{100 * input_share:>5.0f}% {100 * work_share:>5.0f}% {100 * wait_share:>5.0f}%"
+    )
+
+
+def _verdict_lines(report: Mapping[str, Any]) -> list[str]:
+    stats = report.get("statistics")
+    if stats is None:
+        return []
+    measured = [r["statistics"] for r in report["ranks"] if r.get("statistics") and r["statistics"]["measured_steps"]]
+    if not measured:
+        return ["statistics: no steps seen (telemetry.step(), or torch with an optimizer or DataLoader, gives them)"]
+    median_step = statistics.median(s["step_time_s"]["mean"] for s in measured)
+    lines = [format_verdict(Straggler.from_json(s), median_step) for s in report.get("stragglers", ())]
+    if not lines:
+        lines.append(f"straggler: none (no rank busy {stats['threshold_pct']:g} % of the step longer than the others)")
+    if stats.get("sync_bound_share"):
+        lines.append(
+            f"synchronisation: every rank waits at least {100 * stats['sync_bound_share']:.0f} % of its step for the "
+            "others: the collectives themselves are slow (network, topology, NCCL settings), not one rank"
+        )
+    if stats.get("gpu_error"):
+        lines.append(f"gpu: {stats['gpu_error']}")
+    return lines

@@ -24,7 +24,7 @@ import os
 import signal
 import sys
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
@@ -84,6 +84,8 @@ class SuperviseHooks:
     before_attempt: Callable[[int], None] | None = None
     after_attempt: Callable[[int, tuple[WorkerResult, ...]], None] | None = None
     exempt_pids: Callable[[], Iterable[int]] | None = None  # never killed as leftovers (with their children)
+    readers: Mapping[int, Callable[[], None]] = field(default_factory=dict)  # fd -> call when readable
+    every: tuple[float, Callable[[], None]] | None = None  # (interval_s, callback) while workers run
 
 
 @dataclass(frozen=True)
@@ -345,9 +347,13 @@ class _Supervisor:
     def run(self) -> JobResult:
         old_subreaper = self.os.set_child_subreaper(True)
         self.wakeup_fd = self.os.install_signals((*FORWARDED_SIGNALS, signal.SIGCHLD))
+        for fd in self.hooks.readers:
+            self.os.watch_fd(fd)
         try:
             return self._run_attempts()
         finally:
+            for fd in self.hooks.readers:
+                self.os.unwatch_fd(fd)
             try:
                 if self.attempt_open:  # an exception escaped (e.g. from a hook): still no orphan
                     self._finish_attempt()
@@ -434,6 +440,8 @@ class _Supervisor:
                 _close_logs(rank_logs)
         if self.state is State.STARTING:
             self.state = State.RUNNING
+            if self.hooks.every is not None:
+                self._repeat(*self.hooks.every)
         self._loop(lambda: not self.live or self.gave_up)
         return self._finish_attempt()
 
@@ -543,12 +551,24 @@ class _Supervisor:
                         self._on_signal(sig)
             elif fd in self.streams:
                 self._read(self.streams[fd])
+            elif fd in self.hooks.readers:
+                self.hooks.readers[fd]()
         for reaped in self.os.reap():
             self._on_reaped(reaped)
         self._run_timers()
 
     def _at(self, delay: float, callback: Callable[[], None]) -> None:
         heapq.heappush(self._timers, (self.os.monotonic() + delay, next(self._seq), callback))
+
+    def _repeat(self, interval_s: float, callback: Callable[[], None]) -> None:
+        """Call ``callback`` every ``interval_s`` while this attempt runs (its timers end with it)."""
+
+        def tick() -> None:
+            callback()
+            if self.state is State.RUNNING:
+                self._at(interval_s, tick)
+
+        self._at(interval_s, tick)
 
     def _next_timeout(self) -> float | None:
         return None if not self._timers else self._timers[0][0] - self.os.monotonic()

@@ -100,7 +100,7 @@ def test_failure_report_is_written_and_exit_code_is_the_workers(tmp_path: Path) 
     assert code == 7, err
     assert "root cause: rank 1" in err and "boom" in err
     data = json.loads(report.read_text())
-    assert data["schema"] == "openclaw-report/1" and data["exit_code"] == 7
+    assert data["schema"] == "openclaw-report/2" and data["exit_code"] == 7
     assert data["root_cause"]["rank"] == 1
     assert not list(tmp_path.glob(".run.json*"))  # atomic: no temp file left
 

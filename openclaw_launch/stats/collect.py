@@ -1,0 +1,154 @@
+"""Per-rank accumulation of the workers' batches into bounded summaries.
+
+The first ``WARMUP_STEPS`` steps of each rank are counted but left out of the distributions
+(compilation, allocator and autotuning make them unrepresentative). ``window()`` gives the same
+summary over the steps since its previous call, for the live one-line report.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+from openclaw_launch.stats.histogram import LogHistogram
+from openclaw_launch.telemetry import wire
+
+WARMUP_STEPS = 3
+OTHER = "other"  # step time no phase claimed
+
+
+@dataclass(frozen=True)
+class PhaseSummary:
+    mean_s: float  # per step, averaged over measured steps (phases add up to the step)
+    p50_s: float
+    p90_s: float
+    share: float  # of the mean step time
+
+
+@dataclass(frozen=True)
+class RankSummary:
+    rank: int
+    steps: int  # all steps seen
+    measured_steps: int  # steps in the distributions (after warm-up)
+    step_p50_s: float
+    step_p90_s: float
+    step_p99_s: float
+    step_max_s: float
+    step_mean_s: float
+    phases: dict[str, PhaseSummary]
+    sync_phases: tuple[str, ...]  # phases that contain waiting for other ranks
+    gpu_sync_s: float | None  # NCCL collective time per step (flight recorder), when known
+    step_source: str
+    dropped_batches: int
+
+    def phase_mean(self, name: str) -> float:
+        phase = self.phases.get(name)
+        return phase.mean_s if phase is not None else 0.0
+
+    @property
+    def wait_s(self) -> float:
+        """Time per step in phases that contain waiting for peers (CPU view)."""
+        return sum(self.phase_mean(p) for p in self.sync_phases)
+
+
+@dataclass
+class _RankStats:
+    rank: int
+    steps: int = 0
+    step: LogHistogram = field(default_factory=LogHistogram)
+    phases: dict[str, LogHistogram] = field(default_factory=dict)
+    sync_phases: set[str] = field(default_factory=set)
+    gpu_sync_total_s: float = 0.0
+    gpu_sync_steps: int = 0  # steps covered by batches that carried flight-recorder time
+    step_source: str = "none"
+    dropped_batches: int = 0
+
+    def add(self, batch: wire.Batch) -> None:
+        self.step_source = batch.step_source
+        self.sync_phases.update(batch.sync_phases)
+        self.dropped_batches += batch.dropped_batches
+        measured = 0
+        for step_s, phases in batch.steps:
+            self.steps += 1
+            if self.steps <= WARMUP_STEPS:
+                continue
+            measured += 1
+            self.step.add(step_s)
+            claimed = 0.0
+            for name in (set(self.phases) | set(phases)) - {OTHER}:
+                value = phases.get(name, 0.0)
+                claimed += value
+                self._phase(name).add(value)
+            self._phase(OTHER).add(max(step_s - claimed, 0.0))
+        if batch.gpu_sync_s is not None and measured:
+            self.gpu_sync_total_s += batch.gpu_sync_s * measured / max(len(batch.steps), 1)
+            self.gpu_sync_steps += measured
+
+    def _phase(self, name: str) -> LogHistogram:
+        hist = self.phases.get(name)
+        if hist is None:  # a phase first seen late was 0 in every earlier measured step
+            hist = self.phases[name] = LogHistogram()
+            for _ in range(self.step.count - 1):
+                hist.add(0.0)
+        return hist
+
+    def summary(self) -> RankSummary:
+        mean_step = self.step.mean
+        phases = {
+            name: PhaseSummary(
+                mean_s=hist.mean,
+                p50_s=hist.quantile(0.5),
+                p90_s=hist.quantile(0.9),
+                share=hist.mean / mean_step if mean_step else 0.0,
+            )
+            for name, hist in sorted(self.phases.items())
+        }
+        return RankSummary(
+            rank=self.rank,
+            steps=self.steps,
+            measured_steps=self.step.count,
+            step_p50_s=self.step.quantile(0.5),
+            step_p90_s=self.step.quantile(0.9),
+            step_p99_s=self.step.quantile(0.99),
+            step_max_s=self.step.max,
+            step_mean_s=mean_step,
+            phases=phases,
+            sync_phases=tuple(sorted(self.sync_phases & set(phases))),
+            gpu_sync_s=self.gpu_sync_total_s / self.gpu_sync_steps if self.gpu_sync_steps else None,
+            step_source=self.step_source,
+            dropped_batches=self.dropped_batches,
+        )
+
+
+class Collector:
+    def __init__(self) -> None:
+        self._ranks: dict[int, _RankStats] = {}
+        self._window: dict[int, _RankStats] = {}
+        self.bad_datagrams = 0
+
+    def feed(self, data: bytes) -> None:
+        batch = wire.decode(data)
+        if batch is None:
+            self.bad_datagrams += 1
+            return
+        for table in (self._ranks, self._window):
+            stats = table.get(batch.rank)
+            if stats is None:
+                stats = table[batch.rank] = _RankStats(batch.rank)
+                if table is self._window and batch.rank in self._ranks:  # past warm-up already
+                    stats.steps = max(self._ranks[batch.rank].steps - len(batch.steps), 0)
+            stats.add(copy.copy(batch))
+
+    def reset(self) -> None:
+        """A new attempt: its statistics start from nothing."""
+        self._ranks.clear()
+        self._window.clear()
+
+    def summaries(self) -> list[RankSummary]:
+        return [self._ranks[r].summary() for r in sorted(self._ranks)]
+
+    def window(self) -> list[RankSummary]:
+        """Summaries of the steps since the previous call."""
+        out = [self._window[r].summary() for r in sorted(self._window)]
+        self._window = {}
+        return out

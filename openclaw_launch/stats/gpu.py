@@ -1,0 +1,214 @@
+"""NVML samples per GPU, taken by a thread of the launcher (never by the supervision loop).
+
+Every ``interval_s``: utilisation, SM clock, power, temperature, clock-event (throttle) reasons,
+memory used, and on GPUs with GPM (Hopper and newer) SM and tensor-pipe activity, which tell real
+work from NCCL kernels spinning while they wait. PCIe throughput blocks about 20 ms per call on
+H200, so it is read only every ``pcie_every`` samples. Summaries are bounded: sums, minima, maxima.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+Sample = dict[str, float]
+
+# nvmlClocksEventReason bits that slow a busy GPU down (idle and application clocks do not).
+CLOCK_EVENT_REASONS = {
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+}
+_MEAN_KEYS = (
+    "util_pct",
+    "sm_clock_mhz",
+    "power_w",
+    "pcie_rx_mbps",
+    "pcie_tx_mbps",
+    "sm_activity_pct",
+    "tensor_activity_pct",
+)
+
+
+class SampleSource(Protocol):
+    def sample(self, uuid: str, with_pcie: bool) -> Sample | None: ...
+    def close(self) -> None: ...
+
+
+class PynvmlSource:
+    """Live NVML. GPM samples are kept per GPU so each reading covers the last interval."""
+
+    def __init__(self, uuids: Sequence[str]) -> None:
+        import pynvml
+
+        self._nvml = pynvml
+        pynvml.nvmlInit()
+        self._handles = {u: pynvml.nvmlDeviceGetHandleByUUID(u) for u in uuids}
+        self._gpm_previous: dict[str, Any] = {}
+        self._gpm = {u: self._gpm_supported(h) for u, h in self._handles.items()}
+
+    def _gpm_supported(self, handle: Any) -> bool:
+        try:
+            return bool(self._nvml.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice)
+        except Exception:
+            return False
+
+    def _try(self, sample: Sample, key: str, read: Any) -> None:
+        with contextlib.suppress(Exception):  # a counter this GPU or driver does not have
+            sample[key] = float(read())
+
+    def sample(self, uuid: str, with_pcie: bool) -> Sample | None:
+        nvml, handle = self._nvml, self._handles.get(uuid)
+        if handle is None:
+            return None
+        out: Sample = {}
+        self._try(out, "util_pct", lambda: nvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+        self._try(out, "sm_clock_mhz", lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM))
+        self._try(out, "power_w", lambda: nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0)
+        self._try(out, "temp_c", lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU))
+        self._try(out, "memory_used_mib", lambda: nvml.nvmlDeviceGetMemoryInfo(handle).used / 2**20)
+        reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+        reasons = reasons or nvml.nvmlDeviceGetCurrentClocksThrottleReasons
+        self._try(out, "clock_event_reasons", lambda: reasons(handle))
+        if with_pcie:  # KB/s -> MB/s
+            self._try(out, "pcie_tx_mbps", lambda: nvml.nvmlDeviceGetPcieThroughput(handle, 0) / 1000.0)
+            self._try(out, "pcie_rx_mbps", lambda: nvml.nvmlDeviceGetPcieThroughput(handle, 1) / 1000.0)
+        if self._gpm.get(uuid):
+            try:
+                out.update(self._gpm_activity(uuid, handle))
+            except Exception:
+                self._gpm[uuid] = False
+        return out
+
+    def _gpm_activity(self, uuid: str, handle: Any) -> Sample:
+        nvml = self._nvml
+        current = nvml.nvmlGpmSampleAlloc()
+        nvml.nvmlGpmSampleGet(handle, current)
+        previous, self._gpm_previous[uuid] = self._gpm_previous.get(uuid), current
+        if previous is None:
+            return {}
+        request = nvml.c_nvmlGpmMetricsGet_t()
+        request.version = nvml.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = 2
+        request.sample1, request.sample2 = previous, current
+        request.metrics[0].metricId = nvml.NVML_GPM_METRIC_SM_UTIL
+        request.metrics[1].metricId = nvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL
+        nvml.nvmlGpmMetricsGet(request)
+        nvml.nvmlGpmSampleFree(previous)
+        return {"sm_activity_pct": request.metrics[0].value, "tensor_activity_pct": request.metrics[1].value}
+
+    def close(self) -> None:
+        for sample in self._gpm_previous.values():
+            with contextlib.suppress(Exception):
+                self._nvml.nvmlGpmSampleFree(sample)
+        self._nvml.nvmlShutdown()
+
+
+class RecordedSource:
+    """Samples recorded on a real machine (``{uuid: [sample, ...]}``), replayed in a loop."""
+
+    def __init__(self, samples: Mapping[str, Sequence[Sample]]) -> None:
+        self._samples = samples
+        self._next: dict[str, int] = {}
+
+    @classmethod
+    def load(cls, path: Path) -> RecordedSource:
+        return cls(json.loads(path.read_text())["samples"])
+
+    def sample(self, uuid: str, with_pcie: bool) -> Sample | None:
+        recorded = self._samples.get(uuid)
+        if not recorded:
+            return None
+        index = self._next.get(uuid, 0)
+        self._next[uuid] = index + 1
+        return dict(recorded[index % len(recorded)])
+
+    def close(self) -> None:
+        pass
+
+
+class GpuSummary:
+    """Bounded running summary of one GPU's samples."""
+
+    def __init__(self) -> None:
+        self.samples = 0
+        self._sums: dict[str, float] = {}
+        self._counts: dict[str, int] = {}
+        self._min: dict[str, float] = {}
+        self._max: dict[str, float] = {}
+        self._reasons = 0
+
+    def add(self, sample: Sample) -> None:
+        self.samples += 1
+        for key, value in sample.items():
+            if key == "clock_event_reasons":
+                self._reasons |= int(value)
+                continue
+            self._sums[key] = self._sums.get(key, 0.0) + value
+            self._counts[key] = self._counts.get(key, 0) + 1
+            self._min[key] = min(self._min.get(key, value), value)
+            self._max[key] = max(self._max.get(key, value), value)
+
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {"samples": self.samples}
+        for key in _MEAN_KEYS:
+            if self._counts.get(key):
+                out[f"{key}_mean"] = round(self._sums[key] / self._counts[key], 2)
+        if "sm_clock_mhz" in self._min:
+            out["sm_clock_mhz_min"] = self._min["sm_clock_mhz"]
+        if "temp_c" in self._max:
+            out["temp_c_max"] = self._max["temp_c"]
+        if "memory_used_mib" in self._max:
+            out["memory_used_mib_max"] = round(self._max["memory_used_mib"], 1)
+        out["clock_event_reasons"] = [name for bit, name in CLOCK_EVENT_REASONS.items() if self._reasons & bit]
+        return out
+
+
+class GpuSampler:
+    """Samples every GPU of the plan on its own thread until ``stop``."""
+
+    def __init__(self, source: SampleSource, uuids: Sequence[str], interval_s: float = 1.0, pcie_every: int = 30):
+        self._source = source
+        self._uuids = list(uuids)
+        self._interval_s = interval_s
+        self._pcie_every = pcie_every
+        self._summaries = {u: GpuSummary() for u in self._uuids}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="openclaw-gpu-sampler", daemon=True)
+        self.error: str | None = None
+
+    def start(self) -> GpuSampler:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        tick = 0
+        try:
+            while True:
+                for uuid in self._uuids:
+                    sample = self._source.sample(uuid, with_pcie=tick % self._pcie_every == 0)
+                    if sample:
+                        with self._lock:
+                            self._summaries[uuid].add(sample)
+                tick += 1
+                if self._stop.wait(self._interval_s):
+                    break
+        except Exception as exc:  # NVML went away mid-job: keep what we have, say so in the report
+            self.error = f"GPU sampling stopped: {exc!r}"
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5.0)
+        with contextlib.suppress(Exception):
+            self._source.close()
+
+    def summaries(self) -> dict[str, dict[str, object]]:
+        with self._lock:
+            return {u: s.to_json() for u, s in self._summaries.items()}

@@ -1,0 +1,206 @@
+"""Who holds the job back, and in which phase. Pure: summaries in, verdicts out.
+
+In synchronous training every rank's step takes as long as the slowest rank's, so step time
+cannot name the straggler. The straggler is the rank that *waits least* at the synchronisation
+points. Per rank we estimate the time it waited for others (relative to the rank that waited
+least), so ``busy = step - wait`` is the time it spent on its own work; the rank busy longest,
+by more than the threshold over the median of the others, is the straggler. The phase is the
+work phase in which it exceeds the other ranks' median most.
+
+Wait signals, best first: NCCL collective time from torch's flight recorder (GPU; the CPU does
+not wait in NCCL calls), else the CPU time of the phases that contain waiting (``sync``
+sections, blocking collectives, and ``backward`` under DDP, where gradients are all-reduced).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from openclaw_launch.stats.collect import OTHER, RankSummary
+from openclaw_launch.telemetry import wire
+
+DEFAULT_THRESHOLD_PCT = 5.0  # of the median step time
+MIN_STEPS = 5  # measured steps a rank needs before it is judged
+HIGH_SYNC_SHARE = 0.3  # every rank waiting this much of its step: the fabric, not one rank
+
+# Measured on the CPU, where GPU work is only launched: trusted for the phase when the wait
+# comes from the flight recorder.
+_CPU_TRUE_PHASES = (wire.INPUT,)
+
+
+@dataclass(frozen=True)
+class Straggler:
+    rank: int
+    node: str
+    phase: str  # "input" (before compute: the input pipeline) or "compute"
+    section: str  # the measured phase that carries the excess (input, forward, other, a section name)
+    excess_s: float  # per step, over the median of the other ranks
+    excess_pct: float  # excess_s as % of the job's median step time
+    busy_s: float  # the straggler's own work per step
+    peers_busy_s: float  # median of the other ranks'
+    peers_wait_s: float  # how long the others waited per step, more than the straggler did
+    wait_source: str  # "nccl-flight-recorder" | "cpu-phases" | "none"
+    hints: tuple[str, ...] = ()
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Straggler:
+        return cls(**{**data, "hints": tuple(data.get("hints", ()))})
+
+    def to_json(self) -> dict[str, object]:
+        data = asdict(self)
+        data["hints"] = list(self.hints)
+        for key in ("excess_s", "busy_s", "peers_busy_s", "peers_wait_s"):
+            data[key] = round(float(data[key]), 6)
+        data["excess_pct"] = round(self.excess_pct, 1)
+        return data
+
+
+@dataclass(frozen=True)
+class RankFacts:
+    """What else the launcher knows about a rank, for hints."""
+
+    node: str
+    gpu: Mapping[str, object] | None = None  # the GPU summary of stats.gpu
+    binding_warning: str | None = None
+
+
+def _wait(r: RankSummary, use_gpu: bool) -> float:
+    return float(r.gpu_sync_s or 0.0) if use_gpu else r.wait_s
+
+
+def wait_source(ranks: Sequence[RankSummary]) -> str:
+    """Which wait signal the ranks give: nccl-flight-recorder, cpu-phases or none."""
+    if ranks and all(r.gpu_sync_s is not None for r in ranks):
+        return "nccl-flight-recorder"
+    return "cpu-phases" if any(r.sync_phases for r in ranks) else "none"
+
+
+def waited_for_others(ranks: Sequence[RankSummary]) -> dict[int, float]:
+    """Per rank, the time per step it waited for the others: its wait signal minus the least any
+    rank shows (that least part is the collectives' own cost, which every rank pays)."""
+    use_gpu = wait_source(ranks) == "nccl-flight-recorder"
+    if not ranks:
+        return {}
+    floor = min(_wait(r, use_gpu) for r in ranks)
+    return {r.rank: _wait(r, use_gpu) - floor for r in ranks}
+
+
+def find_stragglers(
+    ranks: Sequence[RankSummary],
+    facts: Mapping[int, RankFacts],
+    threshold_pct: float = DEFAULT_THRESHOLD_PCT,
+) -> list[Straggler]:
+    judged = [r for r in ranks if r.measured_steps >= MIN_STEPS]
+    if len(judged) < 2:
+        return []
+    source = wait_source(judged)
+    use_gpu = source == "nccl-flight-recorder"
+    waited = waited_for_others(judged)
+    busy = {r.rank: r.step_mean_s - waited[r.rank] for r in judged}
+    median_step = statistics.median(r.step_mean_s for r in judged)
+    if median_step <= 0:
+        return []
+    slow = max(judged, key=lambda r: busy[r.rank])
+    others = [r for r in judged if r is not slow]
+    peers_busy = statistics.median(busy[r.rank] for r in others)
+    busy_excess = busy[slow.rank] - peers_busy
+    if 100 * busy_excess / median_step < threshold_pct:
+        return []
+    sync = set().union(*(r.sync_phases for r in judged))
+    candidates = _CPU_TRUE_PHASES if use_gpu else sorted({*slow.phases} - sync)
+    excess = {p: slow.phase_mean(p) - statistics.median(o.phase_mean(p) for o in others) for p in candidates}
+    section = max(excess, key=lambda p: excess[p]) if excess else OTHER
+    if use_gpu and (not excess or 100 * excess[section] / median_step < threshold_pct):
+        section, phase_excess = "gpu", busy_excess  # not in its input: its GPU work (or launches)
+    else:
+        phase_excess = excess.get(section, busy_excess)
+    facts_slow = facts.get(slow.rank, RankFacts(node="?"))
+    peers_wait = statistics.median(waited[r.rank] for r in others) - waited[slow.rank]
+    return [
+        Straggler(
+            rank=slow.rank,
+            node=facts_slow.node,
+            phase=wire.INPUT if section == wire.INPUT else "compute",
+            section=section,
+            excess_s=phase_excess,
+            excess_pct=100 * phase_excess / median_step,
+            busy_s=busy[slow.rank],
+            peers_busy_s=peers_busy,
+            peers_wait_s=max(peers_wait, 0.0),
+            wait_source=source,
+            hints=tuple(_hints(slow, section, facts_slow, [facts.get(o.rank) for o in others])),
+        )
+    ]
+
+
+def _hints(slow: RankSummary, section: str, mine: RankFacts, peers: Sequence[RankFacts | None]) -> list[str]:
+    """Evidence from outside the step timings that says why."""
+    hints: list[str] = []
+    if section == wire.INPUT:
+        share = slow.phases[wire.INPUT].share if wire.INPUT in slow.phases else 0.0
+        hints.append(
+            f"input pipeline: {100 * share:.0f} % of its step waiting for data "
+            "(more DataLoader workers, pinned memory, a faster or local dataset copy)"
+        )
+    if mine.binding_warning:
+        hints.append(f"affinity: {mine.binding_warning}")
+    gpu = mine.gpu or {}
+    peer_gpus = [p.gpu for p in peers if p is not None and p.gpu]
+    clock, peer_clocks = _number(gpu, "sm_clock_mhz_mean"), _numbers(peer_gpus, "sm_clock_mhz_mean")
+    if clock is not None and peer_clocks and clock < 0.97 * statistics.median(peer_clocks):
+        median_clock = statistics.median(peer_clocks)
+        hints.append(f"clocks: its GPU ran at {clock:.0f} MHz vs {median_clock:.0f} MHz on the others")
+    reasons = gpu.get("clock_event_reasons")
+    if isinstance(reasons, list) and reasons:
+        hints.append(f"thermal/power: clock-event reasons on its GPU: {', '.join(map(str, reasons))}")
+    memory, peer_memory = _number(gpu, "memory_used_mib_max"), _numbers(peer_gpus, "memory_used_mib_max")
+    if memory is not None and peer_memory:
+        median_memory = statistics.median(peer_memory)
+        if abs(memory - median_memory) > 0.1 * median_memory:
+            hints.append(
+                f"partitioning: its GPU holds {memory / 1024:.1f} GiB vs {median_memory / 1024:.1f} GiB on the others "
+                "(uneven shards or batch sizes?)"
+            )
+    return hints
+
+
+def _number(values: Mapping[str, object], key: str) -> float | None:
+    value = values.get(key)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _numbers(many: Sequence[Mapping[str, object] | None], key: str) -> list[float]:
+    return [v for g in many if g is not None and (v := _number(g, key)) is not None]
+
+
+def sync_bound(ranks: Sequence[RankSummary]) -> float | None:
+    """The smallest share of the step any rank spends waiting, when every rank waits a lot: then the
+    synchronisation itself (network, topology) is slow, not one rank."""
+    judged = [r for r in ranks if r.measured_steps >= MIN_STEPS and r.step_mean_s > 0]
+    if len(judged) < 2:
+        return None
+    shares = [(r.gpu_sync_s if r.gpu_sync_s is not None else r.wait_s) / r.step_mean_s for r in judged]
+    least = min(shares)
+    return least if least >= HIGH_SYNC_SHARE else None
+
+
+_SECTION_WORDS = {
+    OTHER: "outside the hooked phases: the loop's own code",
+    "gpu": "its GPU work: not in its input stage",
+}
+
+
+def format_verdict(s: Straggler, median_step_s: float) -> str:
+    where = "its input stage" if s.phase == wire.INPUT else f"compute ({_SECTION_WORDS.get(s.section, s.section)})"
+    text = (
+        f"straggler: rank {s.rank} on node {s.node}: {where} +{1000 * s.excess_s:.1f} ms/step "
+        f"(+{s.excess_pct:.0f} % of the {1000 * median_step_s:.1f} ms step) over the median rank"
+    )
+    if s.peers_wait_s > 0:
+        text += f"; the other ranks waited {1000 * s.peers_wait_s:.1f} ms/step longer in synchronisation"
+    if s.wait_source == "nccl-flight-recorder":
+        text += " (NCCL flight recorder)"
+    return "\n".join([text, *(f"  hint: {h}" for h in s.hints)])

@@ -1,0 +1,88 @@
+"""Runs the user's script as ``python`` would, with the zero-code hooks armed.
+
+The launcher starts ``python -u -m openclaw_launch.telemetry.bootstrap SCRIPT ARGS`` (or
+``... bootstrap -m MODULE ARGS``). ``sys.argv``, ``sys.path[0]`` and ``__main__`` are what a plain
+``python SCRIPT`` gives, so the script cannot tell. Nothing heavy is imported here: the torch
+hooks are installed right after the script itself imports torch, and a script that never does
+pays nothing. Any failure of ours is one warning on stderr, never the job's end.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import os
+import runpy
+import sys
+from collections.abc import Callable, Sequence
+from types import ModuleType
+
+from openclaw_launch.telemetry import wire
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Calls ``callback(module)`` once ``name`` has been imported, whoever imports it."""
+
+    def __init__(self, name: str, callback: Callable[[ModuleType], None]) -> None:
+        self._name = name
+        self._callback = callback
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != self._name:
+            return None
+        sys.meta_path.remove(self)  # once; and the search below must not find us again
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        loader = spec.loader if spec is not None else None
+        if spec is None or loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        run_module = loader.exec_module
+        callback = self._callback
+
+        def exec_then_hook(module: ModuleType) -> None:
+            run_module(module)
+            callback(module)
+
+        loader.exec_module = exec_then_hook  # type: ignore[method-assign]
+        return spec
+
+
+def _install_torch_hooks(torch: ModuleType) -> None:
+    try:
+        from openclaw_launch.telemetry import torch_hooks
+
+        torch_hooks.install(torch)
+    except Exception as exc:  # a torch we do not know: statistics off, the job goes on
+        sys.stderr.write(f"openclaw-launch: warning: per-step statistics off in this rank ({exc!r})\n")
+
+
+def arm() -> None:
+    """Hook torch's import when this process reports to a launcher and hooks are wanted."""
+    if not os.environ.get(wire.SOCKET_ENV) or os.environ.get(wire.HOOKS_ENV) == "0":
+        return
+    if "torch" in sys.modules:
+        _install_torch_hooks(sys.modules["torch"])
+    else:
+        sys.meta_path.insert(0, _AfterImport("torch", _install_torch_hooks))
+
+
+def main(argv: list[str]) -> None:
+    if not argv or argv[:1] == ["-m"] and len(argv) < 2:
+        sys.exit("usage: python -m openclaw_launch.telemetry.bootstrap (SCRIPT | -m MODULE) [ARGS...]")
+    arm()
+    if argv[0] == "-m":
+        sys.argv = [argv[1], *argv[2:]]
+        sys.path[0] = os.getcwd()  # as `python -m MODULE`
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+    else:
+        if not os.path.exists(argv[0]):  # python's own words and exit code
+            missing = os.path.abspath(argv[0])
+            sys.exit(f"{sys.executable}: can't open file {missing!r}: [Errno 2] No such file or directory")
+        sys.argv = list(argv)
+        sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))  # as `python SCRIPT`
+        runpy.run_path(argv[0], run_name="__main__")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

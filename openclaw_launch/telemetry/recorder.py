@@ -1,0 +1,142 @@
+"""The worker-side recorder: per-step exclusive phase times, batched, sent without ever blocking.
+
+One per process, created on first use from the environment the launcher set. Phases nest: time
+belongs to the innermost active phase, so the phases of a step add up to at most the step.
+Calls from threads other than the one that created the recorder are ignored (the phase stack is
+the main loop's; DataLoader and autograd threads do not call these hooks).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+
+from openclaw_launch.telemetry import wire
+
+FLUSH_INTERVAL_S = 0.5  # a batch goes out at least this often while steps happen
+MAX_BATCH_STEPS = 200  # ... or when it holds this many steps (keeps datagrams small)
+
+
+class Recorder:
+    def __init__(self, socket_path: str, rank: int, clock: Callable[[], float] = time.perf_counter) -> None:
+        self._path = socket_path
+        self._clock = clock
+        self._thread = threading.get_ident()
+        self._sock: socket.socket | None = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._sock.setblocking(False)
+        self._batch = wire.Batch(rank=rank)
+        self._last_step: float | None = None
+        self._phases: dict[str, float] = {}
+        self._stack: list[list[object]] = []  # [name, start] of the active phases, innermost last
+        self._last_flush = clock()
+        self.step_source = "none"
+        self.sync_phases: set[str] = {wire.SYNC, wire.COLLECTIVE}
+        self.gpu_sync_reader: Callable[[], tuple[float, int] | None] | None = None
+        atexit.register(self.close)
+
+    # ---- steps and phases ---------------------------------------------------------------------
+
+    def step(self, source: str) -> None:
+        """A step boundary. The first explicit ``telemetry.step()`` wins over the optimizer hook."""
+        if threading.get_ident() != self._thread:
+            return
+        if source == "optimizer" and self.step_source == "api":
+            return
+        self.step_source = source
+        now = self._clock()
+        if self._stack:  # a phase spans the boundary: its time so far belongs to the ending step
+            top = self._stack[-1]
+            self._add(str(top[0]), now - float(top[1]))  # type: ignore[arg-type]
+            top[1] = now
+        if self._last_step is not None:
+            self._batch.steps.append((now - self._last_step, self._phases))
+        self._phases = {}
+        self._last_step = now
+        if now - self._last_flush >= FLUSH_INTERVAL_S or len(self._batch.steps) >= MAX_BATCH_STEPS:
+            self.flush()
+
+    def enter(self, name: str) -> bool:
+        """Start phase ``name``; False (and nothing to undo) off the recorder's thread."""
+        if threading.get_ident() != self._thread:
+            return False
+        now = self._clock()
+        if self._stack:
+            top = self._stack[-1]
+            self._add(str(top[0]), now - float(top[1]))  # type: ignore[arg-type]
+        self._stack.append([name, now])
+        return True
+
+    def leave(self) -> None:
+        if not self._stack:
+            return
+        now = self._clock()
+        name, start = self._stack.pop()
+        self._add(str(name), now - float(start))  # type: ignore[arg-type]
+        if self._stack:
+            self._stack[-1][1] = now
+
+    def _add(self, name: str, seconds: float) -> None:
+        if self._last_step is not None:  # before the first boundary there is no step to charge
+            self._phases[name] = self._phases.get(name, 0.0) + seconds
+
+    # ---- sending ------------------------------------------------------------------------------
+
+    def flush(self, final: bool = False) -> None:
+        batch = self._batch
+        self._last_flush = self._clock()
+        if self._sock is None:
+            return
+        if self.gpu_sync_reader is not None:
+            try:
+                read = self.gpu_sync_reader()
+            except Exception:  # the flight recorder is torch-internal: never let it hurt the job
+                read, self.gpu_sync_reader = None, None
+            if read is not None:
+                batch.gpu_sync_s, batch.gpu_collectives = read
+        if not batch.steps and not final and batch.gpu_sync_s is None:
+            return
+        batch.step_source = self.step_source
+        batch.sync_phases = tuple(sorted(self.sync_phases))
+        batch.final = final
+        self._batch = wire.Batch(rank=batch.rank)
+        try:
+            self._sock.sendto(wire.encode(batch), self._path)
+        except (BlockingIOError, InterruptedError, OSError) as exc:
+            if isinstance(exc, (ConnectionRefusedError, FileNotFoundError)):
+                sock, self._sock = self._sock, None  # the launcher is gone: stop trying
+                sock.close()
+                return
+            self._batch.dropped_batches = batch.dropped_batches + 1
+
+    def close(self) -> None:
+        """Send what is left (at exit); later calls do nothing."""
+        if self._sock is None:
+            return
+        try:
+            self.flush(final=True)
+        finally:
+            sock, self._sock = self._sock, None
+            if sock is not None:
+                sock.close()
+
+
+_recorder: Recorder | None = None
+_resolved = False
+
+
+def get() -> Recorder | None:
+    """This process's recorder, or None when the launcher asked for no telemetry (or is absent)."""
+    global _recorder, _resolved
+    if not _resolved:
+        _resolved = True
+        path = os.environ.get(wire.SOCKET_ENV)
+        if path:
+            try:
+                _recorder = Recorder(path, int(os.environ.get("RANK", "0")))
+            except (OSError, ValueError):
+                _recorder = None
+    return _recorder
