@@ -457,12 +457,18 @@ def _mps_status(config: Config, node_name: str) -> MpsStatus | None:
 
 @cli.command()
 @click.argument("run_json", type=click.Path(exists=True, dir_okay=False))
-def report(run_json: str) -> None:
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Also draw it (PNG) here; needs matplotlib.")
+def report(run_json: str, plot_path: str | None) -> None:
     """Render a saved run report."""
     from openclaw_launch.report import format_report, load_report
 
     try:
-        click.echo(format_report(load_report(run_json)))
+        data = load_report(run_json)
+        click.echo(format_report(data))
+        if plot_path is not None:
+            from openclaw_launch.stats.plot import plot_report
+
+            plot_report(data, plot_path)
     except OpenclawError as e:
         _fail(e)
 

@@ -78,7 +78,8 @@ def main(argv: list[str]) -> None:
     else:
         if not os.path.exists(argv[0]):  # python's own words and exit code
             missing = os.path.abspath(argv[0])
-            sys.exit(f"{sys.executable}: can't open file {missing!r}: [Errno 2] No such file or directory")
+            sys.stderr.write(f"{sys.executable}: can't open file {missing!r}: [Errno 2] No such file or directory\n")
+            sys.exit(2)
         sys.argv = list(argv)
         sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))  # as `python SCRIPT`
         runpy.run_path(argv[0], run_name="__main__")

@@ -1,0 +1,18 @@
+"""Prints what a script can see of how it was started, as JSON (no torch)."""
+
+import json
+import sys
+
+print(
+    json.dumps(
+        {
+            "argv": sys.argv,
+            "path0": sys.path[0],
+            "name": __name__,
+            "file": __file__,
+            "main_file": getattr(sys.modules["__main__"], "__file__", None),
+            "torch": "torch" in sys.modules,
+        }
+    )
+)
+sys.exit(int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else 0)

@@ -1,0 +1,52 @@
+"""A gloo worker with the two-line API: data / compute / sync sections and telemetry.step().
+
+``--slow-rank R --slow-phase input|compute --slow-ms M`` makes rank R slower by M ms per step in
+that phase (sleep for input, a busy loop for compute). Runs under torchrun or plain python too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+from openclaw_launch import telemetry
+
+
+def busy(ms: float) -> None:
+    end = time.perf_counter() + ms / 1000
+    while time.perf_counter() < end:
+        pass
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--step-ms", type=float, default=20.0)
+    p.add_argument("--slow-rank", type=int, default=-1)
+    p.add_argument("--slow-phase", choices=("input", "compute"), default="input")
+    p.add_argument("--slow-ms", type=float, default=0.0)
+    args = p.parse_args()
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    extra = args.slow_ms if rank == args.slow_rank else 0.0
+    grad = torch.zeros(1024)
+    for _ in range(args.steps):
+        with telemetry.section("data"):
+            time.sleep((0.3 * args.step_ms + (extra if args.slow_phase == "input" else 0.0)) / 1000)
+        with telemetry.section("compute"):
+            busy(0.2 * args.step_ms + (extra if args.slow_phase == "compute" else 0.0))
+            time.sleep(0.5 * args.step_ms / 1000)  # "GPU" time: the CPU waits, other ranks can run
+        with telemetry.section("sync"):
+            dist.all_reduce(grad)
+        telemetry.step()
+    dist.barrier()
+    dist.destroy_process_group()
+    print(f"rank {rank} done, {os.environ.get('OPENCLAW_TELEMETRY_SOCKET') is not None}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,172 @@
+"""``openclaw-launch report RUN.json --plot out.png``: a hand-built schema-2 report is drawn to a PNG;
+a report without step statistics and an unwritable path are one clean error each (exit 2)."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("matplotlib")
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def _stats(input_ms: float, work_ms: float, wait_ms: float) -> dict[str, Any]:
+    step = (input_ms + work_ms + wait_ms) / 1000
+    sections = {"input": input_ms, "forward": work_ms * 0.4, "optimizer": work_ms * 0.6, "backward": wait_ms}
+    return {
+        "steps": 50,
+        "measured_steps": 47,
+        "step_source": "optimizer",
+        "step_time_s": {"p50": step, "p90": step * 1.2, "p99": step * 1.5, "max": step * 1.6, "mean": step * 1.05},
+        "sections": {
+            name: {"p50": ms / 1000, "p90": ms / 800, "mean": ms / 1000, "share": ms / 1000 / step}
+            for name, ms in sections.items()
+        },
+        "sync_sections": ["backward"],
+        "input_wait_share": input_ms / 1000 / step,
+        "wait_share": wait_ms / 1000 / step,
+        "wait_s": wait_ms / 1000,
+        "sync_sections_s": wait_ms / 1000,
+        "gpu_collective_s": None,
+        "busy_s": (input_ms + work_ms) / 1000,
+        "dropped_batches": 0,
+    }
+
+
+def _report(ranks_stats: list[dict[str, Any] | None], stragglers: list[dict[str, Any]]) -> dict[str, Any]:
+    ranks = [
+        {
+            "rank": i,
+            "local_rank": i % 2,
+            "node": f"node{i // 2}",
+            "attempt": 0,
+            "pid": 1000 + i,
+            "exit_code": 0,
+            "signal": None,
+            "wall_s": 3.0,
+            "cpu_s": 2.5,
+            "max_rss_kib": 300_000,
+            "bound_cpus": str(i),
+            "bound_mems": "0",
+            "binding_warning": None,
+            "statistics": s,
+            "gpu": None,
+        }
+        for i, s in enumerate(ranks_stats)
+    ]
+    return {
+        "schema": "openclaw-report/2",
+        "run_id": "abc123",
+        "node": "node0",
+        "world_size": len(ranks),
+        "exit_code": 0,
+        "attempts": 1,
+        "signal_received": None,
+        "root_cause": None,
+        "unkillable_pids": [],
+        "statistics": {
+            "threshold_pct": 5.0,
+            "wait_source": "cpu-phases",
+            "sync_bound_share": None,
+            "gpu_error": None,
+            "bad_datagrams": 0,
+        },
+        "stragglers": stragglers,
+        "ranks": ranks,
+    }
+
+
+STRAGGLER = {
+    "rank": 2,
+    "node": "node1",
+    "phase": "input",
+    "section": "input",
+    "excess_s": 0.010,
+    "excess_pct": 76.9,
+    "busy_s": 0.013,
+    "peers_busy_s": 0.003,
+    "peers_wait_s": 0.010,
+    "wait_source": "cpu-phases",
+    "hints": ["input pipeline: 80 % of its step waiting for data"],
+}
+
+
+def report_plot(
+    tmp_path: Path, report: dict[str, Any], out: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    run_json = tmp_path / "run.json"
+    run_json.write_text(json.dumps(report))
+    return subprocess.run(
+        [sys.executable, "-m", "openclaw_launch", "report", str(run_json), "--plot", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+
+
+def test_plot_writes_a_png(tmp_path: Path) -> None:
+    stats = [_stats(0.2, 2.8, 10.0), _stats(0.3, 2.7, 10.0), _stats(10.2, 2.8, 0.0), _stats(0.2, 2.9, 9.9)]
+    out = tmp_path / "run.png"
+    proc = report_plot(tmp_path, _report(stats, [STRAGGLER]), out)
+    assert proc.returncode == 0, proc.stderr
+    assert "straggler: rank 2" in proc.stdout  # the table is still printed
+    data = out.read_bytes()
+    assert data.startswith(PNG_SIGNATURE)
+    width, height = struct.unpack(">II", data[16:24])  # the IHDR chunk
+    assert 600 <= width <= 3000 and 200 <= height <= 3000
+    assert 5_000 < len(data) < 2_000_000
+
+
+def test_plot_without_straggler(tmp_path: Path) -> None:
+    out = tmp_path / "run.png"
+    proc = report_plot(tmp_path, _report([_stats(0.2, 2.8, 1.0), _stats(0.2, 2.8, 1.0)], []), out)
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_bytes().startswith(PNG_SIGNATURE)
+
+
+def test_report_without_statistics_is_a_clean_error(tmp_path: Path) -> None:
+    out = tmp_path / "run.png"
+    proc = report_plot(tmp_path, _report([None, None], []), out)
+    assert proc.returncode == 2
+    assert "no step statistics" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not out.exists()
+
+
+def test_unwritable_path_is_a_clean_error(tmp_path: Path) -> None:
+    parent = tmp_path / "a-file"  # a path under a regular file: unwritable even for root
+    parent.write_text("")
+    proc = report_plot(tmp_path, _report([_stats(0.2, 2.8, 1.0)], []), parent / "run.png")
+    assert proc.returncode == 2
+    assert "cannot write plot" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_missing_directory_is_a_clean_error(tmp_path: Path) -> None:
+    proc = report_plot(tmp_path, _report([_stats(0.2, 2.8, 1.0)], []), tmp_path / "no" / "such" / "run.png")
+    assert proc.returncode == 2
+    assert "cannot write plot" in proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+def test_without_matplotlib_says_how_to_install_it(tmp_path: Path) -> None:
+    shadow = tmp_path / "shadow" / "matplotlib"  # a matplotlib that cannot be imported
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('no matplotlib here')\n")
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(shadow.parent), os.environ.get("PYTHONPATH")])),
+    }
+    proc = report_plot(tmp_path, _report([_stats(0.2, 2.8, 1.0)], []), tmp_path / "run.png", env=env)
+    assert proc.returncode == 2
+    assert "pip install 'openclaw-launch[plot]'" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -1,0 +1,134 @@
+"""Worker side of the statistics: the recorder, the API, the bootstrap. Real sockets, real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from openclaw_launch.telemetry import recorder, wire
+
+HERE = Path(__file__).parent
+PROBE = HERE / "telemetry_workers" / "argv_probe.py"
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def inbox(tmp_path: Path):  # type: ignore[no-untyped-def]
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    path = str(tmp_path / "t.sock")
+    sock.bind(path)
+    sock.settimeout(5)
+    yield path, sock
+    sock.close()
+
+
+def test_phases_are_exclusive_and_add_up_to_at_most_the_step(inbox) -> None:  # type: ignore[no-untyped-def]
+    path, sock = inbox
+    clock = FakeClock()
+    rec = recorder.Recorder(path, rank=3, clock=clock)
+    rec.step("api")  # first boundary: starts the clock
+    rec.enter("input")
+    clock.now += 0.010
+    rec.enter("forward")  # nested: input pauses
+    clock.now += 0.004
+    rec.leave()
+    clock.now += 0.001
+    rec.leave()
+    clock.now += 0.005  # unclaimed: "other"
+    rec.step("api")
+    rec.step("optimizer")  # the API owns the step boundary: ignored
+    rec.close()
+    batch = wire.decode(sock.recv(65536))
+    assert batch is not None and batch.rank == 3 and batch.final and batch.step_source == "api"
+    [(step_s, phases)] = batch.steps
+    assert step_s == pytest.approx(0.020)
+    assert phases == pytest.approx({"input": 0.011, "forward": 0.004})
+
+
+def test_a_phase_across_a_step_boundary_is_split(inbox) -> None:  # type: ignore[no-untyped-def]
+    path, sock = inbox
+    clock = FakeClock()
+    rec = recorder.Recorder(path, rank=0, clock=clock)
+    rec.step("api")
+    rec.enter("compute")
+    clock.now += 0.003
+    rec.step("api")
+    clock.now += 0.002
+    rec.leave()
+    rec.step("api")
+    rec.close()
+    batch = wire.decode(sock.recv(65536))
+    assert batch is not None
+    assert [p for _, p in batch.steps] == [pytest.approx({"compute": 0.003}), pytest.approx({"compute": 0.002})]
+
+
+def test_a_gone_launcher_costs_nothing(tmp_path: Path) -> None:
+    rec = recorder.Recorder(str(tmp_path / "nobody.sock"), rank=0)
+    for _ in range(3):
+        rec.step("api")
+    rec.flush()
+    rec.close()  # no exception, nothing blocks
+
+
+def test_bad_datagrams_decode_to_none() -> None:
+    for data in (b"", b"garbage", b"[]", json.dumps({"v": 99}).encode(), json.dumps({"v": 1, "rank": "x"}).encode()):
+        assert wire.decode(data) is None
+    batch = wire.Batch(rank=1, steps=[(0.5, {"input": 0.1})], gpu_sync_s=0.2, gpu_collectives=4)
+    assert wire.decode(wire.encode(batch)) == batch
+
+
+def test_api_is_a_no_op_without_the_launcher_and_cheap_to_import() -> None:
+    code = (
+        "import sys; from openclaw_launch import telemetry\n"
+        "assert not {'torch', 'socket', 'json', 'click'} & set(sys.modules), sorted(sys.modules)\n"
+        "with telemetry.section('data'):\n    pass\n"
+        "telemetry.step()\nprint('ok')"
+    )
+    env = {k: v for k, v in os.environ.items() if k != wire.SOCKET_ENV}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
+def _probe(*args: str, bootstrap: bool, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    front = ["-m", "openclaw_launch.telemetry.bootstrap"] if bootstrap else []
+    return subprocess.run(
+        [sys.executable, "-u", *front, *args], capture_output=True, text=True, timeout=60, env=env, cwd="/"
+    )
+
+
+def test_bootstrap_leaves_argv_path_and_main_as_python_does(tmp_path: Path) -> None:
+    env = {**os.environ, wire.SOCKET_ENV: str(tmp_path / "t.sock")}
+    plain = _probe(str(PROBE), "--lr", "0.1", bootstrap=False)
+    ours = _probe(str(PROBE), "--lr", "0.1", bootstrap=True, env=env)
+    assert plain.returncode == ours.returncode == 0, ours.stderr
+    seen_plain, seen_ours = json.loads(plain.stdout), json.loads(ours.stdout)
+    assert seen_ours == seen_plain
+    assert seen_ours["argv"] == [str(PROBE), "--lr", "0.1"] and seen_ours["name"] == "__main__"
+    assert not seen_ours["torch"]  # a script that never imports torch never pays for it
+
+
+def test_bootstrap_passes_exit_codes_and_python_errors(tmp_path: Path) -> None:
+    assert _probe(str(PROBE), "7", bootstrap=True).returncode == 7
+    missing_plain = _probe(str(tmp_path / "nope.py"), bootstrap=False)
+    missing_ours = _probe(str(tmp_path / "nope.py"), bootstrap=True)
+    assert missing_plain.returncode == missing_ours.returncode == 2
+    assert "can't open file" in missing_ours.stderr and "Traceback" not in missing_ours.stderr
+
+
+def test_bootstrap_runs_modules_like_python_dash_m() -> None:
+    ours = _probe("-m", "platform", bootstrap=True)
+    assert ours.returncode == 0 and ours.stdout == _probe("-m", "platform", bootstrap=False).stdout
