@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import socket
 import statistics
 import subprocess
 import sys
@@ -21,6 +22,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SECTIONS = ROOT / "tests" / "telemetry_workers" / "sections.py"
 EXAMPLE = ROOT / "examples" / "train.py"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def launch(ranks: int, script: Path, *args: str, telemetry: str = "hooks") -> tuple[dict, str]:  # type: ignore[type-arg]
