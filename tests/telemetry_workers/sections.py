@@ -1,7 +1,8 @@
 """A gloo worker with the two-line API: data / compute / sync sections and telemetry.step().
 
-``--slow-rank R --slow-phase input|compute --slow-ms M`` makes rank R slower by M ms per step in
-that phase (sleep for input, a busy loop for compute). Runs under torchrun or plain python too.
+Shaped like a GPU training seen from the host: a little CPU work per step, the rest waiting for the
+"device" (sleeps), so four ranks fit on two cores. ``--slow-rank R --slow-phase input|compute
+--slow-ms M`` makes rank R slower by M ms per step in that phase. Runs under torchrun or plain python.
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ def main() -> None:
         with telemetry.section("data"):
             time.sleep((0.3 * args.step_ms + (extra if args.slow_phase == "input" else 0.0)) / 1000)
         with telemetry.section("compute"):
-            busy(0.2 * args.step_ms + (extra if args.slow_phase == "compute" else 0.0))
-            time.sleep(0.5 * args.step_ms / 1000)  # "GPU" time: the CPU waits, other ranks can run
+            busy(0.05 * args.step_ms)  # launching the work
+            time.sleep((0.65 * args.step_ms + (extra if args.slow_phase == "compute" else 0.0)) / 1000)
         with telemetry.section("sync"):
             dist.all_reduce(grad)
         telemetry.step()
