@@ -54,8 +54,9 @@ def launch(ranks: int, script: Path, *args: str, telemetry: str = "hooks") -> tu
             timeout=600,
             cwd=tmp,
         )
-        if proc.returncode != 0:
-            raise SystemExit(f"run failed ({proc.returncode}): {proc.stderr[-2000:]}")
+        if proc.returncode != 0:  # recorded as a failed run, not a verdict
+            print(f"run failed ({proc.returncode}): {proc.stderr[-1500:]}", flush=True)
+            return {"stragglers": [{"rank": -1, "phase": f"run failed: exit {proc.returncode}"}]}, proc.stdout
         return json.loads(report.read_text()), proc.stdout
 
 
