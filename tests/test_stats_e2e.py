@@ -31,7 +31,7 @@ def run(tmp_path: Path, *args: str, timeout_s: float = 120) -> tuple[subprocess.
 
 @pytest.mark.parametrize("phase", ["input", "compute"])
 def test_api_sections_name_the_slow_rank_and_phase(tmp_path: Path, phase: str) -> None:
-    proc, report = run(tmp_path, SECTIONS, "--slow-rank", "1", "--slow-phase", phase, "--slow-ms", "8")
+    proc, report = run(tmp_path, SECTIONS, "--slow-rank", "1", "--slow-phase", phase, "--slow-ms", "12")
     assert proc.returncode == 0, proc.stderr
     [s] = report["stragglers"]
     assert (s["rank"], s["phase"], s["node"]) == (1, phase, "localhost")
