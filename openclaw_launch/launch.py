@@ -18,13 +18,13 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from openclaw_launch.errorfile import write_parent_error_file
 from openclaw_launch.errors import LaunchError
 from openclaw_launch.guard import Guardian
 from openclaw_launch.osproc import RealOs
 from openclaw_launch.plan import LaunchPlan
 from openclaw_launch.report import build_report, format_report, write_report
 from openclaw_launch.supervise import (
-    FORWARDED_SIGNALS,
     JobResult,
     SuperviseHooks,
     SuperviseOptions,
@@ -46,13 +46,19 @@ def with_env(plan: LaunchPlan, extra: dict[str, str]) -> LaunchPlan:
     return dataclasses.replace(plan, ranks=ranks)
 
 
-def launch(plan: LaunchPlan, options: SuperviseOptions, report_path: str | None = None) -> int:
-    """Run the plan; return the launcher's exit code."""
+def launch(
+    plan: LaunchPlan,
+    options: SuperviseOptions,
+    report_path: str | None = None,
+    parent_error_file: str | None = None,
+) -> int:
+    """Run the plan; return the launcher's exit code. ``parent_error_file``: the launcher's own
+    TORCHELASTIC_ERROR_FILE, which receives a failed job's root cause as torchrun writes it."""
     os_layer = RealOs()
-    os_layer.install_signals(FORWARDED_SIGNALS)
+    os_layer.install_signals(options.forwarded_signals)
     try:
-        result = _run(plan, options, os_layer)
-        result = _with_late_signal(result, _forwarded(os_layer.drain_signals()), options)
+        result = _run(plan, options, os_layer, parent_error_file)
+        result = _with_late_signal(result, _forwarded(os_layer.drain_signals(), options), options)
         report = build_report(plan, result)
         code = result.exit_code
         if report_path:
@@ -68,7 +74,7 @@ def launch(plan: LaunchPlan, options: SuperviseOptions, report_path: str | None 
         os_layer.restore_signals()
 
 
-def _run(plan: LaunchPlan, options: SuperviseOptions, os_layer: RealOs) -> JobResult:
+def _run(plan: LaunchPlan, options: SuperviseOptions, os_layer: RealOs, parent_error_file: str | None) -> JobResult:
     """Set everything up, supervise, tear everything down (in reverse order, whatever happens)."""
     run_dir = _make_run_dir(run_dir_for(plan.run_id))
     with contextlib.ExitStack() as undo:
@@ -84,7 +90,7 @@ def _run(plan: LaunchPlan, options: SuperviseOptions, os_layer: RealOs) -> JobRe
         if daemon is not None:
             undo.callback(daemon.stop)
             plan = with_env(plan, daemon.worker_env())
-        early = _forwarded(os_layer.drain_signals())
+        early = _forwarded(os_layer.drain_signals(), options)
         if early:  # e.g. Ctrl-C while the MPS daemon started: start no worker at all
             result = _not_started(early[0], options)
         else:
@@ -92,6 +98,8 @@ def _run(plan: LaunchPlan, options: SuperviseOptions, os_layer: RealOs) -> JobRe
             exempt = [daemon.pid] if daemon is not None and daemon.pid is not None else []
             hooks = SuperviseHooks(exempt_pids=lambda: exempt)
             result = supervise(plan, options, os_layer, hooks, guardian=guardian)
+        if parent_error_file and result.exit_code != 0:  # before the workers' files go with run_dir
+            write_parent_error_file(parent_error_file, result, lambda msg: _say(options, msg))
     return result
 
 
@@ -126,8 +134,8 @@ def _start_mps(plan: LaunchPlan, run_dir: Path, guardian: Guardian, options: Sup
     return daemon
 
 
-def _forwarded(signals: list[int]) -> list[int]:
-    return [s for s in signals if s in FORWARDED_SIGNALS]
+def _forwarded(signals: list[int], options: SuperviseOptions) -> list[int]:
+    return [s for s in signals if s in options.forwarded_signals]
 
 
 def _not_started(sig: int, options: SuperviseOptions) -> JobResult:
