@@ -549,7 +549,7 @@ class _Supervisor:
                     except OSError as exc:
                         raise LaunchError(
                             f"cannot prepare the error file {error_file} for rank {rank.rank}: {exc}; "
-                            "pass a writable --log-dir (error files live under it), or set TMPDIR to a writable directory"
+                            "pass a writable --log-dir (error files live there), or set TMPDIR to a writable directory"
                         ) from exc
                 opened.append(self._open_logs(rank, attempt))
         except BaseException:
