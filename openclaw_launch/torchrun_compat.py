@@ -504,3 +504,7 @@ def compat_table_markdown() -> str:
     rows += ["", "| variable | here |", "|---|---|"]
     rows += [f"| `{name}` | {what} |" for name, what in OTHER_VARIABLES]
     return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":  # regenerate the tables of docs/torchrun-compat.md
+    print(compat_table_markdown(), end="")
