@@ -26,6 +26,7 @@ from openclaw_launch.errors import OpenclawError
 from openclaw_launch.plan import Entry, EntryKind, LaunchPlan, PlanOptions, build_plan, format_plan_table
 from openclaw_launch.topology.model import Topology
 from openclaw_launch.torchrun_compat import FLAGS, TorchrunArgs
+from openclaw_launch.torchrun_resolve import free_port, misspelled_command, node_by_rank, resolve
 
 if TYPE_CHECKING:
     from openclaw_launch.mps import MpsStatus
@@ -60,8 +61,6 @@ def _topology(snapshot: str | None, with_gpus: bool) -> Topology:
 
 def _make_plan(c: _Common, run_id: str | None = None, error_file_dir: str | None = None) -> LaunchPlan:
     """The plan for the command line: ``--config``, or this host as torchrun would see it."""
-    from openclaw_launch.torchrun_compat import resolve
-
     want = resolve(c.tr, with_config=bool(c.config_path))
     entry = _entry(c.script or ("train.py",), c.tr)  # plan: the script only shows in argv
     if c.config_path:
@@ -70,7 +69,7 @@ def _make_plan(c: _Common, run_id: str | None = None, error_file_dir: str | None
                 "--nproc-per-node (or PET_NPROC_PER_NODE) is for runs without --config; the config sets the ranks"
             )
         config = load_config(c.config_path)  # its warnings come back in the plan's
-        node_name = _config_node(config, c.node, want.nnodes, want.node_rank)
+        node_name = node_by_rank(config, want.nnodes, want.node_rank, c.node) or _node_name(config, c.node)
         topology = _topology(c.topology_path, not config.node(node_name).is_cpu)
     else:
         if c.node is not None:
@@ -99,34 +98,9 @@ def _make_plan(c: _Common, run_id: str | None = None, error_file_dir: str | None
         role=c.tr.role,
         signals_to_handle=",".join(want.signals),
         virtual_local_rank=c.tr.virtual_local_rank,
-        free_master_port=_free_port() if len(config.nodes) == 1 else None,
+        free_master_port=free_port() if len(config.nodes) == 1 else None,
     )
     return build_plan(config, topology, options)
-
-
-def _free_port() -> int:
-    """A TCP port free on this host now: a one-node job's MASTER_PORT, as torchrun picks one."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return int(s.getsockname()[1])
-
-
-def _config_node(config: Config, cli_node: str | None, nnodes: int | None, node_rank: int | None) -> str:
-    """The config node this launcher is: ``--node-rank K`` is the K-th, else ``--node``/Slurm/host."""
-    if nnodes is not None and nnodes != len(config.nodes):
-        raise click.BadParameter(f"{nnodes} but {config.source} has {len(config.nodes)} node(s)", param_hint="--nnodes")
-    if node_rank is None:
-        return _node_name(config, cli_node)
-    if node_rank >= len(config.nodes):
-        raise click.BadParameter(
-            f"{node_rank} but {config.source} has {len(config.nodes)} node(s)", param_hint="--node-rank"
-        )
-    name = config.nodes[node_rank].name
-    if cli_node is not None and cli_node != name:
-        raise click.UsageError(f"--node {cli_node} and --node-rank {node_rank} ({name}) name different nodes")
-    return name
 
 
 def _node_name(config: Config, cli_node: str | None) -> str:
@@ -151,20 +125,11 @@ class _DefaultRun(click.Group):
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if args and args[0] not in SUBCOMMANDS and args[0] not in ("--help", "-h", "--version"):
-            _refuse_misspelled_command(args[0])
+            meant = misspelled_command(args[0], SUBCOMMANDS, os.path.exists(args[0]))
+            if meant:
+                raise click.UsageError(f"no command {args[0]!r} and no such file; did you mean {meant!r}?")
             args = ["run", *args]
         return super().parse_args(ctx, args)
-
-
-def _refuse_misspelled_command(word: str) -> None:
-    """``vaildate`` is not a script to run: a word close to a command that is no file is an error."""
-    import difflib
-
-    if word.startswith("-") or os.path.exists(word):
-        return
-    close = difflib.get_close_matches(word, SUBCOMMANDS, n=1, cutoff=0.7)
-    if close:
-        raise click.UsageError(f"no command {word!r} and no such file; did you mean {close[0]!r}?")
 
 
 @click.group(cls=_DefaultRun, context_settings={"help_option_names": ["-h", "--help"]})
@@ -280,7 +245,7 @@ def run(
         raise click.UsageError("give the training script (or -m MODULE, or --no-python COMMAND) to run")
     from openclaw_launch.launch import launch, run_dir_for
     from openclaw_launch.supervise import SuperviseOptions
-    from openclaw_launch.torchrun_compat import prefix_from_env, resolve, signal_numbers
+    from openclaw_launch.torchrun_resolve import prefix_from_env, signal_numbers
 
     want = resolve(c.tr, with_config=bool(c.config_path))
     if want.local_ranks_shown is not None and console_ranks != "all":
