@@ -454,6 +454,9 @@ def main() -> None:
     try:
         rv = cli.main(prog_name="openclaw-launch", standalone_mode=False)
     except click.UsageError as e:
+        if type(e).__name__ == "NoArgsIsHelpError":  # bare command: its help (click >= 8.2)
+            click.echo(e.format_message(), err=True)
+            sys.exit(2)
         hint = f" (see openclaw-launch {e.ctx.info_name} --help)" if e.ctx and e.ctx.parent else ""
         click.echo(f"openclaw-launch: error: {e.format_message()}{hint}", err=True)
         sys.exit(2)
