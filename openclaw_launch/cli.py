@@ -7,6 +7,7 @@ one message and no traceback, before anything is started.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -16,14 +17,16 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 import click
 
-from openclaw_launch.config import Config, load_config
+from openclaw_launch.config import BindingPolicy, Config, load_config
 from openclaw_launch.errors import OpenclawError
 from openclaw_launch.plan import Entry, EntryKind, LaunchPlan, PlanOptions, build_plan, format_plan_table
 from openclaw_launch.topology.model import Topology
+from openclaw_launch.torchrun_compat import FLAGS, TorchrunArgs
+from openclaw_launch.torchrun_resolve import free_port, misspelled_command, node_by_rank, resolve
 
 if TYPE_CHECKING:
     from openclaw_launch.mps import MpsStatus
@@ -58,39 +61,50 @@ def _topology(snapshot: str | None, with_gpus: bool) -> Topology:
 
 def _make_plan(
     c: _Common,
-    run_id: str = "none",
-    max_restarts: int = 0,
+    run_id: str | None = None,
     error_file_dir: str | None = None,
     telemetry_socket: str | None = None,
     telemetry_hooks: bool = True,
 ) -> LaunchPlan:
-    entry = _entry(c.script or ("train.py",), c.module, c.no_python)
+    """The plan for the command line: ``--config``, or this host as torchrun would see it."""
+    want = resolve(c.tr, with_config=bool(c.config_path))
+    entry = _entry(c.script or ("train.py",), c.tr)  # plan: the script only shows in argv
     if c.config_path:
-        if c.nproc_per_node is not None:
-            raise click.UsageError("--nproc-per-node is for runs without --config; the config sets the ranks")
+        if want.nproc_per_node is not None:
+            raise click.UsageError(
+                "--nproc-per-node (or PET_NPROC_PER_NODE) is for runs without --config; the config sets the ranks"
+            )
         config = load_config(c.config_path)  # its warnings come back in the plan's
-        node_name = _node_name(config, c.node)
+        node_name = node_by_rank(config, want.nnodes, want.node_rank, c.node) or _node_name(config, c.node)
         topology = _topology(c.topology_path, not config.node(node_name).is_cpu)
     else:
         if c.node is not None:
-            raise click.UsageError("--node names a node of --config; without --config the only node is this host")
+            raise click.UsageError("--node names a node of --config; without --config use --nnodes and --node-rank")
         from openclaw_launch.topology.discover import host_config
 
-        topology = _topology(c.topology_path, True)
-        config = host_config(topology, c.nproc_per_node)
-        node_name = "localhost"
+        topology = _topology(c.topology_path, want.nproc_per_node != "cpu")
+        config = host_config(topology, want.nproc_per_node, want.nnodes or 1)
+        node_name = config.nodes[want.node_rank or 0].name
+    if want.binding:
+        config = dataclasses.replace(
+            config, runtime=dataclasses.replace(config.runtime, binding=cast(BindingPolicy, want.binding))
+        )
     options = PlanOptions(
         entry=entry,
         node=node_name,
-        python=sys.executable,
+        python=os.environ.get("PYTHON_EXEC") or sys.executable,  # torchrun's PYTHON_EXEC
         base_env=dict(os.environ),
-        run_id=run_id,
-        master_addr=c.master_addr,
-        master_port=c.master_port,
-        max_restarts=max_restarts,
+        run_id=run_id or c.tr.run_id or "none",
+        master_addr=want.master_addr,
+        master_port=want.master_port,
+        max_restarts=c.tr.max_restarts,
         error_file_dir=error_file_dir,
         numactl=shutil.which("numactl"),
         strictness=c.strictness,
+        role=c.tr.role,
+        signals_to_handle=",".join(want.signals),
+        virtual_local_rank=c.tr.virtual_local_rank,
+        free_master_port=free_port() if len(config.nodes) == 1 else None,
         telemetry_socket=telemetry_socket,
         telemetry_hooks=telemetry_hooks,
     )
@@ -106,12 +120,11 @@ def _node_name(config: Config, cli_node: str | None) -> str:
     return resolve_node(config, cli_node, os.environ)
 
 
-def _entry(script: tuple[str, ...], module: bool, no_python: bool) -> Entry:
+def _entry(script: tuple[str, ...], tr: TorchrunArgs) -> Entry:
+    """What each worker runs; ``--run-path`` runs the script as __main__ like ``python -u script``."""
     if not script:
         raise click.UsageError("give the training script (or -m MODULE, or --no-python COMMAND) to run")
-    if module and no_python:
-        raise click.UsageError("-m and --no-python exclude each other")
-    kind: EntryKind = "module" if module else "exec" if no_python else "script"
+    kind: EntryKind = "script" if tr.run_path else "module" if tr.module else "exec" if tr.no_python else "script"
     return Entry(kind=kind, target=script[0], args=tuple(script[1:]))
 
 
@@ -120,6 +133,9 @@ class _DefaultRun(click.Group):
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if args and args[0] not in SUBCOMMANDS and args[0] not in ("--help", "-h", "--version"):
+            meant = misspelled_command(args[0], SUBCOMMANDS, os.path.exists(args[0]))
+            if meant:
+                raise click.UsageError(f"no command {args[0]!r} and no such file; did you mean {meant!r}?")
             args = ["run", *args]
         return super().parse_args(ctx, args)
 
@@ -129,8 +145,8 @@ class _DefaultRun(click.Group):
 def cli() -> None:
     """Topology-aware launcher: every rank on its GPU by UUID, on that GPU's NUMA node.
 
-    Run a job as with torchrun: `openclaw-launch [OPTIONS] train.py [ARGS]...` is
-    `openclaw-launch run ...` (see `openclaw-launch run --help`).
+    Run a job as with torchrun, with torchrun's flags: `openclaw-launch [OPTIONS] train.py [ARGS]...`
+    is `openclaw-launch run ...` (see `openclaw-launch run --help`, docs/torchrun-compat.md).
     """
 
 
@@ -141,18 +157,22 @@ class _Common:
     config_path: str | None
     node: str | None
     topology_path: str | None
-    nproc_per_node: int | None
-    module: bool
-    no_python: bool
-    master_addr: str | None
-    master_port: int | None
     strictness: str | None
     script: tuple[str, ...]
+    tr: TorchrunArgs  # every torchrun flag (torchrun_compat.FLAGS)
 
 
-_common_options = [
-    click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Cluster YAML."),
-    click.option("--node", help="Which config node this launcher is (default: Slurm, or matched to this host)."),
+_common_options: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
+    click.option(
+        "--config",
+        "config_path",
+        type=click.Path(dir_okay=False),
+        help="Cluster YAML (replaces torchrun's --nnodes/--nproc-per-node: the config lays out the ranks).",
+    ),
+    click.option(
+        "--node",
+        help="Which config node this launcher is (default: --node-rank, Slurm, or matched to this host).",
+    ),
     click.option(
         "--topology",
         "topology_path",
@@ -160,19 +180,11 @@ _common_options = [
         help="Topology snapshot JSON to use instead of this host (discover --snapshot).",
     ),
     click.option(
-        "--nproc-per-node",
-        type=click.IntRange(min=1),
-        help="Without --config: ranks on this host (GPUs, or CPU workers when there is no GPU).",
-    ),
-    click.option("-m", "--module", is_flag=True, help="Run the target as a Python module (python -m)."),
-    click.option("--no-python", is_flag=True, help="Run the target as a command, not a Python script."),
-    click.option("--master-addr", help="Rendezvous address (default: config, else first node's ip)."),
-    click.option("--master-port", type=click.IntRange(1, 65535), help="Rendezvous port (default 29500)."),
-    click.option(
         "--strictness",
         type=click.Choice(["fail", "warn"]),
         help="Bus id / NUMA / NVLink mismatches fail the launch or only warn.",
     ),
+    *(flag.option() for flag in FLAGS),
     click.argument("script", nargs=-1, type=click.UNPROCESSED),
 ]
 
@@ -182,23 +194,22 @@ def _with_common(f: Callable[..., None]) -> Callable[..., None]:
 
     @functools.wraps(f)
     def wrapper(**kw: Any) -> None:
-        common = _Common(**{name: kw.pop(name) for name in _Common.__dataclass_fields__})
-        f(common, **kw)
+        tr = TorchrunArgs(**{name: kw.pop(name) for name in TorchrunArgs.__dataclass_fields__})
+        mine = {name: kw.pop(name) for name in _Common.__dataclass_fields__ if name != "tr"}
+        f(_Common(**mine, tr=tr), **kw)
 
     for option in reversed(_common_options):
         wrapper = option(wrapper)
     return wrapper
 
 
-@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+# Options end at the script: an unknown option before it is an error (with "did you mean"), and
+# everything after it goes to the script untouched, as with torchrun.
+_SCRIPT_LAST = {"allow_interspersed_args": False}
+
+
+@cli.command(context_settings=_SCRIPT_LAST)
 @_with_common
-@click.option(
-    "--max-restarts",
-    type=click.IntRange(min=0),
-    default=0,
-    show_default=True,
-    help="Restart the node's whole group this many times after a failure.",
-)
 @click.option(
     "--restart-backoff-s",
     type=click.FloatRange(min=0),
@@ -207,39 +218,33 @@ def _with_common(f: Callable[..., None]) -> Callable[..., None]:
     help="Wait before restart k: this times 2**k (at most 30 s).",
 )
 @click.option(
-    "--grace-period-s",
-    type=click.FloatRange(min=0),
-    default=5.0,
-    show_default=True,
-    help="After SIGTERM, how long workers get before SIGKILL.",
-)
-@click.option(
     "--kill-timeout-s",
     type=click.FloatRange(min=0),
     default=5.0,
     show_default=True,
     help="After SIGKILL, how long to wait for workers stuck in the kernel before giving up.",
 )
-@click.option("--log-dir", type=click.Path(file_okay=False), help="Per-rank logs under DIR/<run-id>/attempt-N/rank-R/.")
 @click.option(
-    "--console-ranks", default="all", show_default=True, help="Ranks shown on the console: all, none, or 0,3-5."
+    "--console-ranks",
+    default="all",
+    show_default=True,
+    help="Ranks shown on the console: all, none, or 0,3-5 (torchrun's --local-ranks-filter, by global rank).",
 )
 @click.option(
     "--prefix",
     "prefix_template",
-    default="[rank {rank}] ",
-    show_default=True,
-    help="Console line prefix; fields {rank}, {local_rank}, {node}.",
+    default=None,
+    help="Console line prefix; fields {rank}, {local_rank}, {node} (default: '[rank {rank}] ', or "
+    "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE).",
 )
 @click.option("--report", "report_path", type=click.Path(dir_okay=False), help="Write the run report JSON here.")
-@click.option("--run-id", help="Job id shared by all nodes (default: $SLURM_JOB_ID under Slurm, else random).")
 @click.option(
     "--telemetry",
     type=click.Choice(["hooks", "api", "off"]),
     default="hooks",
     show_default=True,
     help="Per-step statistics: hooks = zero-code torch hooks plus the telemetry API; api = only "
-    "telemetry.step()/section(); off = none (no statistics, no straggler verdict).",
+    "telemetry.step()/section(); off = none (no statistics, no straggler verdict). torchrun has none.",
 )
 @click.option(
     "--stats-interval-s",
@@ -256,37 +261,37 @@ def _with_common(f: Callable[..., None]) -> Callable[..., None]:
     help="Name a straggler when one rank is busy this % of the median step longer than the others.",
 )
 @click.option("--dry-run", is_flag=True, help="Print the plan and start nothing.")
-@click.option("--standalone", is_flag=True, hidden=True, help="Accepted for torchrun compatibility.")
 def run(
     c: _Common,
-    max_restarts: int,
     restart_backoff_s: float,
-    grace_period_s: float,
     kill_timeout_s: float,
-    log_dir: str | None,
     console_ranks: str,
-    prefix_template: str,
+    prefix_template: str | None,
     report_path: str | None,
-    run_id: str | None,
     telemetry: str,
     stats_interval_s: float,
     straggler_threshold_pct: float,
     dry_run: bool,
-    standalone: bool,
 ) -> None:
     """Run SCRIPT [ARGS...] on every planned rank and supervise it."""
-    del standalone  # accepted for torchrun compatibility: one launcher per node is always standalone
     if not c.script:
         raise click.UsageError("give the training script (or -m MODULE, or --no-python COMMAND) to run")
     from openclaw_launch.launch import StatsOptions, launch, run_dir_for
     from openclaw_launch.supervise import SuperviseOptions
+    from openclaw_launch.torchrun_resolve import prefix_from_env, signal_numbers
 
-    job_id = run_id or os.environ.get("SLURM_JOB_ID") or uuid.uuid4().hex[:12]
+    want = resolve(c.tr, with_config=bool(c.config_path))
+    if want.local_ranks_shown is not None and console_ranks != "all":
+        raise click.UsageError("--console-ranks and --local-ranks-filter both choose the console's ranks; give one")
+    job_id = c.tr.run_id or os.environ.get("SLURM_JOB_ID") or uuid.uuid4().hex[:12]
     ranks_shown = _console_ranks(console_ranks)
+    log_dir = c.tr.log_dir
+    # Error files live with the logs when there are any (kept), else in the run directory (removed).
     run_dir = run_dir_for(job_id)
+    errors = f"{log_dir}/{job_id}/errors" if log_dir else str(run_dir / "errors")
     socket_path = None if telemetry == "off" else str(run_dir / "telemetry.sock")
     try:
-        plan = _make_plan(c, job_id, max_restarts, str(run_dir / "errors"), socket_path, telemetry == "hooks")
+        plan = _make_plan(c, job_id, errors, socket_path, telemetry == "hooks")
     except OpenclawError as e:
         _fail(e)
     for w in plan.warnings:
@@ -294,18 +299,35 @@ def run(
     if dry_run:
         click.echo(format_plan_table(plan, warnings=False))
         return
+    if want.local_ranks_shown is not None:
+        ranks_shown = frozenset(r.rank for r in plan.ranks if r.local_rank in want.local_ranks_shown)
+    if want.wants_logs and not log_dir:  # torchrun keeps -r/-t logs in a temporary directory too
+        import tempfile
+
+        log_dir = tempfile.mkdtemp(prefix="openclaw-logs-")
+        _warn(f"--redirects/--tee without --log-dir: logs under {log_dir}")
+    env_prefix = os.environ.get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE")
     options = SuperviseOptions(
-        grace_period_s=grace_period_s,
+        grace_period_s=c.tr.grace_period_s,
         kill_timeout_s=kill_timeout_s,
-        max_restarts=max_restarts,
+        max_restarts=c.tr.max_restarts,
         restart_backoff_s=restart_backoff_s,
         log_dir=log_dir,
         console_ranks=ranks_shown,
-        prefix_template=prefix_template,
+        console_hidden=want.console_hidden,
+        prefix_template=prefix_template or (prefix_from_env(env_prefix, c.tr.role) if env_prefix else "[rank {rank}] "),
+        forwarded_signals=signal_numbers(want.signals),
+        error_files_kept=bool(c.tr.log_dir),
     )
     try:
         stats = StatsOptions(interval_s=stats_interval_s, threshold_pct=straggler_threshold_pct)
-        code = launch(plan, options, report_path=report_path, stats=stats)
+        code = launch(
+            plan,
+            options,
+            report_path=report_path,
+            parent_error_file=os.environ.get("TORCHELASTIC_ERROR_FILE"),
+            stats=stats,
+        )
     except OpenclawError as e:
         _fail(e)
     sys.exit(code)
@@ -327,7 +349,7 @@ def _console_ranks(text: str) -> frozenset[int] | None:
         ) from None
 
 
-@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@cli.command(context_settings=_SCRIPT_LAST)
 @_with_common
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON (schema 1).")
 def plan(c: _Common, as_json: bool) -> None:
@@ -474,7 +496,21 @@ def report(run_json: str, plot_path: str | None) -> None:
 
 
 def main() -> None:
+    """Every usage error is one line on stderr and exit 2, before anything starts (no click banner)."""
     try:
-        cli(prog_name="openclaw-launch")
+        rv = cli.main(prog_name="openclaw-launch", standalone_mode=False)
+    except click.UsageError as e:
+        if type(e).__name__ == "NoArgsIsHelpError":  # bare command: its help (click >= 8.2)
+            click.echo(e.format_message(), err=True)
+            sys.exit(2)
+        hint = f" (see openclaw-launch {e.ctx.info_name} --help)" if e.ctx and e.ctx.parent else ""
+        click.echo(f"openclaw-launch: error: {e.format_message()}{hint}", err=True)
+        sys.exit(2)
+    except click.ClickException as e:
+        click.echo(f"openclaw-launch: error: {e.format_message()}", err=True)
+        sys.exit(e.exit_code)
+    except click.Abort:
+        sys.exit(130)
     except OpenclawError as e:  # raised outside a command's own handler
         _fail(e)
+    sys.exit(rv if isinstance(rv, int) else 0)

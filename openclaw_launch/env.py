@@ -27,7 +27,7 @@ _INHERITED_COMMON_PREFIXES = ("NCCL_", "TORCH_NCCL_")
 TORCHRUN_ENV: frozenset[str] = frozenset(
     "RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE ROLE_RANK ROLE_NAME ROLE_WORLD_SIZE "
     "MASTER_ADDR MASTER_PORT TORCHELASTIC_RESTART_COUNT TORCHELASTIC_MAX_RESTARTS TORCHELASTIC_RUN_ID "
-    "TORCHELASTIC_USE_AGENT_STORE TORCHELASTIC_ERROR_FILE".split()
+    "TORCHELASTIC_USE_AGENT_STORE TORCHELASTIC_ERROR_FILE TORCHELASTIC_SIGNALS_TO_HANDLE".split()
 )
 # Our own per-rank identity (which GPU, where, on which CPUs).
 _OPENCLAW_RANK_ENV = frozenset(
@@ -68,6 +68,8 @@ class JobEnv:
     error_file_dir: str | None = None
     telemetry_socket: str | None = None  # per-step statistics go here (telemetry.wire)
     telemetry_hooks: bool = True
+    role: str = "default"  # ROLE_NAME (torchrun's --role)
+    signals_to_handle: str = "SIGINT,SIGTERM,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2"  # what the launcher forwards
 
 
 @dataclass(frozen=True)
@@ -167,7 +169,7 @@ def _torchrun_env(job: JobEnv, slot: RankSlot) -> dict[str, str]:
         "GROUP_RANK": str(slot.node_rank),
         "GROUP_WORLD_SIZE": str(job.nnodes),
         "ROLE_RANK": str(slot.rank),
-        "ROLE_NAME": "default",
+        "ROLE_NAME": job.role,
         "ROLE_WORLD_SIZE": str(job.world_size),
         "MASTER_ADDR": job.master_addr,
         "MASTER_PORT": str(job.master_port),
@@ -175,6 +177,7 @@ def _torchrun_env(job: JobEnv, slot: RankSlot) -> dict[str, str]:
         "TORCHELASTIC_MAX_RESTARTS": str(job.max_restarts),
         "TORCHELASTIC_RUN_ID": job.run_id,
         "TORCHELASTIC_USE_AGENT_STORE": "False",
+        "TORCHELASTIC_SIGNALS_TO_HANDLE": job.signals_to_handle,
     }
     if job.error_file_dir is not None:
         env["TORCHELASTIC_ERROR_FILE"] = f"{job.error_file_dir}/rank-{slot.rank}/error.json"

@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from openclaw_launch.errorfile import write_parent_error_file
 from openclaw_launch.errors import LaunchError
 from openclaw_launch.guard import Guardian
 from openclaw_launch.osproc import RealOs
 from openclaw_launch.plan import LaunchPlan
 from openclaw_launch.report import build_report, format_report, write_report
 from openclaw_launch.supervise import (
-    FORWARDED_SIGNALS,
     JobResult,
     SuperviseHooks,
     SuperviseOptions,
@@ -58,14 +58,19 @@ class StatsOptions:
 
 
 def launch(
-    plan: LaunchPlan, options: SuperviseOptions, report_path: str | None = None, stats: StatsOptions | None = None
+    plan: LaunchPlan,
+    options: SuperviseOptions,
+    report_path: str | None = None,
+    parent_error_file: str | None = None,
+    stats: StatsOptions | None = None,
 ) -> int:
-    """Run the plan; return the launcher's exit code."""
+    """Run the plan; return the launcher's exit code. ``parent_error_file``: the launcher's own
+    TORCHELASTIC_ERROR_FILE, which receives a failed job's root cause as torchrun writes it."""
     os_layer = RealOs()
-    os_layer.install_signals(FORWARDED_SIGNALS)
+    os_layer.install_signals(options.forwarded_signals)
     try:
-        result, statistics = _run(plan, options, os_layer, stats or StatsOptions())
-        result = _with_late_signal(result, _forwarded(os_layer.drain_signals()), options)
+        result, statistics = _run(plan, options, os_layer, parent_error_file, stats or StatsOptions())
+        result = _with_late_signal(result, _forwarded(os_layer.drain_signals(), options), options)
         report = build_report(plan, result, statistics)
         code = result.exit_code
         if report_path:
@@ -82,7 +87,7 @@ def launch(
 
 
 def _run(
-    plan: LaunchPlan, options: SuperviseOptions, os_layer: RealOs, stats: StatsOptions
+    plan: LaunchPlan, options: SuperviseOptions, os_layer: RealOs, parent_error_file: str | None, stats: StatsOptions
 ) -> tuple[JobResult, dict[str, Any] | None]:
     """Set everything up, supervise, tear everything down (in reverse order, whatever happens)."""
     run_dir = _make_run_dir(run_dir_for(plan.run_id))
@@ -103,7 +108,7 @@ def _run(
         if plan.telemetry_socket is not None:
             session = _start_stats(plan, plan.telemetry_socket, stats, options)
             undo.callback(session.close)
-        early = _forwarded(os_layer.drain_signals())
+        early = _forwarded(os_layer.drain_signals(), options)
         if early:  # e.g. Ctrl-C while the MPS daemon started: start no worker at all
             result = _not_started(early[0], options)
         else:
@@ -118,6 +123,8 @@ def _run(
                     every=(stats.interval_s, session.live_line) if stats.interval_s > 0 else None,
                 )
             result = supervise(plan, options, os_layer, hooks, guardian=guardian)
+        if parent_error_file and result.exit_code != 0:  # before the workers' files go with run_dir
+            write_parent_error_file(parent_error_file, result, lambda msg: _say(options, msg))
         statistics = session.finish(_binding_warnings(result)) if session is not None else None
     return result, statistics
 
@@ -169,8 +176,8 @@ def _start_mps(plan: LaunchPlan, run_dir: Path, guardian: Guardian, options: Sup
     return daemon
 
 
-def _forwarded(signals: list[int]) -> list[int]:
-    return [s for s in signals if s in FORWARDED_SIGNALS]
+def _forwarded(signals: list[int], options: SuperviseOptions) -> list[int]:
+    return [s for s in signals if s in options.forwarded_signals]
 
 
 def _not_started(sig: int, options: SuperviseOptions) -> JobResult:

@@ -57,6 +57,10 @@ class PlanOptions:
     strictness: str | None = None  # CLI override of runtime.strictness
     telemetry_socket: str | None = None  # where ranks send per-step statistics; None = statistics off
     telemetry_hooks: bool = True  # run Python entries through the zero-code bootstrap
+    role: str = "default"  # ROLE_NAME (torchrun's --role)
+    signals_to_handle: str = "SIGINT,SIGTERM,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2"  # TORCHELASTIC_SIGNALS_TO_HANDLE
+    virtual_local_rank: bool = False  # torchrun's --virtual-local-rank: LOCAL_RANK=0, only its own GPU
+    free_master_port: int | None = None  # a port the launcher found free here: a one-node job's default
 
 
 @dataclass(frozen=True)
@@ -178,7 +182,7 @@ def build_plan(config: Config, topology: Topology, options: PlanOptions) -> Laun
         world_size=sum(_workers(config, n) for n in config.nodes),
         nnodes=len(config.nodes),
         master_addr=options.master_addr or runtime.master_addr or config.nodes[0].ip or DEFAULT_MASTER_ADDR,
-        master_port=options.master_port or runtime.master_port or DEFAULT_MASTER_PORT,
+        master_port=_master_port(config, options),
         runtime=runtime,
         base_env=options.base_env,
         restart_count=options.restart_count,
@@ -186,6 +190,8 @@ def build_plan(config: Config, topology: Topology, options: PlanOptions) -> Laun
         error_file_dir=options.error_file_dir,
         telemetry_socket=options.telemetry_socket,
         telemetry_hooks=options.telemetry_hooks,
+        role=options.role,
+        signals_to_handle=options.signals_to_handle,
     )
     ranks = _ranks(config, node_rank, topology, options, job, resolved, result)
     return LaunchPlan(
@@ -202,6 +208,20 @@ def build_plan(config: Config, topology: Topology, options: PlanOptions) -> Laun
         warnings=tuple(dict.fromkeys(warnings)),
         telemetry_socket=options.telemetry_socket,
     )
+
+
+def _master_port(config: Config, options: PlanOptions) -> int:
+    """A given port wins (flag, config, then $MASTER_PORT). Otherwise a one-node job takes the free
+    port the launcher found (two jobs on one host must not collide, as under torchrun), and a
+    multi-node job the fixed default every node computes alike."""
+    env_port = options.base_env.get("MASTER_PORT", "").strip()
+    from_env = int(env_port) if env_port.isdigit() and 0 < int(env_port) < 65536 else None
+    given = options.master_port or config.runtime.master_port or from_env
+    if given:
+        return given
+    if len(config.nodes) == 1 and options.free_master_port:
+        return options.free_master_port
+    return DEFAULT_MASTER_PORT
 
 
 def format_plan_table(plan: LaunchPlan, *, warnings: bool = True) -> str:
@@ -439,11 +459,12 @@ def _ranks(
     # Ranks bound to the same CPUs split their cores for OMP_NUM_THREADS, or N ranks would each
     # start a thread per core and oversubscribe the node N times.
     sharing = Counter(b.cpus for b in result.bindings)
+    devices_mode = "isolated" if options.virtual_local_rank else rt.visible_devices
     for local, binding in enumerate(result.bindings):
         mem_policy = rt.mem_policy if binding.applied else "none"
         gpu = resolved[local // k] if resolved else None
         uuid = uuids[local // k] if gpu else None
-        cvd, index = visible_devices(rt.visible_devices, uuids, uuid) if uuid else ("", None)
+        cvd, index = visible_devices(devices_mode, uuids, uuid) if uuid else ("", None)
         numa = gpu.numa_node if gpu else (binding.mem_nodes[0] if len(binding.mem_nodes) == 1 else None)
         slot = RankSlot(
             rank=offset + local,
@@ -459,6 +480,9 @@ def _ranks(
             cuda_visible_devices=cvd,
             cuda_device_index=index,
         )
+        env = rank_env(job, slot)
+        if options.virtual_local_rank:  # each worker sees one device, as cuda:0
+            env["LOCAL_RANK"] = "0"
         out.append(
             RankPlan(
                 rank=slot.rank,
@@ -473,7 +497,7 @@ def _ranks(
                 mem_policy=mem_policy,
                 mem_nodes=binding.mem_nodes if mem_policy != "none" else (),
                 argv=tuple(_prefix(binding, mem_policy, options.numactl) + entry),
-                env=rank_env(job, slot),
+                env=env,
             )
         )
     return tuple(out)

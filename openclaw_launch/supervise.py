@@ -17,10 +17,12 @@ it installs signal handlers and reaps every child of this process while it runs.
 
 from __future__ import annotations
 
+import codecs
 import enum
 import heapq
 import itertools
 import os
+import re
 import signal
 import sys
 from collections import deque
@@ -59,13 +61,16 @@ class State(enum.Enum):
 
 @dataclass(frozen=True)
 class SuperviseOptions:
-    grace_period_s: float = 5.0  # SIGTERM -> SIGKILL
+    grace_period_s: float = 30.0  # SIGTERM -> SIGKILL (torchrun's default shutdown timeout)
     kill_timeout_s: float = 5.0  # SIGKILL -> give up (uninterruptible sleep)
     max_restarts: int = 0
     restart_backoff_s: float = 1.0  # attempt k waits restart_backoff_s * 2**k ...
     restart_backoff_max_s: float = 30.0  # ... at most this
     log_dir: str | None = None  # <log_dir>/<run_id>/attempt-<n>/rank-<r>/{stdout,stderr}.log
     console_ranks: frozenset[int] | None = None  # None = every rank reaches the console
+    console_hidden: frozenset[tuple[int, str]] = frozenset()  # (local rank or -1 = all, stream) kept off it
+    forwarded_signals: tuple[int, ...] = FORWARDED_SIGNALS  # torchrun's --signals-to-handle
+    error_files_kept: bool = True  # the workers' error files outlive the job (the summary may name them)
     prefix_template: str = "[rank {rank}] "  # keys: rank, local_rank, node, attempt
     readback_delay_s: float = 0.05  # first binding read-back after start; doubles per retry
     readback_attempts: int = 6  # read-backs while the worker is still numactl
@@ -137,8 +142,9 @@ def signal_name(sig: int) -> str:
         return f"signal {sig}"
 
 
-def format_root_cause(result: WorkerResult) -> str:
-    """What a user needs to see first: which rank, how it ended, its last words."""
+def format_root_cause(result: WorkerResult, error_file_kept: bool = True) -> str:
+    """What a user needs to see first: which rank, how it ended, its last words. The error file is
+    named only when it outlives the job."""
     if result.signal is not None:
         how = f"was killed by {signal_name(result.signal)} (signal {result.signal}, exit code {result.code})"
     elif result.exit_code is not None:
@@ -153,7 +159,7 @@ def format_root_cause(result: WorkerResult) -> str:
         lines.append(f"  last {len(result.stderr_tail)} line(s) of its stderr:")
         lines += [f"    {line}" for line in result.stderr_tail]
     if result.error:
-        lines.append(f"  error file {result.error_file}:")
+        lines.append(f"  error file {result.error_file}:" if error_file_kept else "  its error file said:")
         lines += [f"    {line}" for line in result.error.splitlines()]
     return "\n".join(lines)
 
@@ -214,8 +220,20 @@ def _parse_cpulist(text: str) -> tuple[int, ...] | None:
         return None
 
 
+class _ConsoleLine:
+    """Which stream's line is open (written without its end yet) on one console stream."""
+
+    owner: _Stream | None = None
+
+
 class _Stream:
-    """One worker pipe: raw bytes to the log file, whole prefixed lines to the console."""
+    """One worker pipe: raw bytes to the log file, prefixed text to the console, whole lines to the
+    stderr tail.
+
+    The console gets whole lines, so ranks flooding it at once never cut each other's lines; but a
+    line being redrawn with ``\\r`` (a progress bar) is shown as it is written, and a last line
+    without a newline at EOF. Another rank writing while such a line is open ends it first.
+    """
 
     def __init__(
         self,
@@ -224,6 +242,7 @@ class _Stream:
         console: TextIO | None,
         log: BinaryIO | None,
         tail: deque[str] | None,
+        line: _ConsoleLine | None = None,
     ) -> None:
         self.fd = fd
         self._prefix = prefix
@@ -231,39 +250,93 @@ class _Stream:
         self._log = log
         self._tail = tail
         self._partial = b""
+        self._line = line or _ConsoleLine()
+        self._open = False  # our console line has text and no end yet
+        self._redrawing = False  # the current line has had a \\r: show its text as it comes
+        self._pending = ""  # console text of a line not ended yet (and not being redrawn)
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def feed(self, data: bytes) -> None:
         if self._log is not None:
             self._log.write(data)
-        if self._console is None and self._tail is None:
+        if self._console is not None:
+            self._show(self._decoder.decode(data))
+        if self._tail is None:
             return
         *lines, self._partial = (self._partial + data).split(b"\n")
         if len(self._partial) > _MAX_PARTIAL_LINE:
             lines.append(self._partial)
             self._partial = b""
-        self._emit(lines)
+        self._tail.extend(_last_redraw(line.decode(errors="replace")) for line in lines)
 
     def finish(self) -> None:
         """EOF: a last line without a newline is still a line."""
-        if self._partial:
-            self._emit([self._partial])
-            self._partial = b""
+        if self._console is not None:
+            self._show(self._decoder.decode(b"", final=True))
+            rest = self._pending.rstrip("\r")
+            self._pending = ""
+            if rest or self._open:
+                self._write("".join(self._text(rest)) + "\n", still_open=False)
+        if self._partial and self._tail is not None:
+            self._tail.append(_last_redraw(self._partial.decode(errors="replace")))
+        self._partial = b""
         if self._log is not None:
             self._log.close()
             self._log = None
 
-    def _emit(self, lines: list[bytes]) -> None:
-        if not lines:
+    def _text(self, segment: str) -> list[str]:
+        """``segment`` continuing our line: the prefix first when the line is new."""
+        return [segment] if self._open else [self._prefix, segment]
+
+    def _show(self, text: str) -> None:
+        text, self._pending = self._pending + text, ""
+        held = ""
+        if text.endswith("\r"):  # maybe half of \r\n: decide with the next chunk
+            text, held = text[:-1], "\r"
+        parts = _LINE_ENDS.split(text)
+        out: list[str] = []
+        for segment, end in zip(parts[:-2:2], parts[1::2], strict=True):
+            if end == "\r":  # a redraw: back to the line's start, the next text brings the prefix
+                if segment or self._open:
+                    out += [*self._text(segment), "\r"]
+                self._redrawing = True
+            else:
+                out += [*self._text(segment), "\n"]
+                self._redrawing = False
+            self._open = False
+        last = parts[-1]
+        if last and (self._redrawing or held):
+            out += self._text(last)
+            self._open = True
+        elif len(last) > _MAX_PARTIAL_LINE:
+            out += [*self._text(last), "\n"]
+        else:
+            self._pending = last
+        self._pending += held
+        if out:
+            self._write("".join(out), still_open=self._open)
+
+    def _write(self, text: str, still_open: bool) -> None:
+        owner = self._line.owner
+        if owner is not None and owner is not self and owner._open:  # end the other rank's line first
+            owner._open = False
+            text = "\n" + text
+        self._line.owner = self if still_open else None
+        if self._console is None:
             return
-        texts = [line.decode(errors="replace") for line in lines]
-        if self._tail is not None:
-            self._tail.extend(texts)
-        if self._console is not None:
-            try:
-                self._console.write("".join(f"{self._prefix}{t}\n" for t in texts))
-                self._console.flush()
-            except (OSError, ValueError):  # console gone (closed pipe): keep supervising
-                self._console = None
+        try:
+            self._console.write(text)
+            self._console.flush()
+        except (OSError, ValueError):  # console gone (closed pipe): keep supervising
+            self._console = None
+
+
+_LINE_ENDS = re.compile("(\r\n|\n|\r)")
+
+
+def _last_redraw(line: str) -> str:
+    """A line redrawn with ``\\r`` (a progress bar) as the terminal shows it: its last drawing."""
+    return next((part for part in reversed(line.split("\r")) if part), "")
 
 
 @dataclass
@@ -333,6 +406,7 @@ class _Supervisor:
         self.wakeup_fd = -1
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
+        self._console_lines: dict[str, _ConsoleLine] = {}  # per console stream: whose line is open
         # per attempt
         self.workers: list[_Worker] = []
         self.live: dict[int, _Worker] = {}
@@ -346,7 +420,7 @@ class _Supervisor:
 
     def run(self) -> JobResult:
         old_subreaper = self.os.set_child_subreaper(True)
-        self.wakeup_fd = self.os.install_signals((*FORWARDED_SIGNALS, signal.SIGCHLD))
+        self.wakeup_fd = self.os.install_signals((*self.opt.forwarded_signals, signal.SIGCHLD))
         for fd in self.hooks.readers:
             self.os.watch_fd(fd)
         try:
@@ -409,7 +483,7 @@ class _Supervisor:
             )
         if job.root_cause is not None:
             lines.append(f"openclaw-launch: job failed with exit code {job.exit_code}")
-            lines.append(format_root_cause(job.root_cause))
+            lines.append(format_root_cause(job.root_cause, self.opt.error_files_kept))
         if job.unkillable:
             pids = ", ".join(map(str, job.unkillable))
             lines.append(
@@ -483,7 +557,7 @@ class _Supervisor:
                     except OSError as exc:
                         raise LaunchError(
                             f"cannot prepare the error file {error_file} for rank {rank.rank}: {exc}; "
-                            "set TMPDIR to a writable directory"
+                            "pass a writable --log-dir (error files live there), or set TMPDIR to a writable directory"
                         ) from exc
                 opened.append(self._open_logs(rank, attempt))
         except BaseException:
@@ -531,10 +605,12 @@ class _Supervisor:
     def _open_stream(self, w: _Worker, fd: int, name: str, log: BinaryIO | None) -> None:
         r = w.rank
         show = self.opt.console_ranks is None or r.rank in self.opt.console_ranks
+        show = show and not {(r.local_rank, name), (-1, name)} & self.opt.console_hidden  # --redirects
         prefix = self.opt.prefix_template.format(rank=r.rank, local_rank=r.local_rank, node=r.node, attempt=w.attempt)
         console = (self.stdout if name == "stdout" else self.stderr) if show else None
         tail = w.tail if name == "stderr" else None
-        self.streams[fd] = _Stream(fd, prefix, console, log, tail)
+        line = self._console_lines.setdefault(name, _ConsoleLine())
+        self.streams[fd] = _Stream(fd, prefix, console, log, tail, line)
         self.os.watch_fd(fd)
 
     # ---- event loop ------------------------------------------------------------------------------

@@ -419,3 +419,27 @@ def test_every_plan_json_field_is_documented() -> None:
         "argv",
         "env",
     } <= rank.keys()
+
+
+def test_torchrun_nnodes_without_config_is_one_world_of_identical_hosts() -> None:
+    """--nnodes 3 --node-rank 2 --nproc-per-node 2: ranks 4, 5 of 6, GROUP_RANK 2, the port fixed."""
+    from openclaw_launch.topology.discover import host_config
+
+    topo = dgx()
+    config = host_config(topo, 2, nnodes=3)
+    plan = build_plan(config, topo, PlanOptions(entry=Entry("script", "t.py"), node="node2", free_master_port=4242))
+    assert [r.rank for r in plan.ranks] == [4, 5] and plan.world_size == 6 and plan.nnodes == 3
+    assert {r.env["GROUP_RANK"] for r in plan.ranks} == {"2"} and plan.master_port == 29500
+
+
+def test_one_node_job_takes_the_free_port_unless_one_is_given() -> None:
+    from openclaw_launch.topology.discover import host_config
+
+    topo = dgx()
+    config = host_config(topo, 2)
+    entry = Entry("script", "t.py")
+    assert build_plan(config, topo, PlanOptions(entry=entry, free_master_port=4242)).master_port == 4242
+    env_port = PlanOptions(entry=entry, free_master_port=4242, base_env={"MASTER_PORT": "5000"})
+    assert build_plan(config, topo, env_port).master_port == 5000
+    given = PlanOptions(entry=entry, free_master_port=4242, master_port=6000, base_env={"MASTER_PORT": "5000"})
+    assert build_plan(config, topo, given).master_port == 6000

@@ -75,17 +75,36 @@ def config_yaml_from_topology(topo: Topology, node_name: str, ip: str | None) ->
     return "\n".join(lines) + "\n"
 
 
-def host_config(topology: Topology, nproc_per_node: int | None) -> Config:
-    """One rank per GPU (the first ``nproc_per_node``), or that many CPU workers (default 1) without GPUs."""
+def host_config(
+    topology: Topology,
+    nproc_per_node: int | str | None,
+    nnodes: int = 1,
+) -> Config:
+    """This host as a config, as torchrun sees a job: ``nnodes`` identical hosts (node K is ``nodeK``),
+    each with ``nproc_per_node`` ranks: N (one per GPU, the first N, or N CPU workers without GPUs),
+    ``gpu``, ``cpu`` (one per allowed CPU) or ``auto``. Default: one per GPU, else one CPU worker.
+    Only this host's node is planned; the others count ranks. No node has an ip in a multi-node
+    job: MASTER_ADDR comes from the command line, or is 127.0.0.1."""
     gpus = [g for g in topology.gpus if g.uuid]
-    if gpus:
-        if nproc_per_node is not None and nproc_per_node > len(gpus):
+    cpus = max(1, len(topology.allowed_cpus))
+    if nproc_per_node == "gpu" and not gpus:
+        raise PlanError("--nproc-per-node gpu but this host has no GPU; use a number, cpu or auto")
+    use_gpus = bool(gpus) and nproc_per_node != "cpu"
+    if use_gpus:
+        count = nproc_per_node if isinstance(nproc_per_node, int) else len(gpus)
+        if count > len(gpus):
             raise PlanError(
-                f"--nproc-per-node {nproc_per_node} but this host has {len(gpus)} GPU(s); "
+                f"--nproc-per-node {count} but this host has {len(gpus)} GPU(s); "
                 "ask for at most that many, or write a config with procs_per_gpu and MPS"
             )
-        chosen = gpus[: nproc_per_node or len(gpus)]
-        node = NodeSpec(name="localhost", ip="127.0.0.1", gpus=tuple(GpuSpec(uuid=str(g.uuid)) for g in chosen))
+        chosen = tuple(GpuSpec(uuid=str(g.uuid)) for g in gpus[:count])
     else:
-        node = NodeSpec(name="localhost", ip="127.0.0.1", cpu_workers=nproc_per_node or 1)
-    return Config(nodes=(node,), source="<this host>")
+        workers = nproc_per_node if isinstance(nproc_per_node, int) else cpus if nproc_per_node else 1
+    nodes = []
+    for k in range(nnodes):
+        name = "localhost" if nnodes == 1 else f"node{k}"
+        ip = "127.0.0.1" if nnodes == 1 else None
+        nodes.append(
+            NodeSpec(name=name, ip=ip, gpus=chosen) if use_gpus else NodeSpec(name=name, ip=ip, cpu_workers=workers)
+        )
+    return Config(nodes=tuple(nodes), source="<this host>")
