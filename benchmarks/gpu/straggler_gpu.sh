@@ -55,10 +55,12 @@ T=benchmarks/gpu/straggler_train.py
   case_run input-api $T --steps "$STEPS" --slow-rank 1 --slow-phase input --slow-ms 20 --api
   case_run compute-api $T --steps "$STEPS" --slow-rank 1 --slow-phase compute --slow-ms 30 --api
   echo "== overhead: statistics on (hooks) vs off, interleaved"
-  for rep in 1 2 3; do
+  for rep in 1 2 3 4; do
     for mode in off hooks; do
       $L --config "$OUT/cfg.yaml" --telemetry $mode --console-ranks 0 $T --steps 200 2>&1 | grep "median step" | sed "s/^/$mode rep$rep /"
     done
   done
   echo "== leftovers (expect none)"; ps -eo pid,ppid,stat,cmd | grep -E "straggler_train|defunct" | grep -v grep || echo "(none)"
 } 2>&1 | tee "$OUT/straggler-gpu.txt"
+# at most 8 files come back from the device: everything else travels in one tarball
+tar -C "$OUT" -czf "$OUT/straggler-gpu.tgz" --exclude straggler-gpu.txt --exclude straggler-gpu.tgz .
