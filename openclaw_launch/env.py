@@ -134,7 +134,7 @@ def rank_env(job: JobEnv, slot: RankSlot) -> dict[str, str]:
 
 # NCCL's flight recorder with timing gives each rank's time in collectives, the wait signal on GPUs
 # (the CPU does not wait in NCCL calls). Set only when the user has not chosen these themselves.
-FLIGHT_RECORDER_ENV = {"TORCH_FR_BUFFER_SIZE": "2000", "TORCH_NCCL_ENABLE_TIMING": "1"}
+FLIGHT_RECORDER_ENV = {"TORCH_FR_BUFFER_SIZE": "1000", "TORCH_NCCL_ENABLE_TIMING": "1"}  # 2 s of entries at ~300/s
 _FLIGHT_RECORDER_USER_VARS = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_ENABLE_TIMING")
 
 

@@ -72,6 +72,7 @@ def _statistics_entry(summary: RankSummary, waited_s: float) -> dict[str, Any]:
         "wait_s": _r(waited_s),
         "sync_sections_s": _r(summary.wait_s),
         "gpu_collective_s": _r(summary.gpu_sync_s) if summary.gpu_sync_s is not None else None,
+        "gpu_longest_collective_s": _r(summary.gpu_late_s) if summary.gpu_late_s is not None else None,
         "busy_s": _r(summary.step_mean_s - waited_s),
         "dropped_batches": summary.dropped_batches,
     }

@@ -77,10 +77,11 @@ def test_balanced_ranks_have_no_straggler_and_one_below_threshold_is_not_named()
 def test_gpu_wait_from_the_flight_recorder_names_a_compute_straggler() -> None:
     # As measured on 2x H200: the slow rank's NCCL time is a fraction of the others'
     collector = Collector()
-    collector.feed(_batch(0, 20, 0.0528, {"input": 0.001}, gpu_sync_s=20 * 0.028))
-    collector.feed(_batch(1, 20, 0.0528, {"input": 0.001}, gpu_sync_s=20 * 0.004))  # batch totals
+    collector.feed(_batch(0, 20, 0.1015, {"input": 0.001}, gpu_steps=20, gpu_sync_s=20 * 0.061, gpu_late_s=20 * 0.034))
+    collector.feed(_batch(1, 20, 0.1015, {"input": 0.001}, gpu_steps=20, gpu_sync_s=20 * 0.004, gpu_late_s=20 * 0.001))
     [s] = find_stragglers(collector.summaries(), {})
     assert (s.rank, s.phase, s.section, s.wait_source) == (1, "compute", "gpu", "nccl-flight-recorder")
+    assert s.excess_s == pytest.approx(0.033)  # from the longest collective per step, not their sum
 
 
 def test_everyone_waiting_is_the_fabric_not_a_rank() -> None:

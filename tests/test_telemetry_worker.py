@@ -132,3 +132,36 @@ def test_bootstrap_passes_exit_codes_and_python_errors(tmp_path: Path) -> None:
 def test_bootstrap_runs_modules_like_python_dash_m() -> None:
     ours = _probe("-m", "platform", bootstrap=True)
     assert ours.returncode == 0 and ours.stdout == _probe("-m", "platform", bootstrap=False).stdout
+
+
+def test_flight_recorder_entries_are_attributed_to_their_steps() -> None:
+    """Entries shaped as torch 2.13's flight recorder dumps them (see the H200 notes)."""
+    import pickle
+    import time
+
+    from openclaw_launch.telemetry.torch_hooks import FlightRecorder
+
+    now = time.time_ns()
+    windows = [(now - 3_000_000_000, now - 2_900_000_000), (now - 2_900_000_000, now - 2_800_000_000)]
+
+    def entry(record_id: int, created: int, ms: float | None, state: str = "completed") -> dict[str, object]:
+        return {
+            "record_id": record_id,
+            "profiling_name": "nccl:all_reduce",
+            "time_created_ns": created,
+            "duration_ms": ms,
+            "state": state,
+        }
+
+    entries = [
+        entry(0, windows[0][0] - 5, 9.0),  # before the first known step: not counted
+        entry(1, windows[0][0] + 10, 30.0),
+        entry(2, windows[0][0] + 20, 2.0),
+        entry(3, windows[1][0] + 10, 1.0),
+        entry(4, now, None, "started"),  # still running: stops this read
+    ]
+    reader = FlightRecorder(lambda **_: pickle.dumps({"entries": entries}))
+    read = reader.read(windows)
+    assert read is not None and read.steps == 2 and read.collectives == 3
+    assert read.sync_s == pytest.approx(0.033) and read.late_s == pytest.approx(0.031)
+    assert reader.read(windows) is None  # read again only after READ_INTERVAL_S

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Straggler verdicts on the lent 2x H200 host, from the repo root through the `device` tool:
-#   bash benchmarks/gpu/straggler_gpu.sh
+#   bash benchmarks/gpu/straggler_gpu.sh            (CASES="balanced input-hooks ..." REPS=4 to choose)
 # A GPT-style DDP training (bf16); rank 1 slowed in its input stage (+20 ms DataLoader) or in compute
 # (+30 ms of extra GPU matmuls), without and with the telemetry API; then throughput with statistics
 # on vs off, interleaved. Reports, console tails and recorded NVML samples land in $OUT.
@@ -46,16 +46,23 @@ case_run() {  # name, then launcher/script args
 }
 
 T=benchmarks/gpu/straggler_train.py
+CASES=${CASES:-balanced input-hooks compute-hooks input-api compute-api}
+REPS=${REPS:-4}
 {
-  case_run balanced $T --steps "$STEPS"
-  case_run input-hooks $T --steps "$STEPS" --slow-rank 1 --slow-phase input --slow-ms 20
-  record_nvml "$OUT/nvml-samples.json"
-  case_run compute-hooks $T --steps "$STEPS" --slow-rank 1 --slow-phase compute --slow-ms 30
-  wait
-  case_run input-api $T --steps "$STEPS" --slow-rank 1 --slow-phase input --slow-ms 20 --api
-  case_run compute-api $T --steps "$STEPS" --slow-rank 1 --slow-phase compute --slow-ms 30 --api
+  for c in $CASES; do
+    case $c in
+      balanced) case_run balanced $T --steps "$STEPS" ;;
+      input-hooks) case_run input-hooks $T --steps "$STEPS" --slow-rank 1 --slow-phase input --slow-ms 20 ;;
+      compute-hooks)
+        record_nvml "$OUT/nvml-samples.json"
+        case_run compute-hooks $T --steps "$STEPS" --slow-rank 1 --slow-phase compute --slow-ms 30
+        wait ;;
+      input-api) case_run input-api $T --steps "$STEPS" --slow-rank 1 --slow-phase input --slow-ms 20 --api ;;
+      compute-api) case_run compute-api $T --steps "$STEPS" --slow-rank 1 --slow-phase compute --slow-ms 30 --api ;;
+    esac
+  done
   echo "== overhead: statistics on (hooks) vs off, interleaved"
-  for rep in 1 2 3 4; do
+  for rep in $(seq "$REPS"); do
     for mode in off hooks; do
       $L --config "$OUT/cfg.yaml" --telemetry $mode --console-ranks 0 $T --steps 200 2>&1 | grep "median step" | sed "s/^/$mode rep$rep /"
     done
@@ -63,4 +70,4 @@ T=benchmarks/gpu/straggler_train.py
   echo "== leftovers (expect none)"; ps -eo pid,ppid,stat,cmd | grep -E "straggler_train|defunct" | grep -v grep || echo "(none)"
 } 2>&1 | tee "$OUT/straggler-gpu.txt"
 # at most 8 files come back from the device: everything else travels in one tarball
-tar -C "$OUT" -czf "$OUT/straggler-gpu.tgz" --exclude straggler-gpu.txt --exclude straggler-gpu.tgz .
+tar -C "$OUT" -czf /tmp/straggler-gpu.tgz . && mkdir -p "$OUT/all" && mv /tmp/straggler-gpu.tgz "$OUT/all/"

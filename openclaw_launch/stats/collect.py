@@ -38,6 +38,7 @@ class RankSummary:
     phases: dict[str, PhaseSummary]
     sync_phases: tuple[str, ...]  # phases that contain waiting for other ranks
     gpu_sync_s: float | None  # NCCL collective time per step (flight recorder), when known
+    gpu_late_s: float | None  # the longest collective per step (how long this rank waited for the last)
     step_source: str
     dropped_batches: int
 
@@ -59,7 +60,8 @@ class _RankStats:
     phases: dict[str, LogHistogram] = field(default_factory=dict)
     sync_phases: set[str] = field(default_factory=set)
     gpu_sync_total_s: float = 0.0
-    gpu_sync_steps: int = 0  # steps covered by batches that carried flight-recorder time
+    gpu_late_total_s: float = 0.0
+    gpu_steps: int = 0  # steps the flight recorder's numbers cover
     step_source: str = "none"
     dropped_batches: int = 0
 
@@ -80,9 +82,10 @@ class _RankStats:
                 claimed += value
                 self._phase(name).add(value)
             self._phase(OTHER).add(max(step_s - claimed, 0.0))
-        if batch.gpu_sync_s is not None and measured:
-            self.gpu_sync_total_s += batch.gpu_sync_s * measured / max(len(batch.steps), 1)
-            self.gpu_sync_steps += measured
+        if batch.gpu_steps:
+            self.gpu_steps += batch.gpu_steps
+            self.gpu_sync_total_s += batch.gpu_sync_s
+            self.gpu_late_total_s += batch.gpu_late_s
 
     def _phase(self, name: str) -> LogHistogram:
         hist = self.phases.get(name)
@@ -114,7 +117,8 @@ class _RankStats:
             step_mean_s=mean_step,
             phases=phases,
             sync_phases=tuple(sorted(self.sync_phases & set(phases))),
-            gpu_sync_s=self.gpu_sync_total_s / self.gpu_sync_steps if self.gpu_sync_steps else None,
+            gpu_sync_s=self.gpu_sync_total_s / self.gpu_steps if self.gpu_steps else None,
+            gpu_late_s=self.gpu_late_total_s / self.gpu_steps if self.gpu_steps else None,
             step_source=self.step_source,
             dropped_batches=self.dropped_batches,
         )

@@ -7,8 +7,10 @@ least), so ``busy = step - wait`` is the time it spent on its own work; the rank
 by more than the threshold over the median of the others, is the straggler. The phase is the
 work phase in which it exceeds the other ranks' median most.
 
-Wait signals, best first: NCCL collective time from torch's flight recorder (GPU; the CPU does
-not wait in NCCL calls), else the CPU time of the phases that contain waiting (``sync``
+Wait signals, best first: from torch's flight recorder (GPU; the CPU does not wait in NCCL
+calls), the longest NCCL collective of each step (the first gradient bucket waits as long as the
+last rank is late; summing all collectives would also count later buckets spinning while their
+own rank still computes), else the CPU time of the phases that contain waiting (``sync``
 sections, blocking collectives, and ``backward`` under DDP, where gradients are all-reduced).
 """
 
@@ -68,12 +70,12 @@ class RankFacts:
 
 
 def _wait(r: RankSummary, use_gpu: bool) -> float:
-    return float(r.gpu_sync_s or 0.0) if use_gpu else r.wait_s
+    return float(r.gpu_late_s or 0.0) if use_gpu else r.wait_s
 
 
 def wait_source(ranks: Sequence[RankSummary]) -> str:
     """Which wait signal the ranks give: nccl-flight-recorder, cpu-phases or none."""
-    if ranks and all(r.gpu_sync_s is not None for r in ranks):
+    if ranks and all(r.gpu_late_s is not None for r in ranks):
         return "nccl-flight-recorder"
     return "cpu-phases" if any(r.sync_phases for r in ranks) else "none"
 

@@ -13,7 +13,8 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Sequence
 
 from openclaw_launch.telemetry import wire
 
@@ -35,7 +36,10 @@ class Recorder:
         self._last_flush = clock()
         self.step_source = "none"
         self.sync_phases: set[str] = {wire.SYNC, wire.COLLECTIVE}
-        self.gpu_sync_reader: Callable[[], tuple[float, int] | None] | None = None
+        # Wall-clock (start, end) of recent steps, for attributing flight-recorder entries to steps.
+        self.step_windows: deque[tuple[int, int]] = deque(maxlen=4096)
+        self._last_wall_ns: int | None = None
+        self.gpu_sync_reader: Callable[[Sequence[tuple[int, int]]], wire.GpuRead | None] | None = None
         atexit.register(self.close)
 
     # ---- steps and phases ---------------------------------------------------------------------
@@ -54,6 +58,11 @@ class Recorder:
             top[1] = now
         if self._last_step is not None:
             self._batch.steps.append((now - self._last_step, self._phases))
+        if self.gpu_sync_reader is not None:
+            wall_ns = time.time_ns()
+            if self._last_wall_ns is not None:
+                self.step_windows.append((self._last_wall_ns, wall_ns))
+            self._last_wall_ns = wall_ns
         self._phases = {}
         self._last_step = now
         if now - self._last_flush >= FLUSH_INTERVAL_S or len(self._batch.steps) >= MAX_BATCH_STEPS:
@@ -92,12 +101,13 @@ class Recorder:
             return
         if self.gpu_sync_reader is not None:
             try:
-                read = self.gpu_sync_reader()
+                read = self.gpu_sync_reader(self.step_windows)
             except Exception:  # the flight recorder is torch-internal: never let it hurt the job
                 read, self.gpu_sync_reader = None, None
             if read is not None:
-                batch.gpu_sync_s, batch.gpu_collectives = read
-        if not batch.steps and not final and batch.gpu_sync_s is None:
+                batch.gpu_steps, batch.gpu_sync_s, batch.gpu_late_s = read.steps, read.sync_s, read.late_s
+                batch.gpu_collectives = read.collectives
+        if not batch.steps and not final and not batch.gpu_steps:
             return
         batch.step_source = self.step_source
         batch.sync_phases = tuple(sorted(self.sync_phases))

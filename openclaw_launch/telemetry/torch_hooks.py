@@ -9,10 +9,12 @@ wait comes from torch's flight recorder instead (per-collective GPU durations, r
 
 from __future__ import annotations
 
+import bisect
 import functools
 import os
 import pickle
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -86,7 +88,8 @@ def install(torch: ModuleType) -> None:
     backend = os.environ.get("OPENCLAW_BACKEND", "gloo")
     dist = torch.distributed
     if backend == "nccl":
-        rec.gpu_sync_reader = _FlightRecorder(torch).read
+        c10d = torch._C._distributed_c10d
+        rec.gpu_sync_reader = FlightRecorder(getattr(c10d, "_dump_nccl_trace", None) or c10d._dump_fr_trace).read
     elif dist.is_available():
         for name in _COLLECTIVES:
             fn = getattr(dist, name, None)
@@ -94,28 +97,51 @@ def install(torch: ModuleType) -> None:
                 setattr(dist, name, _timed_blocking(rec, fn))
 
 
-class _FlightRecorder:
-    """Sum of completed NCCL collective durations since the last read (TORCH_NCCL_ENABLE_TIMING)."""
+class FlightRecorder:
+    """NCCL collective durations (TORCH_NCCL_ENABLE_TIMING) attributed to the steps they were
+    issued in. A dump costs time proportional to the buffer (tens of ms for 2000 entries without
+    stack traces), so it is read every ``READ_INTERVAL_S`` only, from the training thread at a
+    step boundary; a step is reported once it ended ``SETTLE_NS`` ago (its collectives are done)."""
 
-    def __init__(self, torch: ModuleType) -> None:
-        self._dump = torch._C._distributed_c10d._dump_nccl_trace
+    READ_INTERVAL_S = 2.0
+    SETTLE_NS = 1_000_000_000
+
+    def __init__(self, dump: Callable[..., bytes]) -> None:
+        self._dump = dump  # torch's pickled flight-recorder dump
         self._seen = -1  # highest record_id already counted
+        self._last_read = 0.0
+        self._open: dict[tuple[int, int], list[float]] = {}  # step window -> [sum, max, count]
 
-    def read(self) -> tuple[float, int] | None:
+    def read(self, windows: Sequence[tuple[int, int]]) -> wire.GpuRead | None:
+        now = time.monotonic()
+        if now - self._last_read < self.READ_INTERVAL_S or not windows:
+            return None
+        self._last_read = now
         data = pickle.loads(self._dump(includeCollectives=True, includeStackTraces=False, onlyActive=False))
-        total_ms, count, seen = 0.0, 0, self._seen
+        starts = [start for start, _ in windows]
         for entry in sorted(data.get("entries", ()), key=lambda e: e.get("record_id", -1)):
             record_id = entry.get("record_id", -1)
             if record_id <= self._seen:
                 continue
-            duration = entry.get("duration_ms")
-            if duration is None:
-                if entry.get("state") != "completed":
-                    break  # not finished yet: count it (and what follows) next time
-                seen = record_id
-                continue
-            total_ms += float(duration)
-            count += 1
-            seen = record_id
-        self._seen = seen
-        return (total_ms / 1000.0, count) if count else None
+            duration, created = entry.get("duration_ms"), entry.get("time_created_ns")
+            if duration is None and entry.get("state") != "completed":
+                break  # not finished yet: count it (and what follows) next time
+            self._seen = record_id
+            index = bisect.bisect_right(starts, created or 0) - 1
+            if duration is None or index < 0 or created >= windows[index][1]:
+                continue  # outside any step we know (before the first, or buffer wrapped)
+            acc = self._open.setdefault(windows[index], [0.0, 0.0, 0.0])
+            acc[0] += duration / 1000.0
+            acc[1] = max(acc[1], duration / 1000.0)
+            acc[2] += 1
+        cutoff = time.time_ns() - self.SETTLE_NS
+        done = [w for w in self._open if w[1] <= cutoff]
+        if not done:
+            return None
+        finished = [self._open.pop(w) for w in done]
+        return wire.GpuRead(
+            steps=len(finished),
+            sync_s=sum(a[0] for a in finished),
+            late_s=sum(a[1] for a in finished),
+            collectives=int(sum(a[2] for a in finished)),
+        )

@@ -27,20 +27,34 @@ SYNC = "sync"  # section("sync")
 SECTION_ALIASES = {"data": INPUT, "input": INPUT}
 
 
+@dataclass(frozen=True)
+class GpuRead:
+    """What one read of the flight recorder found, over ``steps`` finished steps."""
+
+    steps: int
+    sync_s: float
+    late_s: float
+    collectives: int
+
+
 @dataclass
 class Batch:
     """Steps one rank finished since its previous batch.
 
     ``steps``: (step time, {phase: seconds}) per step, phases exclusive (nested time belongs to
-    the innermost phase). ``gpu_sync_s``: time in NCCL collectives over these steps, from the
-    flight recorder, when it is on. ``sync_phases``: the phases that contain waiting for peers.
+    the innermost phase). ``sync_phases``: the phases that contain waiting for peers.
+    From NCCL's flight recorder, over ``gpu_steps`` steps (not necessarily these; it is read less
+    often): ``gpu_sync_s`` the time in collectives, ``gpu_late_s`` the sum over steps of the
+    longest collective of each step (a rank's first bucket waits as long as the last rank is late).
     """
 
     rank: int
     steps: list[tuple[float, dict[str, float]]] = field(default_factory=list)
     step_source: str = "none"  # "api" (telemetry.step()) or "optimizer" (its step hook)
     sync_phases: tuple[str, ...] = ()
-    gpu_sync_s: float | None = None
+    gpu_steps: int = 0
+    gpu_sync_s: float = 0.0
+    gpu_late_s: float = 0.0
     gpu_collectives: int = 0
     dropped_batches: int = 0  # batches this rank could not send (launcher busy or gone)
     final: bool = False  # sent at the worker's exit
@@ -54,7 +68,9 @@ def encode(batch: Batch) -> bytes:
             "steps": [[round(s, 7), {k: round(v, 7) for k, v in p.items()}] for s, p in batch.steps],
             "step_source": batch.step_source,
             "sync_phases": list(batch.sync_phases),
-            "gpu_sync_s": batch.gpu_sync_s,
+            "gpu_steps": batch.gpu_steps,
+            "gpu_sync_s": round(batch.gpu_sync_s, 7),
+            "gpu_late_s": round(batch.gpu_late_s, 7),
             "gpu_collectives": batch.gpu_collectives,
             "dropped": batch.dropped_batches,
             "final": batch.final,
@@ -70,13 +86,14 @@ def decode(data: bytes) -> Batch | None:
         if not isinstance(raw, dict) or raw.get("v") != VERSION:
             return None
         steps = [(float(s), {str(k): float(v) for k, v in p.items()}) for s, p in raw["steps"]]
-        gpu_sync = raw.get("gpu_sync_s")
         return Batch(
             rank=int(raw["rank"]),
             steps=steps,
             step_source=str(raw.get("step_source", "none")),
             sync_phases=tuple(str(p) for p in raw.get("sync_phases", ())),
-            gpu_sync_s=None if gpu_sync is None else float(gpu_sync),
+            gpu_steps=int(raw.get("gpu_steps", 0)),
+            gpu_sync_s=float(raw.get("gpu_sync_s", 0.0)),
+            gpu_late_s=float(raw.get("gpu_late_s", 0.0)),
             gpu_collectives=int(raw.get("gpu_collectives", 0)),
             dropped_batches=int(raw.get("dropped", 0)),
             final=bool(raw.get("final", False)),
