@@ -47,6 +47,7 @@ case_run() {  # name, then launcher/script args
 
 T=benchmarks/gpu/straggler_train.py
 CASES=${CASES:-balanced input-hooks compute-hooks input-api compute-api}
+MODES=${MODES:-off hooks}
 REPS=${REPS:-4}
 {
   for c in $CASES; do
@@ -63,7 +64,7 @@ REPS=${REPS:-4}
   done
   echo "== overhead: statistics on (hooks) vs off, interleaved"
   for rep in $(seq "$REPS"); do
-    for mode in off hooks; do
+    for mode in $MODES; do
       $L --config "$OUT/cfg.yaml" --telemetry $mode --console-ranks 0 $T --steps 200 2>&1 | grep "median step" | sed "s/^/$mode rep$rep /"
     done
   done

@@ -13,6 +13,7 @@ import bisect
 import functools
 import os
 import pickle
+import threading
 import time
 from collections.abc import Callable, Sequence
 from types import ModuleType
@@ -89,7 +90,8 @@ def install(torch: ModuleType) -> None:
     dist = torch.distributed
     if backend == "nccl":
         c10d = torch._C._distributed_c10d
-        rec.gpu_sync_reader = FlightRecorder(getattr(c10d, "_dump_nccl_trace", None) or c10d._dump_fr_trace).read
+        reader = FlightRecorder(getattr(c10d, "_dump_nccl_trace", None) or c10d._dump_fr_trace)
+        rec.gpu_sync_reader = FlightRecorderThread(reader, rec.step_windows).start().take
     elif dist.is_available():
         for name in _COLLECTIVES:
             fn = getattr(dist, name, None)
@@ -100,8 +102,8 @@ def install(torch: ModuleType) -> None:
 class FlightRecorder:
     """NCCL collective durations (TORCH_NCCL_ENABLE_TIMING) attributed to the steps they were
     issued in. A dump costs time proportional to the buffer (tens of ms for 2000 entries without
-    stack traces), so it is read every ``READ_INTERVAL_S`` only, from the training thread at a
-    step boundary; a step is reported once it ended ``SETTLE_NS`` ago (its collectives are done)."""
+    stack traces), so it is read every ``READ_INTERVAL_S`` only, by ``FlightRecorderThread``; a step
+    is reported once it ended ``SETTLE_NS`` ago (its collectives are done)."""
 
     READ_INTERVAL_S = 2.0
     SETTLE_NS = 1_000_000_000
@@ -145,3 +147,41 @@ class FlightRecorder:
             late_s=sum(a[1] for a in finished),
             collectives=int(sum(a[2] for a in finished)),
         )
+
+
+class FlightRecorderThread:
+    """Reads the flight recorder off the training thread. A GPU training loop spends most of its
+    time in CUDA waits that release the GIL, so the dump's cost overlaps the step instead of
+    adding to it. ``take`` (called at a flush) returns what was read since the last call."""
+
+    def __init__(self, reader: FlightRecorder, windows: Sequence[tuple[int, int]]) -> None:
+        self._reader = reader
+        self._windows = windows
+        self._lock = threading.Lock()
+        self._pending: wire.GpuRead | None = None
+        self._thread = threading.Thread(target=self._run, name="openclaw-flight-recorder", daemon=True)
+
+    def start(self) -> FlightRecorderThread:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self._reader.READ_INTERVAL_S)
+            try:
+                read = self._reader.read(list(self._windows))
+            except Exception:  # torch-internal format changed: no GPU wait signal, the job goes on
+                return
+            if read is not None:
+                with self._lock:
+                    old = self._pending
+                    self._pending = read if old is None else _added(old, read)
+
+    def take(self, _windows: Sequence[tuple[int, int]]) -> wire.GpuRead | None:
+        with self._lock:
+            read, self._pending = self._pending, None
+        return read
+
+
+def _added(a: wire.GpuRead, b: wire.GpuRead) -> wire.GpuRead:
+    return wire.GpuRead(a.steps + b.steps, a.sync_s + b.sync_s, a.late_s + b.late_s, a.collectives + b.collectives)
