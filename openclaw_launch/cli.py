@@ -24,6 +24,7 @@ import click
 from openclaw_launch.config import BindingPolicy, Config, load_config
 from openclaw_launch.errors import OpenclawError
 from openclaw_launch.plan import Entry, EntryKind, LaunchPlan, PlanOptions, build_plan, format_plan_table
+from openclaw_launch.telemetry.wire import TELEMETRY_MODES
 from openclaw_launch.topology.model import Topology
 from openclaw_launch.torchrun_compat import FLAGS, TorchrunArgs
 from openclaw_launch.torchrun_resolve import free_port, misspelled_command, node_by_rank, resolve
@@ -64,7 +65,7 @@ def _make_plan(
     run_id: str | None = None,
     error_file_dir: str | None = None,
     telemetry_socket: str | None = None,
-    telemetry_hooks: bool = True,
+    telemetry_mode: str = "full",
 ) -> LaunchPlan:
     """The plan for the command line: ``--config``, or this host as torchrun would see it."""
     want = resolve(c.tr, with_config=bool(c.config_path))
@@ -106,7 +107,7 @@ def _make_plan(
         virtual_local_rank=c.tr.virtual_local_rank,
         free_master_port=free_port() if len(config.nodes) == 1 else None,
         telemetry_socket=telemetry_socket,
-        telemetry_hooks=telemetry_hooks,
+        telemetry_mode=telemetry_mode,
     )
     return build_plan(config, topology, options)
 
@@ -240,11 +241,12 @@ _SCRIPT_LAST = {"allow_interspersed_args": False}
 @click.option("--report", "report_path", type=click.Path(dir_okay=False), help="Write the run report JSON here.")
 @click.option(
     "--telemetry",
-    type=click.Choice(["hooks", "api", "off"]),
-    default="hooks",
+    type=click.Choice(TELEMETRY_MODES),
+    default="full",
     show_default=True,
-    help="Per-step statistics: hooks = zero-code torch hooks plus the telemetry API; api = only "
-    "telemetry.step()/section(); off = none (no statistics, no straggler verdict). torchrun has none.",
+    help="Per-step statistics: full = zero-code torch hooks, the telemetry API and, on GPUs, NCCL's flight "
+    "recorder (the wait signal that names a rank slow in GPU work; about 1 %% of step time); hooks = the "
+    "same without the flight recorder; api = only telemetry.step()/section(); off = none. torchrun has none.",
 )
 @click.option(
     "--stats-interval-s",
@@ -291,7 +293,7 @@ def run(
     errors = f"{log_dir}/{job_id}/errors" if log_dir else str(run_dir / "errors")
     socket_path = None if telemetry == "off" else str(run_dir / "telemetry.sock")
     try:
-        plan = _make_plan(c, job_id, errors, socket_path, telemetry == "hooks")
+        plan = _make_plan(c, job_id, errors, socket_path, telemetry)
     except OpenclawError as e:
         _fail(e)
     for w in plan.warnings:

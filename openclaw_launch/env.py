@@ -67,7 +67,7 @@ class JobEnv:
     max_restarts: int = 0
     error_file_dir: str | None = None
     telemetry_socket: str | None = None  # per-step statistics go here (telemetry.wire)
-    telemetry_hooks: bool = True
+    telemetry_mode: str = "full"  # wire.TELEMETRY_MODES
     role: str = "default"  # ROLE_NAME (torchrun's --role)
     signals_to_handle: str = "SIGINT,SIGTERM,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2"  # what the launcher forwards
 
@@ -142,12 +142,12 @@ def _telemetry_env(job: JobEnv, slot: RankSlot) -> dict[str, str]:
     if job.telemetry_socket is None:
         return {}
     env = {wire.SOCKET_ENV: job.telemetry_socket}
-    if not job.telemetry_hooks:
+    if job.telemetry_mode == "api":
         env[wire.HOOKS_ENV] = "0"
     user_set = any(
         k in job.base_env or k in job.runtime.env or k in job.runtime.nccl_env for k in _FLIGHT_RECORDER_USER_VARS
     )
-    if slot.gpu_uuid is not None and not user_set:
+    if job.telemetry_mode == "full" and slot.gpu_uuid is not None and not user_set:
         env.update(FLIGHT_RECORDER_ENV)
     return env
 

@@ -56,7 +56,7 @@ class PlanOptions:
     numactl: str | None = "numactl"  # path to numactl; None = not installed (plan without it, warn)
     strictness: str | None = None  # CLI override of runtime.strictness
     telemetry_socket: str | None = None  # where ranks send per-step statistics; None = statistics off
-    telemetry_hooks: bool = True  # run Python entries through the zero-code bootstrap
+    telemetry_mode: str = "full"  # wire.TELEMETRY_MODES: full/hooks run Python entries through the bootstrap
     role: str = "default"  # ROLE_NAME (torchrun's --role)
     signals_to_handle: str = "SIGINT,SIGTERM,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2"  # TORCHELASTIC_SIGNALS_TO_HANDLE
     virtual_local_rank: bool = False  # torchrun's --virtual-local-rank: LOCAL_RANK=0, only its own GPU
@@ -189,7 +189,7 @@ def build_plan(config: Config, topology: Topology, options: PlanOptions) -> Laun
         max_restarts=options.max_restarts,
         error_file_dir=options.error_file_dir,
         telemetry_socket=options.telemetry_socket,
-        telemetry_hooks=options.telemetry_hooks,
+        telemetry_mode=options.telemetry_mode,
         role=options.role,
         signals_to_handle=options.signals_to_handle,
     )
@@ -430,7 +430,8 @@ def _entry_argv(options: PlanOptions) -> list[str]:
     if e.kind == "exec":
         return [e.target, *e.args]
     target = [e.target] if e.kind == "script" else ["-m", e.target]
-    front = ["-m", BOOTSTRAP_MODULE] if options.telemetry_socket and options.telemetry_hooks else []
+    hooked = options.telemetry_socket and options.telemetry_mode in ("full", "hooks")
+    front = ["-m", BOOTSTRAP_MODULE] if hooked else []
     return [options.python, "-u", *front, *target, *e.args]
 
 

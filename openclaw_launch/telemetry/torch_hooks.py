@@ -88,7 +88,7 @@ def install(torch: ModuleType) -> None:
 
     backend = os.environ.get("OPENCLAW_BACKEND", "gloo")
     dist = torch.distributed
-    if backend == "nccl":
+    if backend == "nccl" and _flight_recorder_on():
         c10d = torch._C._distributed_c10d
         reader = FlightRecorder(getattr(c10d, "_dump_nccl_trace", None) or c10d._dump_fr_trace)
         rec.gpu_sync_reader = FlightRecorderThread(reader, rec.step_windows).start().take
@@ -97,6 +97,12 @@ def install(torch: ModuleType) -> None:
             fn = getattr(dist, name, None)
             if callable(fn):
                 setattr(dist, name, _timed_blocking(rec, fn))
+
+
+def _flight_recorder_on() -> bool:
+    """Timed entries exist only with a buffer and TORCH_NCCL_ENABLE_TIMING (``--telemetry full``)."""
+    size = os.environ.get("TORCH_FR_BUFFER_SIZE") or os.environ.get("TORCH_NCCL_TRACE_BUFFER_SIZE") or "0"
+    return size.strip().isdigit() and int(size) > 0 and os.environ.get("TORCH_NCCL_ENABLE_TIMING") == "1"
 
 
 class FlightRecorder:

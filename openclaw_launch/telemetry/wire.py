@@ -14,6 +14,9 @@ from typing import Any
 
 SOCKET_ENV = "OPENCLAW_TELEMETRY_SOCKET"  # where to send; unset = telemetry off (the API is a no-op)
 HOOKS_ENV = "OPENCLAW_TELEMETRY_HOOKS"  # "0" = no zero-code torch hooks, only the API
+# --telemetry levels: full = hooks + NCCL's flight recorder (the GPU wait signal), hooks = zero-code
+# hooks only, api = only telemetry.step()/section(), off = no statistics at all.
+TELEMETRY_MODES = ("full", "hooks", "api", "off")
 VERSION = 1
 MAX_DATAGRAM_BYTES = 60_000  # far below the AF_UNIX limit; a batch is flushed before it gets there
 
