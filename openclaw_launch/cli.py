@@ -242,11 +242,11 @@ _SCRIPT_LAST = {"allow_interspersed_args": False}
 @click.option(
     "--telemetry",
     type=click.Choice(TELEMETRY_MODES),
-    default="full",
+    default="hooks",
     show_default=True,
-    help="Per-step statistics: full = zero-code torch hooks, the telemetry API and, on GPUs, NCCL's flight "
-    "recorder (the wait signal that names a rank slow in GPU work; about 1 %% of step time); hooks = the "
-    "same without the flight recorder; api = only telemetry.step()/section(); off = none. torchrun has none.",
+    help="Per-step statistics: hooks = zero-code torch hooks and the telemetry API; full = the same plus, "
+    "on GPUs, NCCL's flight recorder (the wait signal that names a rank slow in GPU work; it costs about "
+    "1 %% of step time); api = only telemetry.step()/section(); off = none. torchrun has none.",
 )
 @click.option(
     "--stats-interval-s",

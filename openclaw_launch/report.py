@@ -191,6 +191,11 @@ def _verdict_lines(report: Mapping[str, Any]) -> list[str]:
     lines = [format_verdict(Straggler.from_json(s), median_step) for s in report.get("stragglers", ())]
     if not lines:
         lines.append(f"straggler: none (no rank busy {stats['threshold_pct']:g} % of the step longer than the others)")
+        if stats.get("wait_source") != "nccl-flight-recorder" and any(r.get("gpu_uuid") for r in report["ranks"]):
+            lines.append(
+                "  note: GPU ranks without NCCL's flight recorder: a rank slow in its input stage is named, one "
+                "slow in GPU work is not (run with --telemetry full)"
+            )
     if stats.get("sync_bound_share"):
         lines.append(
             f"synchronisation: every rank waits at least {100 * stats['sync_bound_share']:.0f} % of its step for the "

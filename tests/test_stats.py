@@ -141,3 +141,15 @@ def test_gpu_sampler_summarises_replayed_samples() -> None:
     assert summary["sm_clock_mhz_min"] == 1900.0 and summary["temp_c_max"] == 65.0
     assert summary["clock_event_reasons"] == ["sw_power_cap"]
     assert sampler.summaries()["GPU-missing"] == GpuSummary().to_json()
+
+
+def test_gpu_ranks_without_the_flight_recorder_still_name_a_slow_input_stage() -> None:
+    """Per-step means (ms) of the 2x H200 run with rank 1's DataLoader 20 ms slower
+    (benchmarks/results/2026-12-01-h200x2-straggler-final/input-hooks.json): the CPU does not wait
+    in NCCL, so no wait signal tells the ranks apart, but the input stage does."""
+    rank0 = {"backward": 0.02117, "forward": 0.01046, "input": 0.0007, "optimizer": 0.00109}
+    rank1 = {"backward": 0.02438, "forward": 0.01234, "input": 0.02092, "optimizer": 0.00125}
+    ranks = _ranks({0: rank0, 1: rank1}, step_s=0.0885)
+    [s] = find_stragglers(ranks, {})
+    assert (s.rank, s.phase, s.wait_source) == (1, "input", "none")
+    assert s.excess_s == pytest.approx(0.0202, rel=0.01)

@@ -40,7 +40,7 @@ PY
 case_run() {  # name, then launcher/script args
   local name=$1; shift
   echo "== $name"
-  $L --config "$OUT/cfg.yaml" --report "$OUT/$name.json" --stats-interval-s 5 "$@" > "$OUT/$name.txt" 2>&1
+  $L --config "$OUT/cfg.yaml" --report "$OUT/$name.json" --stats-interval-s 5 --telemetry "${TELEMETRY:-full}" "$@" > "$OUT/$name.txt" 2>&1
   echo "exit $?"; grep -E "median step|straggler|hint|stats:|synchronisation" "$OUT/$name.txt" | tail -12
   tail -8 "$OUT/$name.txt" | grep -E "^ +[0-9]|^rank" || true
 }

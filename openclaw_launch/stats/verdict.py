@@ -110,7 +110,16 @@ def find_stragglers(
     peers_busy = statistics.median(busy[r.rank] for r in others)
     busy_excess = busy[slow.rank] - peers_busy
     if 100 * busy_excess / median_step < threshold_pct:
-        return []
+        # No wait signal tells the ranks apart (GPU ranks without the flight recorder: the CPU
+        # does not wait in NCCL). Waiting for input is measured on the CPU and comes before the
+        # step's work, so a rank that waits longer for its data than the others still holds them back.
+        slow = max(judged, key=lambda r: r.phase_mean(wire.INPUT) - _peers_input(r, judged))
+        others = [r for r in judged if r is not slow]
+        input_excess = slow.phase_mean(wire.INPUT) - _peers_input(slow, judged)
+        if 100 * input_excess / median_step < threshold_pct:
+            return []
+        peers_busy = statistics.median(busy[r.rank] for r in others)
+        busy_excess = input_excess
     sync = set().union(*(r.sync_phases for r in judged))
     candidates = _CPU_TRUE_PHASES if use_gpu else sorted({*slow.phases} - sync)
     excess = {p: slow.phase_mean(p) - statistics.median(o.phase_mean(p) for o in others) for p in candidates}
@@ -136,6 +145,10 @@ def find_stragglers(
             hints=tuple(_hints(slow, section, facts_slow, [facts.get(o.rank) for o in others])),
         )
     ]
+
+
+def _peers_input(rank: RankSummary, ranks: Sequence[RankSummary]) -> float:
+    return statistics.median(o.phase_mean(wire.INPUT) for o in ranks if o is not rank)
 
 
 def _hints(slow: RankSummary, section: str, mine: RankFacts, peers: Sequence[RankFacts | None]) -> list[str]:

@@ -64,9 +64,15 @@ def install(torch: ModuleType) -> None:
 
     ddp_forward = DistributedDataParallel.forward
 
+    backend = os.environ.get("OPENCLAW_BACKEND", "gloo")
+    # On CPU backends DDP's gradient all-reduce is waited for inside backward; with NCCL the CPU
+    # only enqueues it (the GPU waits), so backward is then work, not waiting.
+    waits_in_backward = backend != "nccl"
+
     @functools.wraps(ddp_forward)
     def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
-        rec.sync_phases.add(wire.BACKWARD)  # DDP's gradient all-reduce is waited for inside backward
+        if waits_in_backward:
+            rec.sync_phases.add(wire.BACKWARD)
         entered = rec.enter(wire.FORWARD)
         try:
             return ddp_forward(self, *args, **kwargs)
@@ -86,7 +92,6 @@ def install(torch: ModuleType) -> None:
     register_optimizer_step_pre_hook(before_step)
     register_optimizer_step_post_hook(after_step)
 
-    backend = os.environ.get("OPENCLAW_BACKEND", "gloo")
     dist = torch.distributed
     if backend == "nccl" and _flight_recorder_on():
         c10d = torch._C._distributed_c10d
