@@ -31,6 +31,8 @@ from openclaw_launch.config import (
     Runtime,
 )
 from openclaw_launch.errors import ConfigError, Problem
+from openclaw_launch.limits import MAX_CONFIG_BYTES
+from openclaw_launch.safe_read import InputFileError, read_input
 from openclaw_launch.topology.cpulist import parse_cpulist
 from openclaw_launch.topology.model import normalize_bus_id
 
@@ -88,10 +90,9 @@ def load_config_file(path: str | os.PathLike[str]) -> Config:
     """Read and validate the YAML file at ``path``; ConfigError lists every problem."""
     source = os.fspath(path)
     try:
-        with open(source, encoding="utf-8-sig") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as e:
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        text = read_input(source, "config", MAX_CONFIG_BYTES)
+    except InputFileError as e:
+        reason = str(e).removeprefix(f"{source}: cannot read the config: ").removeprefix(f"{source}: ")
         raise ConfigError(source, [Problem("", None, f"cannot read the config: {reason}")]) from None
     return parse_config_text(text, source)
 

@@ -17,6 +17,9 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO, Protocol
 
+from openclaw_launch.limits import MAX_ERROR_FILE_BYTES
+from openclaw_launch.safe_read import read_prefix
+
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 PR_GET_CHILD_SUBREAPER = 37
@@ -63,8 +66,10 @@ class OsLayer(Protocol):
     def proc_status(self, pid: int) -> dict[str, str] | None: ...
     def proc_comm(self, pid: int) -> str | None: ...
     def descendants(self, exempt: Collection[int] = ()) -> list[int]: ...
+    def descendant_groups(self, exempt: Collection[int] = ()) -> set[int]: ...
     def open_log(self, path: str) -> BinaryIO: ...
     def read_text(self, path: str) -> str | None: ...
+    def read_error_file(self, path: str) -> str | None: ...
     def fresh_file(self, path: str) -> None: ...
 
 
@@ -256,7 +261,17 @@ class RealOs:
     def descendants(self, exempt: Collection[int] = ()) -> list[int]:
         """Live (non-zombie) descendants of this process, from one scan of /proc; ``exempt`` pids and
         everything under them (the MPS control daemon and its servers) are left out."""
+        return list(self._descendants(exempt))
+
+    def descendant_groups(self, exempt: Collection[int] = ()) -> set[int]:
+        """Process groups that hold at least one live descendant of ours: the groups still ours to
+        signal after their leader was reaped."""
+        return set(self._descendants(exempt).values())
+
+    def _descendants(self, exempt: Collection[int]) -> dict[int, int]:
+        """pid -> process group of every live descendant."""
         children: dict[int, list[int]] = {}
+        groups: dict[int, int] = {}
         for name in os.listdir("/proc"):
             if not name.isdigit():
                 continue
@@ -264,15 +279,16 @@ class RealOs:
             if stat is None:
                 continue
             fields = stat.rpartition(")")[2].split()
-            if len(fields) < 2 or fields[0] == "Z":
+            if len(fields) < 3 or fields[0] == "Z":
                 continue
             children.setdefault(int(fields[1]), []).append(int(name))
-        found: list[int] = []
+            groups[int(name)] = int(fields[2])
+        found: dict[int, int] = {}
         todo = [self._pid]
         while todo:
             for child in children.get(todo.pop(), ()):
                 if child not in exempt:
-                    found.append(child)
+                    found[child] = groups[child]
                     todo.append(child)
         return found
 
@@ -286,6 +302,18 @@ class RealOs:
                 return f.read()
         except OSError:
             return None
+
+    def read_error_file(self, path: str) -> str | None:
+        """A worker's ``@record`` error file: a bounded prefix of a regular file, read without
+        blocking (a FIFO or a symlink to /dev/zero there is refused, not read)."""
+        try:
+            data, more = read_prefix(path, MAX_ERROR_FILE_BYTES)
+        except OSError:
+            return None
+        text = data.decode(errors="replace")
+        if more:
+            text += f"\n... (cut at {MAX_ERROR_FILE_BYTES >> 10} KiB; the whole file is {path})"
+        return text
 
     def fresh_file(self, path: str) -> None:
         """Make ``path`` ready to be written by a worker: its directory exists (torch's ``@record``

@@ -12,12 +12,13 @@ import json
 import os
 import statistics
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from openclaw_launch.errors import OpenclawError
 from openclaw_launch.files import write_atomic
+from openclaw_launch.limits import MAX_REPORT_BYTES
 from openclaw_launch.plan import LaunchPlan
+from openclaw_launch.safe_read import InputFileError, read_input
 from openclaw_launch.stats.collect import RankSummary
 from openclaw_launch.stats.verdict import Straggler, format_verdict, wait_source, waited_for_others
 from openclaw_launch.supervise import JobResult, WorkerResult, signal_name
@@ -131,9 +132,11 @@ def write_report(path: str | os.PathLike[str], report: dict[str, Any]) -> None:
 
 def load_report(path: str | os.PathLike[str]) -> dict[str, Any]:
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as e:
-        raise OpenclawError(f"cannot read report {path}: {e}") from e
+        data = json.loads(read_input(path, "report", MAX_REPORT_BYTES))
+    except InputFileError as e:
+        raise OpenclawError(f"cannot read report {e}") from None
+    except ValueError as e:
+        raise OpenclawError(f"cannot read report {path}: not JSON ({e})") from None
     if not isinstance(data, dict) or data.get("schema") not in _READABLE_SCHEMAS:
         raise OpenclawError(f"{path} is not an openclaw-launch report (expected schema {SCHEMA!r})")
     return data
