@@ -148,3 +148,8 @@ def wrap(stream: TextIO | None, logs_hint: str | None = None) -> TextIO | None:
     if stream is None or isinstance(stream, Console):
         return stream
     return Console(stream, logs_hint=logs_hint)  # type: ignore[return-value]
+
+
+def dropped_lines(stream: object) -> int:
+    """Lines a ``Console`` dropped (0 for any other stream)."""
+    return stream.dropped_lines if isinstance(stream, Console) else 0

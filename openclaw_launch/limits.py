@@ -25,3 +25,22 @@ MAX_SNAPSHOT_BYTES = 16 << 20
 MAX_SMI_BYTES = 4 << 20
 MAX_REPORT_BYTES = 64 << 20
 MAX_ERROR_FILE_BYTES = 64 << 10  # a worker's @record error file: its prefix is the root cause
+
+
+def host_problem(text: str) -> str | None:
+    """Why ``text`` is not an IP address or hostname (None when it is one). The one rule for the
+    config's ``master_addr``/``ip`` and ``--master-addr``/``--rdzv-endpoint``."""
+    import ipaddress
+    import re
+
+    try:
+        ipaddress.ip_address(text)
+        return None
+    except ValueError:
+        pass
+    labels = text.rstrip(".").split(".")
+    label_re = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+    numeric = all(label.isdigit() for label in labels)
+    if numeric or len(text) > MAX_HOST_LEN or not all(label_re.match(label) for label in labels):
+        return f"{text[:80]!r} is neither an IP address nor a valid hostname"
+    return None

@@ -73,6 +73,15 @@ class OsLayer(Protocol):
     def fresh_file(self, path: str) -> None: ...
 
 
+def reset_signal_state() -> None:
+    """Undo what a parent may leave behind (schedulers, ``subprocess`` callers): a blocked signal
+    never wakes the supervisor (a blocked SIGCHLD: a worker's exit is never seen) and the workers
+    inherit the mask; an ignored SIGCHLD makes the kernel reap the workers before we can."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
+    if signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+
+
 def _noop_handler(signum: int, frame: object) -> None:
     """Python-level handler whose only job is to make the C handler write to the wakeup fd."""
 
@@ -121,12 +130,16 @@ class RealOs:
         in the pipe for the inner one. Handlers go back only at the outermost ``restore_signals``.
         """
         if self._wake_r is None:
+            reset_signal_state()
             self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
             self._old_wakeup = signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
             self.watch_fd(self._wake_r)
         for sig in signals:
-            if sig not in self._old_handlers:
-                self._old_handlers[sig] = signal.signal(sig, _noop_handler)
+            if sig in self._old_handlers:
+                continue
+            if sig != signal.SIGCHLD and signal.getsignal(sig) == signal.SIG_IGN:
+                continue  # ignored by whoever started us (nohup: SIGHUP): honour it, forward nothing
+            self._old_handlers[sig] = signal.signal(sig, _noop_handler)
         self._installs += 1
         return self._wake_r
 
