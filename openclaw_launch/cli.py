@@ -305,6 +305,8 @@ def run(
         _fail(e)
     for w in plan.warnings:
         _warn(w)
+    if report_path and not dry_run:
+        _check_output(report_path, "--report")
     if dry_run:
         click.echo(format_plan_table(plan, warnings=False))
         return
@@ -339,6 +341,15 @@ def run(
     except OpenclawError as e:
         _fail(e)
     sys.exit(code)
+
+
+def _check_output(path: str, option: str) -> None:
+    """An output path that cannot be written is a usage error now, not after the job."""
+    from openclaw_launch.files import check_output_path
+
+    problem = check_output_path(path)
+    if problem:
+        raise click.BadParameter(f"{problem}; give a writable file path", param_hint=option)
 
 
 def _console_ranks(text: str) -> frozenset[int] | None:
@@ -408,6 +419,8 @@ def discover(
     from openclaw_launch.topology.discover import config_yaml_from_topology
     from openclaw_launch.topology.snapshot import dump_snapshot
 
+    if output:
+        _check_output(output, "--output")
     saved = {"--smi-list": smi_list, "--numactl-hardware": numactl_hardware, "--lscpu": lscpu}
     stray = [flag for flag, value in saved.items() if value and not from_smi]
     if stray:

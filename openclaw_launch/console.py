@@ -98,16 +98,10 @@ class Console(io.TextIOBase):
     def _pump(self) -> None:
         if self._fd is None or self._gone:
             return
-        if self._unreported and self._queued + 200 <= self.max_queue // 2:
-            where = f", full logs in {self.logs_hint}" if self.logs_hint else ""
-            notice = (
-                f"openclaw-launch: console: {self._unreported} line(s) dropped (output not read fast enough){where}\n"
-            )
-            self._unreported = 0
-            data = notice.encode()
-            self._queue.append(data)
-            self._queued += len(data)
-        while self._queue and _writable(self._fd, 0):
+        while True:
+            self._notice()
+            if not self._queue or not _writable(self._fd, 0):
+                return
             head = self._queue[0]
             try:
                 n = os.write(self._fd, head[: self._chunk])
@@ -123,6 +117,17 @@ class Console(io.TextIOBase):
                 self._queue.popleft()
             else:
                 self._queue[0] = head[n:]
+
+    def _notice(self) -> None:
+        """Once the console has room again: how many lines it missed, and where they are."""
+        if not self._unreported or self._queued + 200 > self.max_queue // 2:
+            return
+        where = f", full logs in {self.logs_hint}" if self.logs_hint else ""
+        notice = f"openclaw-launch: console: {self._unreported} line(s) dropped (output not read fast enough){where}\n"
+        self._unreported = 0
+        data = notice.encode()
+        self._queue.append(data)
+        self._queued += len(data)
 
 
 def _fileno(stream: TextIO) -> int | None:
