@@ -349,7 +349,7 @@ def _check_output(path: str, option: str) -> None:
 
     problem = check_output_path(path)
     if problem:
-        raise click.BadParameter(f"{problem}; give a writable file path", param_hint=option)
+        raise click.BadParameter(f"cannot write there: {problem}; give a writable file path", param_hint=option)
 
 
 def _console_ranks(text: str) -> frozenset[int] | None:

@@ -23,16 +23,28 @@ from collections import deque
 from typing import TextIO
 
 PIPE_BUF = 4096  # POSIX minimum; a pipe that polls writable takes this many bytes without blocking
-DEFAULT_QUEUE_BYTES = 1 << 20
+DEFAULT_QUEUE_BYTES = 1 << 20  # beyond this, text is dropped once the reader has stalled ...
+HARD_QUEUE_BYTES = 64 << 20  # ... and beyond this in any case
+STALL_S = 2.0  # a reader that took nothing for this long has stalled (a paused pager, Ctrl-S)
 
 
 class Console(io.TextIOBase):
     """A text stream that queues instead of blocking. ``pending`` says whether text waits."""
 
-    def __init__(self, stream: TextIO, max_queue: int = DEFAULT_QUEUE_BYTES, logs_hint: str | None = None) -> None:
+    def __init__(
+        self,
+        stream: TextIO,
+        max_queue: int = DEFAULT_QUEUE_BYTES,
+        logs_hint: str | None = None,
+        hard_queue: int = HARD_QUEUE_BYTES,
+        stall_s: float = STALL_S,
+    ) -> None:
         super().__init__()
         self.stream = stream
-        self.max_queue = max_queue
+        self.max_queue = max_queue  # a slow reader gets up to hard_queue; a stalled one this much
+        self.hard_queue = max(hard_queue, max_queue)
+        self.stall_s = stall_s
+        self._progress = time.monotonic()  # when the reader last took something
         self.logs_hint = logs_hint  # where the full output is, for the "lines dropped" line
         self.dropped_lines = 0  # in total
         self._unreported = 0  # dropped since the last notice
@@ -71,6 +83,9 @@ class Console(io.TextIOBase):
             return len(text)
         data = self._encoder.encode(text)
         if self._queued + len(data) > self.max_queue:
+            self._pump()  # the reader may have taken some; if it is merely slow, keep queuing
+        stalled = time.monotonic() - self._progress >= self.stall_s
+        if self._queued + len(data) > (self.max_queue if stalled else self.hard_queue):
             self._unreported += max(text.count("\n"), 1)
             self.dropped_lines += max(text.count("\n"), 1)
             self._pump()
@@ -100,7 +115,10 @@ class Console(io.TextIOBase):
             return
         while True:
             self._notice()
-            if not self._queue or not _writable(self._fd, 0):
+            if not self._queue:
+                self._progress = time.monotonic()  # nothing waits: nothing can be stalled
+                return
+            if not _writable(self._fd, 0):
                 return
             head = self._queue[0]
             try:
@@ -113,6 +131,7 @@ class Console(io.TextIOBase):
                 self._queued = 0
                 return
             self._queued -= n
+            self._progress = time.monotonic()
             if n == len(head):
                 self._queue.popleft()
             else:
