@@ -7,6 +7,7 @@ one message and no traceback, before anything is started.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 import click
 
+from openclaw_launch import option_types
 from openclaw_launch.config import BindingPolicy, Config, load_config
 from openclaw_launch.errors import OpenclawError
 from openclaw_launch.plan import Entry, EntryKind, LaunchPlan, PlanOptions, build_plan, format_plan_table
@@ -213,14 +215,14 @@ _SCRIPT_LAST = {"allow_interspersed_args": False}
 @_with_common
 @click.option(
     "--restart-backoff-s",
-    type=click.FloatRange(min=0),
+    type=option_types.seconds(),
     default=1.0,
     show_default=True,
     help="Wait before restart k: this times 2**k (at most 30 s).",
 )
 @click.option(
     "--kill-timeout-s",
-    type=click.FloatRange(min=0),
+    type=option_types.seconds(),
     default=5.0,
     show_default=True,
     help="After SIGKILL, how long to wait for workers stuck in the kernel before giving up.",
@@ -250,14 +252,14 @@ _SCRIPT_LAST = {"allow_interspersed_args": False}
 )
 @click.option(
     "--stats-interval-s",
-    type=click.FloatRange(min=0),
+    type=option_types.seconds(),
     default=60.0,
     show_default=True,
     help="Print a one-line straggler summary this often while the job runs (0 = never).",
 )
 @click.option(
     "--straggler-threshold-pct",
-    type=click.FloatRange(min=0),
+    type=option_types.percent(),
     default=5.0,
     show_default=True,
     help="Name a straggler when one rank is busy this % of the median step longer than the others.",
@@ -280,9 +282,16 @@ def run(
         raise click.UsageError("give the training script (or -m MODULE, or --no-python COMMAND) to run")
     from openclaw_launch.launch import StatsOptions, launch, run_dir_for
     from openclaw_launch.supervise import SuperviseOptions
-    from openclaw_launch.torchrun_resolve import prefix_from_env, signal_numbers
+    from openclaw_launch.torchrun_resolve import check_prefix, prefix_from_env, signal_numbers
 
     want = resolve(c.tr, with_config=bool(c.config_path))
+    env_prefix = os.environ.get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE")
+    if prefix_template is not None:
+        prefix = check_prefix(prefix_template)
+    elif env_prefix:
+        prefix = check_prefix(prefix_from_env(env_prefix, c.tr.role), "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE")
+    else:
+        prefix = "[rank {rank}] "
     if want.local_ranks_shown is not None and console_ranks != "all":
         raise click.UsageError("--console-ranks and --local-ranks-filter both choose the console's ranks; give one")
     job_id = c.tr.run_id or os.environ.get("SLURM_JOB_ID") or uuid.uuid4().hex[:12]
@@ -298,6 +307,8 @@ def run(
         _fail(e)
     for w in plan.warnings:
         _warn(w)
+    if report_path and not dry_run:
+        _check_output(report_path, "--report")
     if dry_run:
         click.echo(format_plan_table(plan, warnings=False))
         return
@@ -308,7 +319,6 @@ def run(
 
         log_dir = tempfile.mkdtemp(prefix="openclaw-logs-")
         _warn(f"--redirects/--tee without --log-dir: logs under {log_dir}")
-    env_prefix = os.environ.get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE")
     options = SuperviseOptions(
         grace_period_s=c.tr.grace_period_s,
         kill_timeout_s=kill_timeout_s,
@@ -317,7 +327,7 @@ def run(
         log_dir=log_dir,
         console_ranks=ranks_shown,
         console_hidden=want.console_hidden,
-        prefix_template=prefix_template or (prefix_from_env(env_prefix, c.tr.role) if env_prefix else "[rank {rank}] "),
+        prefix_template=prefix,
         forwarded_signals=signal_numbers(want.signals),
         error_files_kept=bool(c.tr.log_dir),
     )
@@ -333,6 +343,15 @@ def run(
     except OpenclawError as e:
         _fail(e)
     sys.exit(code)
+
+
+def _check_output(path: str, option: str) -> None:
+    """An output path that cannot be written is a usage error now, not after the job."""
+    from openclaw_launch.files import check_output_path
+
+    problem = check_output_path(path)
+    if problem:
+        raise click.BadParameter(f"cannot write there: {problem}; give a writable file path", param_hint=option)
 
 
 def _console_ranks(text: str) -> frozenset[int] | None:
@@ -402,6 +421,8 @@ def discover(
     from openclaw_launch.topology.discover import config_yaml_from_topology
     from openclaw_launch.topology.snapshot import dump_snapshot
 
+    if output:
+        _check_output(output, "--output")
     saved = {"--smi-list": smi_list, "--numactl-hardware": numactl_hardware, "--lscpu": lscpu}
     stray = [flag for flag, value in saved.items() if value and not from_smi]
     if stray:
@@ -497,8 +518,41 @@ def report(run_json: str, plot_path: str | None) -> None:
         _fail(e)
 
 
+def _standard_streams() -> None:
+    """Started with fd 0, 1 or 2 closed (``2>&-``): /dev/null in their place, so no file we open
+    becomes a worker's stderr and no message raises."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+    if sys.stdout is None:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - the process's stdout, open until exit
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115
+
+
 def main() -> None:
-    """Every usage error is one line on stderr and exit 2, before anything starts (no click banner)."""
+    """Every usage error is one line on stderr and exit 2, before anything starts (no click banner).
+    Ctrl-C before the job's signal handling is in place exits 130, as a shell expects."""
+    try:
+        _standard_streams()
+        _main()
+    except KeyboardInterrupt:
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.write("openclaw-launch: interrupted\n")
+        sys.exit(130)
+    except OSError as e:  # our own output failed (`plan --json > /dev/full`, a closed pipe)
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - nothing more can reach the old one
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.write(f"openclaw-launch: error: cannot write the output: {e.strerror or e}\n")
+        sys.exit(1)
+
+
+def _main() -> None:
     try:
         rv = cli.main(prog_name="openclaw-launch", standalone_mode=False)
     except click.UsageError as e:

@@ -31,6 +31,15 @@ from openclaw_launch.config import (
     Runtime,
 )
 from openclaw_launch.errors import ConfigError, Problem
+from openclaw_launch.limits import (
+    MAX_CONFIG_BYTES,
+    MAX_CPU_ID,
+    MAX_ENV_VALUE,
+    MAX_RANKS_PER_NODE,
+    MAX_YAML_DEPTH,
+    host_problem,
+)
+from openclaw_launch.safe_read import InputFileError, read_input
 from openclaw_launch.topology.cpulist import parse_cpulist
 from openclaw_launch.topology.model import normalize_bus_id
 
@@ -84,14 +93,31 @@ _KINDS = {
 _Y_CONSTRUCT = yaml.constructor.SafeConstructor()
 
 
+class _BoundedLoader(yaml.SafeLoader):
+    """SafeLoader that refuses nesting deeper than ``MAX_YAML_DEPTH`` (PyYAML composes recursively:
+    a few hundred levels are a RecursionError)."""
+
+    _depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                raise yaml.composer.ComposerError(
+                    None, None, f"nested deeper than {MAX_YAML_DEPTH} levels", self.peek_event().start_mark
+                )
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
 def load_config_file(path: str | os.PathLike[str]) -> Config:
     """Read and validate the YAML file at ``path``; ConfigError lists every problem."""
     source = os.fspath(path)
     try:
-        with open(source, encoding="utf-8-sig") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as e:
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        text = read_input(source, "config", MAX_CONFIG_BYTES)
+    except InputFileError as e:
+        reason = str(e).removeprefix(f"{source}: cannot read the config: ").removeprefix(f"{source}: ")
         raise ConfigError(source, [Problem("", None, f"cannot read the config: {reason}")]) from None
     return parse_config_text(text, source)
 
@@ -99,7 +125,7 @@ def load_config_file(path: str | os.PathLike[str]) -> Config:
 def parse_config_text(text: str, source: str = "<config>") -> Config:
     """Validate YAML ``text``; ``source`` names it in messages. Raises ConfigError."""
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = yaml.compose(text, Loader=_BoundedLoader)
     except yaml.YAMLError as e:
         raise ConfigError(source, [_syntax_problem(e, text)]) from None
     checker = _Checker()
@@ -366,7 +392,7 @@ class _Checker:
             self.error(e.path, e.line, "a node has either gpus or cpu_workers, not both; remove one")
         elif not has_gpus and not has_cpu and not _mistyped(item, ("gpus", "cpu_workers"), _NODE_KEYS):
             self.error(path, _line(item), "a node needs gpus (a list of GPUs) or cpu_workers: N")
-        cpu_workers = self.integer(m["cpu_workers"], 1) if has_cpu else None
+        cpu_workers = self.integer(m["cpu_workers"], 1, MAX_RANKS_PER_NODE) if has_cpu else None
         gpus = self.gpus(m["gpus"], binding) if has_gpus else ()
         return NodeSpec(name=name or "", ip=ip, gpus=gpus, cpu_workers=cpu_workers, line=_line(item))
 
@@ -479,7 +505,7 @@ class _Checker:
                 "no NUMA information (sysfs numa_node -1)",
             )
             return None
-        return self.integer(e, 0)
+        return self.integer(e, 0, MAX_CPU_ID)
 
     def bus_id(self, e: _Entry) -> str | None:
         text = self.text(e, 'a PCI bus id like "0000:0a:00.0"')
@@ -542,7 +568,7 @@ class _Checker:
             if items is not None:
                 self.error(e.path, e.line, "the CPU list is empty")
             return None
-        cpus = [self.integer(_Entry(n, n, f"{e.path}[{i}]"), 0) for i, n in enumerate(items)]
+        cpus = [self.integer(_Entry(n, n, f"{e.path}[{i}]"), 0, MAX_CPU_ID) for i, n in enumerate(items)]
         if any(c is None for c in cpus):
             return None
         return tuple(sorted({c for c in cpus if c is not None}))
@@ -558,18 +584,18 @@ class _Checker:
             return Runtime(), None
         readers: dict[str, Callable[[_Entry], Any]] = {
             "enable_mps": self.boolean,
-            "mps_max_clients_per_gpu": lambda e: self.integer(e, 1),
+            "mps_max_clients_per_gpu": lambda e: self.integer(e, 1, MAX_RANKS_PER_NODE),
             "mps_active_thread_percentage": lambda e: self.integer(e, 1, 100),
             "mps_pinned_device_mem_limit": self.mem_limit,
             "mps_on_start_failure": lambda e: self.choice(e, MPS_START_FAILURE_MODES),
-            "nccl_socket_nthreads": lambda e: self.integer(e, 1),
-            "nccl_nthreads": lambda e: self.integer(e, 1),
+            "nccl_socket_nthreads": lambda e: self.integer(e, 1, MAX_RANKS_PER_NODE),
+            "nccl_nthreads": lambda e: self.integer(e, 1, MAX_RANKS_PER_NODE),
             "nccl_env": lambda e: self.env_mapping(e, nccl=True),
             "env": lambda e: self.env_mapping(e, nccl=False),
             "binding": lambda e: self.choice(e, BINDING_POLICIES),
             "mem_policy": lambda e: self.choice(e, MEM_POLICIES),
             "visible_devices": lambda e: self.choice(e, VISIBLE_DEVICES_MODES),
-            "procs_per_gpu": lambda e: self.integer(e, 1),
+            "procs_per_gpu": lambda e: self.integer(e, 1, MAX_RANKS_PER_NODE),
             "master_addr": self.host,
             "master_port": lambda e: self.integer(e, 1, 65535),
             "strictness": lambda e: self.choice(e, STRICTNESS_MODES),
@@ -606,15 +632,9 @@ class _Checker:
         text = self.text(e, "an IP address or hostname")
         if text is None:
             return None
-        try:
-            ipaddress.ip_address(text)
-            return text
-        except ValueError:
-            pass
-        labels = text.rstrip(".").split(".")
-        numeric = all(label.isdigit() for label in labels)
-        if numeric or len(text) > 253 or not all(_HOST_LABEL_RE.match(label) for label in labels):
-            self.error(e.path, e.line, f"{text!r} is neither an IP address nor a valid hostname")
+        problem = host_problem(text)
+        if problem is not None:
+            self.error(e.path, e.line, problem)
             return None
         return text
 
@@ -670,6 +690,13 @@ class _Checker:
         value = str(v.value)
         if "\0" in value:
             self.error(e.path, e.line, "an environment value cannot contain a NUL character")
+            return None
+        if len(value.encode()) > MAX_ENV_VALUE:
+            self.error(
+                e.path,
+                e.line,
+                f"{len(value.encode())} bytes: the kernel takes at most {MAX_ENV_VALUE} bytes per variable",
+            )
             return None
         return value
 

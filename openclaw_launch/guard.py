@@ -31,6 +31,17 @@ class Guardian:
         self.pid = pid
         self._fd: int | None = write_fd
         self._next_command_id = 0
+        self._reaped = False
+        self.lost: str | None = None  # why the guardian can no longer clean up after us, once it cannot
+
+    def died(self, status: int) -> None:
+        """The supervisor reaped the guardian (it collects every child): it can do nothing more."""
+        code = os.waitstatus_to_exitcode(status)
+        how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        if self.lost is None:
+            self.lost = f"guardian pid {self.pid} {how}"
+        self._close_fd()
+        self._reaped = True
 
     @classmethod
     def start(cls) -> Guardian:
@@ -56,7 +67,9 @@ class Guardian:
         try:
             while data:  # a message over PIPE_BUF (a command's environment) may be written in parts
                 data = data[os.write(self._fd, data) :]
-        except OSError:  # guardian gone: nothing more it can do for us
+        except OSError as e:  # guardian gone: nothing more it can do for us (the report says so)
+            if self.lost is None:
+                self.lost = f"a message to guardian pid {self.pid} failed: {e.strerror or e}"
             self._close_fd()
 
     def _close_fd(self) -> None:
@@ -107,6 +120,8 @@ class Guardian:
         """
         self._send({"op": "done"})
         self._close_fd()
+        if self._reaped:
+            return
         deadline = time.monotonic() + timeout_s
         pause = 0.001
         try:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from openclaw_launch import console
 from openclaw_launch.errorfile import write_parent_error_file
 from openclaw_launch.errors import LaunchError
 from openclaw_launch.guard import Guardian
@@ -36,6 +37,9 @@ from openclaw_launch.supervise import (
 if TYPE_CHECKING:
     from openclaw_launch.mps import MpsDaemon
     from openclaw_launch.stats.session import StatsSession
+
+
+_FINAL_DRAIN_S = 5.0  # at exit, the console gets this long to take what is queued
 
 
 def run_dir_for(run_id: str) -> Path:
@@ -66,12 +70,16 @@ def launch(
 ) -> int:
     """Run the plan; return the launcher's exit code. ``parent_error_file``: the launcher's own
     TORCHELASTIC_ERROR_FILE, which receives a failed job's root cause as torchrun writes it."""
+    hint = f"{options.log_dir}/{plan.run_id}" if options.log_dir else None
+    out, err = console.wrap(options.stdout or sys.stdout, hint), console.wrap(options.stderr or sys.stderr, hint)
+    options = dataclasses.replace(options, stdout=out, stderr=err)  # never blocks supervision
     os_layer = RealOs()
     os_layer.install_signals(options.forwarded_signals)
     try:
         result, statistics = _run(plan, options, os_layer, parent_error_file, stats or StatsOptions())
         result = _with_late_signal(result, _forwarded(os_layer.drain_signals(), options), options)
-        report = build_report(plan, result, statistics)
+        dropped = console.dropped_lines(out) + console.dropped_lines(err)
+        report = build_report(plan, result, statistics, console_dropped_lines=dropped)
         code = result.exit_code
         if report_path:
             try:
@@ -84,6 +92,9 @@ def launch(
         return code
     finally:
         os_layer.restore_signals()
+        for c in (out, err):  # what the console still holds, for a bounded time: then we exit anyway
+            if isinstance(c, console.Console):
+                c.drain(_FINAL_DRAIN_S)
 
 
 def _run(

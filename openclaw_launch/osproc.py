@@ -17,6 +17,9 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO, Protocol
 
+from openclaw_launch.limits import MAX_ERROR_FILE_BYTES
+from openclaw_launch.safe_read import read_prefix
+
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 PR_GET_CHILD_SUBREAPER = 37
@@ -63,9 +66,20 @@ class OsLayer(Protocol):
     def proc_status(self, pid: int) -> dict[str, str] | None: ...
     def proc_comm(self, pid: int) -> str | None: ...
     def descendants(self, exempt: Collection[int] = ()) -> list[int]: ...
+    def descendant_groups(self, exempt: Collection[int] = ()) -> set[int]: ...
     def open_log(self, path: str) -> BinaryIO: ...
     def read_text(self, path: str) -> str | None: ...
+    def read_error_file(self, path: str) -> str | None: ...
     def fresh_file(self, path: str) -> None: ...
+
+
+def reset_signal_state() -> None:
+    """Undo what a parent may leave behind (schedulers, ``subprocess`` callers): a blocked signal
+    never wakes the supervisor (a blocked SIGCHLD: a worker's exit is never seen) and the workers
+    inherit the mask; an ignored SIGCHLD makes the kernel reap the workers before we can."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
+    if signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
 
 
 def _noop_handler(signum: int, frame: object) -> None:
@@ -116,12 +130,16 @@ class RealOs:
         in the pipe for the inner one. Handlers go back only at the outermost ``restore_signals``.
         """
         if self._wake_r is None:
+            reset_signal_state()
             self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
             self._old_wakeup = signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
             self.watch_fd(self._wake_r)
         for sig in signals:
-            if sig not in self._old_handlers:
-                self._old_handlers[sig] = signal.signal(sig, _noop_handler)
+            if sig in self._old_handlers:
+                continue
+            if sig != signal.SIGCHLD and signal.getsignal(sig) == signal.SIG_IGN:
+                continue  # ignored by whoever started us (nohup: SIGHUP): honour it, forward nothing
+            self._old_handlers[sig] = signal.signal(sig, _noop_handler)
         self._installs += 1
         return self._wake_r
 
@@ -256,7 +274,17 @@ class RealOs:
     def descendants(self, exempt: Collection[int] = ()) -> list[int]:
         """Live (non-zombie) descendants of this process, from one scan of /proc; ``exempt`` pids and
         everything under them (the MPS control daemon and its servers) are left out."""
+        return list(self._descendants(exempt))
+
+    def descendant_groups(self, exempt: Collection[int] = ()) -> set[int]:
+        """Process groups that hold at least one live descendant of ours: the groups still ours to
+        signal after their leader was reaped."""
+        return set(self._descendants(exempt).values())
+
+    def _descendants(self, exempt: Collection[int]) -> dict[int, int]:
+        """pid -> process group of every live descendant."""
         children: dict[int, list[int]] = {}
+        groups: dict[int, int] = {}
         for name in os.listdir("/proc"):
             if not name.isdigit():
                 continue
@@ -264,15 +292,16 @@ class RealOs:
             if stat is None:
                 continue
             fields = stat.rpartition(")")[2].split()
-            if len(fields) < 2 or fields[0] == "Z":
+            if len(fields) < 3 or fields[0] == "Z":
                 continue
             children.setdefault(int(fields[1]), []).append(int(name))
-        found: list[int] = []
+            groups[int(name)] = int(fields[2])
+        found: dict[int, int] = {}
         todo = [self._pid]
         while todo:
             for child in children.get(todo.pop(), ()):
                 if child not in exempt:
-                    found.append(child)
+                    found[child] = groups[child]
                     todo.append(child)
         return found
 
@@ -286,6 +315,18 @@ class RealOs:
                 return f.read()
         except OSError:
             return None
+
+    def read_error_file(self, path: str) -> str | None:
+        """A worker's ``@record`` error file: a bounded prefix of a regular file, read without
+        blocking (a FIFO or a symlink to /dev/zero there is refused, not read)."""
+        try:
+            data, more = read_prefix(path, MAX_ERROR_FILE_BYTES)
+        except OSError:
+            return None
+        text = data.decode(errors="replace")
+        if more:
+            text += f"\n... (cut at {MAX_ERROR_FILE_BYTES >> 10} KiB; the whole file is {path})"
+        return text
 
     def fresh_file(self, path: str) -> None:
         """Make ``path`` ready to be written by a worker: its directory exists (torch's ``@record``

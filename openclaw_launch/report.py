@@ -12,12 +12,14 @@ import json
 import os
 import statistics
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
+from openclaw_launch import report_schema
 from openclaw_launch.errors import OpenclawError
 from openclaw_launch.files import write_atomic
+from openclaw_launch.limits import MAX_REPORT_BYTES
 from openclaw_launch.plan import LaunchPlan
+from openclaw_launch.safe_read import InputFileError, read_input
 from openclaw_launch.stats.collect import RankSummary
 from openclaw_launch.stats.verdict import Straggler, format_verdict, wait_source, waited_for_others
 from openclaw_launch.supervise import JobResult, WorkerResult, signal_name
@@ -25,6 +27,8 @@ from openclaw_launch.telemetry.wire import INPUT
 from openclaw_launch.topology.cpulist import format_cpulist
 
 SCHEMA = "openclaw-report/2"
+# How the job's processes are kept from outliving it (per-job cgroups are not used).
+CONTAINMENT = "process-groups+subreaper+guardian"
 _READABLE_SCHEMAS = ("openclaw-report/1", SCHEMA)
 
 
@@ -37,12 +41,27 @@ def _rank_entry(w: WorkerResult) -> dict[str, Any]:
         "pid": w.pid,
         "exit_code": w.exit_code,
         "signal": signal_name(w.signal) if w.signal is not None else None,
-        "wall_s": round(w.end_s - w.start_s, 3) if w.end_s is not None else None,
+        "wall_s": _wall_s(w),
         "cpu_s": w.cpu_s,
         "max_rss_kib": w.max_rss_kib,
         "bound_cpus": format_cpulist(w.bound_cpus) if w.bound_cpus is not None else None,
         "bound_mems": format_cpulist(w.bound_mems) if w.bound_mems is not None else None,
         "binding_warning": w.binding_warning,
+    }
+
+
+def _wall_s(w: WorkerResult) -> float | None:
+    """Run time on the monotonic clock (the wall clock may step while the job runs)."""
+    if w.wall_s is not None:
+        return round(w.wall_s, 3)
+    return round(w.end_s - w.start_s, 3) if w.end_s is not None else None
+
+
+def _attempt_entry(n: int, results: tuple[WorkerResult, ...], root: WorkerResult | None) -> dict[str, Any]:
+    return {
+        "attempt": n,
+        "root_cause": _rank_entry(root) if root is not None else None,
+        "ranks": [_rank_entry(w) for w in results],
     }
 
 
@@ -82,7 +101,12 @@ def _r(seconds: float) -> float:
     return round(seconds, 6)
 
 
-def build_report(plan: LaunchPlan, result: JobResult, statistics: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def build_report(
+    plan: LaunchPlan,
+    result: JobResult,
+    statistics: Mapping[str, Any] | None = None,
+    console_dropped_lines: int = 0,
+) -> dict[str, Any]:
     planned = {r.rank: r for r in plan.ranks}
     last = result.results[-1] if result.results else ()
     stats = statistics or {}
@@ -111,6 +135,14 @@ def build_report(plan: LaunchPlan, result: JobResult, statistics: Mapping[str, A
         "signal_received": signal_name(result.signal_received) if result.signal_received else None,
         "root_cause": _rank_entry(result.root_cause) if result.root_cause else None,
         "unkillable_pids": list(result.unkillable),
+        "attempt_history": [
+            _attempt_entry(n, results, result.root_causes[n] if n < len(result.root_causes) else None)
+            for n, results in enumerate(result.results)
+        ],
+        "log_errors": list(result.log_errors),
+        "console_dropped_lines": console_dropped_lines,
+        "guardian_lost": result.guardian_lost,
+        "containment": CONTAINMENT,
         "statistics": None
         if statistics is None
         else {
@@ -132,11 +164,17 @@ def write_report(path: str | os.PathLike[str], report: dict[str, Any]) -> None:
 
 def load_report(path: str | os.PathLike[str]) -> dict[str, Any]:
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as e:
-        raise OpenclawError(f"cannot read report {path}: {e}") from e
+        data = json.loads(read_input(path, "report", MAX_REPORT_BYTES))
+    except InputFileError as e:
+        raise OpenclawError(str(e)) from None
+    except ValueError as e:
+        raise OpenclawError(f"cannot read report {path}: not JSON ({e})") from None
     if not isinstance(data, dict) or data.get("schema") not in _READABLE_SCHEMAS:
         raise OpenclawError(f"{path} is not an openclaw-launch report (expected schema {SCHEMA!r})")
+    try:
+        report_schema.check(data, report_schema.REPORT)
+    except report_schema.ReportShapeError as e:
+        raise OpenclawError(f"{path}: not a well-formed report: {e}; re-create it with run --report") from None
     return data
 
 

@@ -18,6 +18,7 @@ it installs signal handlers and reaps every child of this process while it runs.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import enum
 import heapq
 import itertools
@@ -30,6 +31,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
+from openclaw_launch import console
 from openclaw_launch.errors import LaunchError
 from openclaw_launch.guard import Guardian
 from openclaw_launch.osproc import OsLayer, RealOs, Reaped
@@ -49,6 +51,7 @@ FORWARDED_SIGNALS = (
 ESCALATING_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # a second one while stopping means "SIGKILL now"
 _MAX_PARTIAL_LINE = 65536  # a "line" longer than this is emitted in pieces
 _MAX_DRAIN = 16 << 20  # bytes read from a pipe after its worker is gone, at most
+_CONSOLE_RETRY_S = 0.05  # a console that did not take everything is retried this often
 
 
 class State(enum.Enum):
@@ -102,7 +105,7 @@ class WorkerResult:
     pid: int | None  # None when the spawn itself failed
     exit_code: int | None  # None when killed by a signal or never reaped
     signal: int | None
-    start_s: float  # wall clock (time.time())
+    start_s: float  # wall clock (time.time()), for the record
     end_s: float | None
     cpu_s: float | None
     max_rss_kib: int | None
@@ -112,6 +115,7 @@ class WorkerResult:
     stderr_tail: tuple[str, ...]
     error_file: str | None  # TORCHELASTIC_ERROR_FILE when the worker wrote it
     error: str | None  # its message and traceback
+    wall_s: float | None = None  # run time on the monotonic clock (a clock step does not change it)
 
     @property
     def succeeded(self) -> bool:
@@ -133,6 +137,18 @@ class JobResult:
     results: tuple[tuple[WorkerResult, ...], ...]  # per attempt, in rank order
     signal_received: int | None
     unkillable: tuple[int, ...]  # pids still alive after SIGKILL and kill_timeout_s
+    root_causes: tuple[WorkerResult | None, ...] = ()  # per attempt (the last one is root_cause)
+    log_errors: tuple[str, ...] = ()  # worker log files that could not be written (the job went on)
+    guardian_lost: str | None = None  # the guardian died or stopped taking messages: why
+
+
+def _why(cause: WorkerResult | None) -> str:
+    """``rank 1 exited 3``: why an attempt ended, for the restart line."""
+    if cause is None:
+        return "a failure"
+    if cause.signal is not None:
+        return f"rank {cause.rank} was killed by {signal_name(cause.signal)}"
+    return f"rank {cause.rank} exited {cause.exit_code}"
 
 
 def signal_name(sig: int) -> str:
@@ -243,8 +259,10 @@ class _Stream:
         log: BinaryIO | None,
         tail: deque[str] | None,
         line: _ConsoleLine | None = None,
+        on_log_error: Callable[[OSError], None] | None = None,
     ) -> None:
         self.fd = fd
+        self._on_log_error = on_log_error
         self._prefix = prefix
         self._console = console
         self._log = log
@@ -258,7 +276,10 @@ class _Stream:
 
     def feed(self, data: bytes) -> None:
         if self._log is not None:
-            self._log.write(data)
+            try:
+                self._log.write(data)
+            except OSError as exc:  # full disk, quota, I/O error: the job and the console go on
+                self._drop_log(exc)
         if self._console is not None:
             self._show(self._decoder.decode(data))
         if self._tail is None:
@@ -281,8 +302,19 @@ class _Stream:
             self._tail.append(_last_redraw(self._partial.decode(errors="replace")))
         self._partial = b""
         if self._log is not None:
-            self._log.close()
+            try:
+                self._log.close()
+            except OSError as exc:
+                self._drop_log(exc)
             self._log = None
+
+    def _drop_log(self, exc: OSError) -> None:
+        log, self._log = self._log, None
+        if log is not None:
+            with contextlib.suppress(OSError):
+                log.close()
+        if self._on_log_error is not None:
+            self._on_log_error(exc)
 
     def _text(self, segment: str) -> list[str]:
         """``segment`` continuing our line: the prefix first when the line is new."""
@@ -344,6 +376,7 @@ class _Worker:
     rank: RankPlan
     attempt: int
     start_s: float
+    mono_start_s: float = 0.0
     pid: int | None = None
     finished: bool = False
     exit_code: int | None = None
@@ -356,6 +389,7 @@ class _Worker:
     binding_warning: str | None = None
     readbacks_left: int = 0
     tail: deque[str] = field(default_factory=deque)
+    wall_s: float | None = None
 
     @property
     def failed(self) -> bool:
@@ -380,6 +414,7 @@ class _Worker:
             stderr_tail=tuple(self.tail),
             error_file=error_file if error else None,
             error=error,
+            wall_s=self.wall_s,
         )
 
 
@@ -397,8 +432,11 @@ class _Supervisor:
         self.os = os_layer
         self.hooks = hooks
         self.guardian = guardian
-        self.stdout = options.stdout or sys.stdout
-        self.stderr = options.stderr or sys.stderr
+        hint = f"{options.log_dir}/{plan.run_id}" if options.log_dir else None
+        self.stdout = console.wrap(options.stdout or sys.stdout, hint) or sys.stdout
+        self.stderr = console.wrap(options.stderr or sys.stderr, hint) or sys.stderr
+        self.log_errors: list[str] = []
+        self._guardian_warned = False
         self.state = State.STARTING
         self.signal_received: int | None = None
         self.unkillable: list[int] = []
@@ -437,6 +475,7 @@ class _Supervisor:
 
     def _run_attempts(self) -> JobResult:
         all_results: list[tuple[WorkerResult, ...]] = []
+        root_causes: list[WorkerResult | None] = []
         root_cause: WorkerResult | None = None
         attempt = 0
         while True:
@@ -445,6 +484,7 @@ class _Supervisor:
                 self.hooks.before_attempt(attempt)
             results, root_cause = self._run_attempt(attempt)
             all_results.append(results)
+            root_causes.append(root_cause)
             if self.hooks.after_attempt:
                 self.hooks.after_attempt(attempt, results)
             succeeded = all(r.succeeded for r in results)
@@ -454,6 +494,9 @@ class _Supervisor:
             if self.signal_received is not None:
                 break
             attempt += 1
+            self._console_err(
+                f"openclaw-launch: attempt {attempt + 1}/{self.opt.max_restarts + 1} after {_why(root_cause)}"
+            )
         self.state = State.DONE
         job = JobResult(
             exit_code=self._exit_code(root_cause, all_results[-1]),
@@ -462,6 +505,9 @@ class _Supervisor:
             results=tuple(all_results),
             signal_received=self.signal_received,
             unkillable=tuple(self.unkillable),
+            root_causes=tuple(root_causes),
+            log_errors=tuple(self.log_errors),
+            guardian_lost=self._guardian_lost(),
         )
         if self.opt.print_summary:
             self._print_summary(job)
@@ -538,7 +584,7 @@ class _Supervisor:
         root: WorkerResult | None = None
         for w in sorted(self.workers, key=lambda w: w.rank.local_rank):
             error_file = w.rank.env.get("TORCHELASTIC_ERROR_FILE")
-            text = self.os.read_text(error_file) if error_file and w.failed else None
+            text = self.os.read_error_file(error_file) if error_file and w.failed else None
             result = w.result(error_file, read_error_file(text) if text else None)
             results.append(result)
             if w is self.failure:
@@ -567,14 +613,20 @@ class _Supervisor:
         return opened
 
     def _spawn(self, rank: RankPlan, attempt: int, logs: dict[str, BinaryIO | None]) -> None:
-        w = _Worker(rank, attempt, start_s=self.os.time(), readbacks_left=self.opt.readback_attempts)
+        w = _Worker(
+            rank,
+            attempt,
+            start_s=self.os.time(),
+            mono_start_s=self.os.monotonic(),
+            readbacks_left=self.opt.readback_attempts,
+        )
         w.tail = deque(maxlen=self.opt.stderr_tail_lines)
         self.workers.append(w)
         try:
             spawned = self.os.spawn(rank.argv, {**rank.env, "TORCHELASTIC_RESTART_COUNT": str(attempt)})
         except OSError as exc:
             _close_logs(logs)
-            w.finished, w.end_s = True, self.os.time()
+            w.finished, w.end_s, w.wall_s = True, self.os.time(), 0.0
             w.exit_code = 127 if isinstance(exc, FileNotFoundError) else 126
             w.tail.append(f"openclaw-launch: could not start {rank.argv[0]!r}: {exc}")
             self.failure = w
@@ -599,18 +651,33 @@ class _Supervisor:
                 logs[name] = self.os.open_log(f"{base}/{name}.log")
         except OSError as exc:
             _close_logs(logs)
-            raise LaunchError(f"cannot write worker logs under {base}: {exc}; pass a writable --log-dir") from exc
+            if attempt == 0:  # nothing started yet: say so now
+                raise LaunchError(f"cannot write worker logs under {base}: {exc}; pass a writable --log-dir") from exc
+            self._log_error(f"rank {rank.rank} attempt {attempt}", exc)  # a restart: the job goes on
+            return {"stdout": None, "stderr": None}
         return logs
+
+    def _log_error(self, what: str, exc: OSError) -> None:
+        """A worker log cannot be written: warn once, keep the job and the console going, report it."""
+        message = f"{what}: {exc.strerror or exc}"
+        if not self.log_errors:
+            self._console_err(
+                f"openclaw-launch: warning: cannot write the worker log ({message}); the job goes on and the "
+                "console still shows its output; further log errors are only in the report"
+            )
+        if len(self.log_errors) < 64:
+            self.log_errors.append(message)
 
     def _open_stream(self, w: _Worker, fd: int, name: str, log: BinaryIO | None) -> None:
         r = w.rank
         show = self.opt.console_ranks is None or r.rank in self.opt.console_ranks
         show = show and not {(r.local_rank, name), (-1, name)} & self.opt.console_hidden  # --redirects
         prefix = self.opt.prefix_template.format(rank=r.rank, local_rank=r.local_rank, node=r.node, attempt=w.attempt)
-        console = (self.stdout if name == "stdout" else self.stderr) if show else None
+        shown = (self.stdout if name == "stdout" else self.stderr) if show else None
         tail = w.tail if name == "stderr" else None
         line = self._console_lines.setdefault(name, _ConsoleLine())
-        self.streams[fd] = _Stream(fd, prefix, console, log, tail, line)
+        label = f"rank {r.rank} {name} log"
+        self.streams[fd] = _Stream(fd, prefix, shown, log, tail, line, lambda exc: self._log_error(label, exc))
         self.os.watch_fd(fd)
 
     # ---- event loop ------------------------------------------------------------------------------
@@ -632,6 +699,9 @@ class _Supervisor:
         for reaped in self.os.reap():
             self._on_reaped(reaped)
         self._run_timers()
+        for stream in (self.stdout, self.stderr):
+            if isinstance(stream, console.Console):
+                stream.flush()
 
     def _at(self, delay: float, callback: Callable[[], None]) -> None:
         heapq.heappush(self._timers, (self.os.monotonic() + delay, next(self._seq), callback))
@@ -647,7 +717,10 @@ class _Supervisor:
         self._at(interval_s, tick)
 
     def _next_timeout(self) -> float | None:
-        return None if not self._timers else self._timers[0][0] - self.os.monotonic()
+        timeout = None if not self._timers else self._timers[0][0] - self.os.monotonic()
+        if any(isinstance(c, console.Console) and c.pending for c in (self.stdout, self.stderr)):
+            timeout = _CONSOLE_RETRY_S if timeout is None else min(timeout, _CONSOLE_RETRY_S)  # queued text
+        return timeout
 
     def _run_timers(self) -> None:
         while self._timers and self._timers[0][0] <= self.os.monotonic():
@@ -682,8 +755,12 @@ class _Supervisor:
     def _on_reaped(self, reaped: Reaped) -> None:
         w = self.live.pop(reaped.pid, None)
         if w is None:  # an orphan, a zombie (PID 1) or a daemon: collecting it was the point
+            if self.guardian is not None and reaped.pid == self.guardian.pid:
+                self.guardian.died(reaped.status)
+                self._guardian_lost()
             return
         w.finished, w.end_s = True, self.os.time()
+        w.wall_s = round(self.os.monotonic() - w.mono_start_s, 6)
         w.cpu_s, w.max_rss_kib = reaped.cpu_s, reaped.max_rss_kib
         code = os.waitstatus_to_exitcode(reaped.status)
         if code < 0:
@@ -713,10 +790,19 @@ class _Supervisor:
         self._at(self.opt.grace_period_s, self._kill_groups)
 
     def _signal_groups(self, sig: int) -> None:
-        # Also the groups of workers that already exited: their children may still run in them.
+        """Every worker's group that is still ours. A live (or unreaped) worker holds its group id;
+        once it is reaped, the group is signalled only while one of our descendants is in it (its
+        children may still run there), never a group id the kernel may have handed to a stranger."""
+        ours: set[int] | None = None
         for w in self.workers:
-            if w.pid is not None:
-                self.os.killpg(w.pid, sig)
+            if w.pid is None:
+                continue
+            if w.pid not in self.live:
+                if ours is None:
+                    ours = self.os.descendant_groups(self._exempt())
+                if w.pid not in ours:
+                    continue
+            self.os.killpg(w.pid, sig)
 
     def _kill_groups(self) -> None:
         if self.killed:
@@ -731,11 +817,7 @@ class _Supervisor:
     def _kill_leftovers(self) -> None:
         """SIGKILL what is left of the groups, then any descendant not exempt, and reap them (bounded)."""
         self._signal_groups(signal.SIGKILL)
-        exempt = set(self.unkillable)
-        if self.guardian is not None:
-            exempt.add(self.guardian.pid)
-        if self.hooks.exempt_pids:
-            exempt.update(self.hooks.exempt_pids())
+        exempt = self._exempt()
         deadline = self.os.monotonic() + self.opt.kill_timeout_s
         while True:
             left = self.os.descendants(exempt)
@@ -748,9 +830,30 @@ class _Supervisor:
                 self.os.kill(pid, signal.SIGKILL)
             self._step(self.opt.cleanup_poll_s)
 
+    def _exempt(self) -> set[int]:
+        """Processes never killed as leftovers (with everything under them)."""
+        exempt = set(self.unkillable)
+        if self.guardian is not None:
+            exempt.add(self.guardian.pid)
+        if self.hooks.exempt_pids:
+            exempt.update(self.hooks.exempt_pids())
+        return exempt
+
+    def _guardian_lost(self) -> str | None:
+        if self.guardian is None:
+            return None
+        lost = self.guardian.lost
+        if lost is not None and not self._guardian_warned:
+            self._guardian_warned = True
+            self._console_err(
+                f"openclaw-launch: warning: the guardian is gone ({lost}): if this launcher is killed now, "
+                "its workers' children are not cleaned up"
+            )
+        return lost
+
     def _backoff(self, attempt: int) -> None:
         self.state = State.RESTARTING
-        delay = min(self.opt.restart_backoff_s * 2**attempt, self.opt.restart_backoff_max_s)
+        delay = min(self.opt.restart_backoff_s * 2 ** min(attempt, 64), self.opt.restart_backoff_max_s)
         expired: list[bool] = []
         self._at(delay, lambda: expired.append(True))
         self._loop(lambda: bool(expired) or self.signal_received is not None)

@@ -13,6 +13,8 @@ from typing import Any
 
 import click
 
+from openclaw_launch import option_types
+
 DEFAULT_SHUTDOWN_TIMEOUT_S = 30.0  # torchrun's default grace period (TORCH_ELASTIC_SHUTDOWN_TIMEOUT)
 RDZV_DEFAULT_PORT = 29400  # torchrun's rendezvous port when --rdzv-endpoint has none
 # What the launcher forwards when --signals-to-handle is not given: torchrun's four, plus Slurm's
@@ -72,7 +74,7 @@ FLAGS: tuple[Flag, ...] = (
         _both("node-rank"),
         "This node's index (GROUP_RANK): ranks K*nproc .. K*nproc+nproc-1; with --config, its K-th node.",
         env=_pet("node_rank"),
-        kwargs={"type": click.IntRange(min=0)},
+        kwargs={"type": option_types.node_rank()},
     ),
     Flag(
         "rdzv_backend",
@@ -113,14 +115,14 @@ FLAGS: tuple[Flag, ...] = (
         _both("max-restarts"),
         "Restart the node's whole group this many times after a failure.",
         env=_pet("max_restarts"),
-        kwargs={"type": click.IntRange(min=0), "default": 0, "show_default": True},
+        kwargs={"type": option_types.restarts(), "default": 0, "show_default": True},
     ),
     Flag(
         "monitor_interval",
         _both("monitor-interval"),
         "Accepted, not needed: worker exits and output are seen at once (event loop, no polling).",
         env=_pet("monitor_interval"),
-        kwargs={"type": click.FloatRange(min=0)},
+        kwargs={"type": option_types.seconds()},
     ),
     Flag(
         "start_method",
@@ -246,7 +248,7 @@ FLAGS: tuple[Flag, ...] = (
         "After SIGTERM, how long workers get before SIGKILL; workers that exit end the job at once.",
         ours=("--grace-period-s",),
         env=(*_pet("shutdown_timeout"), "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"),
-        kwargs={"type": click.FloatRange(min=0), "default": DEFAULT_SHUTDOWN_TIMEOUT_S, "show_default": True},
+        kwargs={"type": option_types.seconds(), "default": DEFAULT_SHUTDOWN_TIMEOUT_S, "show_default": True},
     ),
     Flag(
         "virtual_local_rank",

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import click
 
 from openclaw_launch.config import Config
+from openclaw_launch.limits import MAX_PREFIX_LEN, MAX_RANKS_PER_NODE, MAX_WORLD_SIZE, host_problem
 from openclaw_launch.torchrun_compat import DEFAULT_SIGNALS, RDZV_DEFAULT_PORT, TorchrunArgs
 
 _STD_STREAMS = {0: (), 1: ("stdout",), 2: ("stderr",), 3: ("stdout", "stderr")}  # torchrun's Std
@@ -73,6 +74,10 @@ def resolve(args: TorchrunArgs, with_config: bool) -> Resolved:
     addr, port = args.master_addr, args.master_port
     if args.rdzv_endpoint and not args.standalone:
         addr, port = _endpoint(args.rdzv_endpoint)
+        if host_problem(addr):
+            raise _bad("--rdzv-endpoint", f"{host_problem(addr)}; use HOST[:PORT]")
+    elif addr is not None and host_problem(addr):
+        raise _bad("--master-addr", f"{host_problem(addr)}; use an IP address or hostname")
     hidden = _streams(args.redirects, "--redirects")
     teed = _streams(args.tee, "--tee")
     return Resolved(
@@ -100,8 +105,8 @@ def _nproc(text: str | None) -> int | str | None:
         n = int(text)
     except ValueError:
         raise _bad("--nproc-per-node", f"{text!r}: use a number >= 1, gpu, cpu or auto") from None
-    if n < 1:
-        raise _bad("--nproc-per-node", f"{n}: use a number >= 1, gpu, cpu or auto")
+    if not 1 <= n <= MAX_RANKS_PER_NODE:
+        raise _bad("--nproc-per-node", f"{n}: use a number 1..{MAX_RANKS_PER_NODE}, gpu, cpu or auto")
     return n
 
 
@@ -115,8 +120,8 @@ def _nnodes(text: str | None) -> int | None:
         raise _bad("--nnodes", f"{text!r}: use N (or N:N)") from None
     if lo != hi:
         raise _bad("--nnodes", f"{text}: elastic membership (MIN:MAX) is not done here; use a fixed N")
-    if lo < 1:
-        raise _bad("--nnodes", f"{text}: use N >= 1")
+    if not 1 <= lo <= MAX_WORLD_SIZE:
+        raise _bad("--nnodes", f"{text}: use N 1..{MAX_WORLD_SIZE}")
     return lo
 
 
@@ -193,6 +198,29 @@ def prefix_from_env(template: str, role: str) -> str:
     text = string.Template(template).safe_substitute(marks, role_name=role)
     text = text.replace("{", "{{").replace("}", "}}")
     return text.replace(marks["rank"], "{rank}").replace(marks["local_rank"], "{local_rank}")
+
+
+PREFIX_FIELDS = ("rank", "local_rank", "node", "attempt")
+
+
+def check_prefix(template: str, option: str = "--prefix") -> str:
+    """A console prefix template: text and the fields ``{rank}``, ``{local_rank}``, ``{node}``,
+    ``{attempt}`` only (no format specs: ``{rank:>99999999}`` is not a prefix), at most
+    ``MAX_PREFIX_LEN`` characters. Checked before anything starts."""
+    fields = ", ".join(f"{{{f}}}" for f in PREFIX_FIELDS)
+    if len(template) > MAX_PREFIX_LEN:
+        raise _bad(option, f"{len(template)} characters; at most {MAX_PREFIX_LEN}")
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as e:
+        raise _bad(option, f"{template!r}: {e} (fields: {fields}; write {{{{ for a literal brace)") from None
+    for _, name, spec, conversion in parsed:
+        if name is None:
+            continue
+        if name not in PREFIX_FIELDS or spec or conversion:
+            shown = "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+            raise _bad(option, f"{template!r}: {shown} is not a field; use {fields} (write {{{{ for a literal brace)")
+    return template
 
 
 def free_port() -> int:

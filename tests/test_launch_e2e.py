@@ -386,5 +386,5 @@ def test_unwritable_report_is_an_error_not_a_traceback(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     proc = start("--nproc-per-node", "1", "--report", str(tmp_path / "file" / "run.json"), *worker())
     code, _, err = finish(proc)
-    assert code == 1, err
-    assert "cannot write the report" in err and "Traceback" not in err
+    assert code == 2, err  # found before the job, not after it
+    assert "--report" in err and "cannot write there" in err and "Traceback" not in err

@@ -82,8 +82,8 @@ def _broken(tmp_path: Path, edit: str) -> Path:
     [
         ("schema", "openclaw-topology/99"),
         ("no-schema", "schema"),
-        ("missing", "'uuid'"),
-        ("bad-cpus", "malformed"),
+        ("missing", r"'gpus\[0\]\.uuid'"),
+        ("bad-cpus", "allowed_cpus: expected a CPU list"),
         ("bad-link", "malformed"),
     ],
 )

@@ -5,13 +5,16 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from openclaw_launch.limits import MAX_CPU_ID
+
 _ITEM_RE = re.compile(r"^(\d+)(?:-(\d+))?$")
 
 
 def parse_cpulist(text: str) -> tuple[int, ...]:
     """``"0-3,8\\n"`` -> ``(0, 1, 2, 3, 8)``, sorted, without duplicates. ``""`` -> ``()``.
 
-    Raises ValueError for anything else, so a corrupt file is not read as "no CPUs".
+    Raises ValueError for anything else, so a corrupt file is not read as "no CPUs", and for ids over
+    ``limits.MAX_CPU_ID`` (``0-4000000000`` is a typo, not gigabytes of set to build).
     """
     cpus: set[int] = set()
     stripped = text.strip()
@@ -25,6 +28,8 @@ def parse_cpulist(text: str) -> tuple[int, ...]:
         hi = int(m.group(2)) if m.group(2) is not None else lo
         if hi < lo:
             raise ValueError(f"not a CPU list: {text!r} (range {item.strip()!r} runs backwards)")
+        if hi > MAX_CPU_ID:
+            raise ValueError(f"not a CPU list: {text!r} ({hi} is over {MAX_CPU_ID}, the most a machine has)")
         cpus.update(range(lo, hi + 1))
     return tuple(sorted(cpus))
 

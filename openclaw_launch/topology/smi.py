@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from openclaw_launch.errors import TopologyError
+from openclaw_launch.limits import MAX_SMI_BYTES
+from openclaw_launch.safe_read import InputFileError, read_input
 from openclaw_launch.topology.cpulist import cpu_ranges, parse_cpulist
 from openclaw_launch.topology.model import GpuInfo, Topology
 
@@ -294,9 +296,9 @@ def topology_from_smi(
 
 def _read_text(path: Path, what: str) -> str:
     try:
-        return Path(path).read_text()
-    except (OSError, UnicodeDecodeError) as e:
-        raise TopologyError(f"{path}: cannot read the saved {what} output ({e})") from e
+        return read_input(path, f"saved {what} output", MAX_SMI_BYTES)
+    except InputFileError as e:
+        raise TopologyError(str(e)) from None
 
 
 def topology_from_smi_files(

@@ -15,6 +15,8 @@ from typing import Any
 
 from openclaw_launch.errors import TopologyError
 from openclaw_launch.files import write_atomic
+from openclaw_launch.limits import MAX_CPU_ID, MAX_SNAPSHOT_BYTES
+from openclaw_launch.safe_read import InputFileError, read_input
 from openclaw_launch.topology.cpulist import format_cpulist, parse_cpulist
 from openclaw_launch.topology.model import GpuInfo, IbPort, NvLink, PcieLink, Topology
 
@@ -72,27 +74,104 @@ def save_snapshot(topo: Topology, path: Path) -> None:
     write_atomic(path, json.dumps(dump_snapshot(topo), indent=2) + "\n")
 
 
-def _int_keys(m: Mapping[str, Any]) -> dict[int, Any]:
-    return {int(k): v for k, v in m.items()}
+class _Bad(Exception):
+    """A field of the snapshot with the wrong type: its path and what it should be."""
+
+    def __init__(self, path: str, expected: str, value: object) -> None:
+        shown = repr(value)
+        super().__init__(f"{path}: expected {expected}, found {shown[:60]}{'...' if len(shown) > 60 else ''}")
 
 
-def _gpu_in(d: Mapping[str, Any]) -> GpuInfo:
-    pcie = d["pcie"]
+def _get(d: Any, key: str, path: str) -> Any:
+    if not isinstance(d, Mapping):
+        raise _Bad(path, "an object", d)
+    if key not in d:
+        raise KeyError(f"{path}.{key}" if path else key)
+    return d[key]
+
+
+def _int(v: Any, path: str, lo: int = 0, hi: int = 1 << 31, optional: bool = False) -> Any:
+    if v is None and optional:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise _Bad(path, f"an integer {lo}..{hi}" + (" or null" if optional else ""), v)
+    return v
+
+
+def _str(v: Any, path: str, optional: bool = False) -> Any:
+    if v is None and optional:
+        return None
+    if not isinstance(v, str) or len(v) > 4096:
+        raise _Bad(path, "a string" + (" or null" if optional else ""), v)
+    return v
+
+
+def _list(v: Any, path: str) -> list[Any]:
+    if not isinstance(v, list):
+        raise _Bad(path, "a list", v)
+    return v
+
+
+def _map(v: Any, path: str) -> Mapping[str, Any]:
+    if not isinstance(v, Mapping):
+        raise _Bad(path, "an object", v)
+    return v
+
+
+def _cpus(v: Any, path: str) -> tuple[int, ...]:
+    try:
+        return parse_cpulist(_str(v, path))
+    except ValueError as e:
+        raise _Bad(path, f"a CPU list ({e})", v) from None
+
+
+def _int_keys(m: Any, path: str) -> dict[int, Any]:
+    out: dict[int, Any] = {}
+    for k, v in _map(m, path).items():
+        if not (isinstance(k, str) and k.isdigit() and int(k) <= MAX_CPU_ID):
+            raise _Bad(f"{path} key", f"a number 0..{MAX_CPU_ID}", k)
+        out[int(k)] = v
+    return out
+
+
+def _gpu_in(d: Any, p: str) -> GpuInfo:
+    pcie = _get(d, "pcie", p)
+    aer = _get(d, "aer", p)
+    affinity = _get(d, "cpu_affinity", p)
+    nvlinks = []
+    for i, n in enumerate(_list(_get(d, "nvlinks", p), f"{p}.nvlinks")):
+        q = f"{p}.nvlinks[{i}]"
+        active = _get(n, "active", q)
+        if not isinstance(active, bool):
+            raise _Bad(f"{q}.active", "true or false", active)
+        nvlinks.append(
+            NvLink(
+                _int(_get(n, "link", q), f"{q}.link"),
+                active,
+                _str(_get(n, "remote_bus_id", q), f"{q}.remote_bus_id", optional=True),
+                _str(_get(n, "remote_type", q), f"{q}.remote_type", optional=True),
+            )
+        )
+    if pcie is not None:
+        pq = f"{p}.pcie"
+        pcie = PcieLink(
+            *(_int(_get(pcie, k, pq), f"{pq}.{k}", optional=True) for k in ("gen", "max_gen", "width", "max_width"))
+        )
+    if aer is not None:
+        aer = {str(k): _int(v, f"{p}.aer.{k}", hi=1 << 62) for k, v in _map(aer, f"{p}.aer").items()}
     return GpuInfo(
-        index=int(d["index"]),
-        uuid=d["uuid"],
-        pci_bus_id=d["pci_bus_id"],
-        name=d["name"],
-        numa_node=d["numa_node"],
-        cpu_affinity=parse_cpulist(d["cpu_affinity"]) if d["cpu_affinity"] is not None else None,
-        nvlinks=tuple(
-            NvLink(int(n["link"]), bool(n["active"]), n["remote_bus_id"], n["remote_type"]) for n in d["nvlinks"]
-        ),
-        pcie=None if pcie is None else PcieLink(pcie["gen"], pcie["max_gen"], pcie["width"], pcie["max_width"]),
-        aer=dict(d["aer"]) if d["aer"] is not None else None,
-        retired_pages=d["retired_pages"],
-        ecc_uncorrected=d["ecc_uncorrected"],
-        mps_clients=d["mps_clients"],
+        index=_int(_get(d, "index", p), f"{p}.index", hi=MAX_CPU_ID),
+        uuid=_str(_get(d, "uuid", p), f"{p}.uuid", optional=True),
+        pci_bus_id=_str(_get(d, "pci_bus_id", p), f"{p}.pci_bus_id", optional=True),
+        name=_str(_get(d, "name", p), f"{p}.name", optional=True),
+        numa_node=_int(_get(d, "numa_node", p), f"{p}.numa_node", hi=MAX_CPU_ID, optional=True),
+        cpu_affinity=_cpus(affinity, f"{p}.cpu_affinity") if affinity is not None else None,
+        nvlinks=tuple(nvlinks),
+        pcie=pcie,
+        aer=aer,
+        retired_pages=_int(_get(d, "retired_pages", p), f"{p}.retired_pages", hi=1 << 62, optional=True),
+        ecc_uncorrected=_int(_get(d, "ecc_uncorrected", p), f"{p}.ecc_uncorrected", hi=1 << 62, optional=True),
+        mps_clients=_int(_get(d, "mps_clients", p), f"{p}.mps_clients", hi=1 << 20, optional=True),
     )
 
 
@@ -102,25 +181,46 @@ def _link_key(key: str) -> tuple[int, int]:
 
 
 def topology_from_snapshot(data: Mapping[str, Any], where: str = "<snapshot>") -> Topology:
-    """The inverse of ``dump_snapshot``; every defect is a ``TopologyError`` naming ``where``."""
+    """The inverse of ``dump_snapshot``; every defect is a ``TopologyError`` naming ``where`` and the
+    field's path."""
     if data.get("schema") != SCHEMA:
         raise TopologyError(
             f"{where}: not a topology snapshot of schema {SCHEMA!r} (found schema {data.get('schema')!r}); {_REDO}"
         )
     try:
+        ib = []
+        for i, port in enumerate(_list(_get(data, "infiniband", ""), "infiniband")):
+            q = f"infiniband[{i}]"
+            counters = _map(_get(port, "counters", q), f"{q}.counters")
+            ib.append(
+                IbPort(
+                    _str(_get(port, "device", q), f"{q}.device"),
+                    _int(_get(port, "port", q), f"{q}.port"),
+                    _str(_get(port, "state", q), f"{q}.state", optional=True),
+                    {str(k): _int(v, f"{q}.counters.{k}", hi=1 << 62) for k, v in counters.items()},
+                )
+            )
         return Topology(
-            gpus=tuple(_gpu_in(g) for g in data["gpus"]),
-            numa_nodes={n: parse_cpulist(c) for n, c in _int_keys(data["numa_nodes"]).items()},
-            allowed_cpus=parse_cpulist(data["allowed_cpus"]),
-            core_of={c: int(k) for c, k in _int_keys(data["core_of"]).items()},
-            socket_of={c: int(s) for c, s in _int_keys(data["socket_of"]).items()},
-            links={_link_key(k): str(v) for k, v in data["links"].items()},
-            infiniband=tuple(
-                IbPort(p["device"], int(p["port"]), p["state"], dict(p["counters"])) for p in data["infiniband"]
-            ),
-            hostname=data["hostname"],
-            source=str(data["source"]),
+            gpus=tuple(_gpu_in(g, f"gpus[{i}]") for i, g in enumerate(_list(_get(data, "gpus", ""), "gpus"))),
+            numa_nodes={
+                n: _cpus(c, f"numa_nodes.{n}") for n, c in _int_keys(_get(data, "numa_nodes", ""), "numa_nodes").items()
+            },
+            allowed_cpus=_cpus(_get(data, "allowed_cpus", ""), "allowed_cpus"),
+            core_of={
+                c: _int(k, f"core_of.{c}", hi=MAX_CPU_ID)
+                for c, k in _int_keys(_get(data, "core_of", ""), "core_of").items()
+            },
+            socket_of={
+                c: _int(s, f"socket_of.{c}", hi=MAX_CPU_ID)
+                for c, s in _int_keys(_get(data, "socket_of", ""), "socket_of").items()
+            },
+            links={_link_key(k): str(v) for k, v in _map(_get(data, "links", ""), "links").items()},
+            infiniband=tuple(ib),
+            hostname=_str(_get(data, "hostname", ""), "hostname", optional=True),
+            source=str(_get(data, "source", "")),
         )
+    except _Bad as e:
+        raise TopologyError(f"{where}: {e}; {_REDO}") from None
     except KeyError as e:
         raise TopologyError(f"{where}: the snapshot lacks the field {e.args[0]!r}; {_REDO}") from e
     except (TypeError, ValueError, AttributeError) as e:
@@ -130,11 +230,9 @@ def topology_from_snapshot(data: Mapping[str, Any], where: str = "<snapshot>") -
 def load_snapshot(path: Path) -> Topology:
     """Read a snapshot file; a missing, non-JSON or outdated file is a ``TopologyError``."""
     try:
-        text = Path(path).read_text()
-    except OSError as e:
-        raise TopologyError(f"{path}: cannot read the topology snapshot ({e.strerror}); {_REDO}") from e
-    except ValueError as e:  # not UTF-8
-        raise TopologyError(f"{path}: the topology snapshot is not valid JSON ({e}); {_REDO}") from e
+        text = read_input(path, "topology snapshot", MAX_SNAPSHOT_BYTES)
+    except InputFileError as e:
+        raise TopologyError(f"{e}; {_REDO}") from None
     try:
         data = json.loads(text)
     except ValueError as e:

@@ -1,0 +1,46 @@
+"""Every bound on an input, in one place: what a machine can have, with room to spare.
+
+Config loading, snapshots, saved nvidia-smi text, reports and the command line all check against
+these, and their messages quote them, so a typo (``0-4000000000``) is a clear error instead of
+gigabytes of memory or minutes of CPU.
+"""
+
+from __future__ import annotations
+
+MAX_CPU_ID = 65535  # CPU and NUMA node ids (Linux's NR_CPUS is at most 8192 today)
+MAX_RANKS_PER_NODE = 4096  # --nproc-per-node, cpu_workers, ranks in --console-ranks
+MAX_WORLD_SIZE = 1 << 20
+MAX_RESTARTS = 1000  # --max-restarts
+MAX_SECONDS = 7 * 24 * 3600.0  # every duration option (grace period, backoff, intervals, timeouts)
+MAX_PERCENT = 1000.0  # --straggler-threshold-pct
+MAX_ENV_VALUE = 131071  # the kernel's MAX_ARG_STRLEN (128 KiB) less the "\0"
+MAX_YAML_DEPTH = 32  # a config is 5 levels deep; nesting deeper is a mistake (or an attack)
+MAX_HOST_LEN = 253  # a DNS name
+MAX_PREFIX_LEN = 256  # --prefix
+
+# Files read as input: configs and saved command output are kilobytes; a report of many ranks with
+# statistics is megabytes.
+MAX_CONFIG_BYTES = 4 << 20
+MAX_SNAPSHOT_BYTES = 16 << 20
+MAX_SMI_BYTES = 4 << 20
+MAX_REPORT_BYTES = 64 << 20
+MAX_ERROR_FILE_BYTES = 64 << 10  # a worker's @record error file: its prefix is the root cause
+
+
+def host_problem(text: str) -> str | None:
+    """Why ``text`` is not an IP address or hostname (None when it is one). The one rule for the
+    config's ``master_addr``/``ip`` and ``--master-addr``/``--rdzv-endpoint``."""
+    import ipaddress
+    import re
+
+    try:
+        ipaddress.ip_address(text)
+        return None
+    except ValueError:
+        pass
+    labels = text.rstrip(".").split(".")
+    label_re = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+    numeric = all(label.isdigit() for label in labels)
+    if numeric or len(text) > MAX_HOST_LEN or not all(label_re.match(label) for label in labels):
+        return f"{text[:80]!r} is neither an IP address nor a valid hostname"
+    return None

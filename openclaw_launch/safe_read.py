@@ -1,0 +1,78 @@
+"""Reading files we do not control without hanging or exhausting memory.
+
+``open`` of a FIFO blocks until a writer comes; reading ``/dev/zero`` never ends; a 10 GB file is
+read whole. Here a file is opened non-blocking, must be a regular file (after symlinks), and at most
+``limit`` bytes are read.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from openclaw_launch.errors import OpenclawError
+
+
+class InputFileError(OpenclawError):
+    """An input file cannot be used: missing, not a regular file, too large, not text."""
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    return "not a regular file"
+
+
+def read_prefix(path: str | os.PathLike[str], limit: int) -> tuple[bytes, bool]:
+    """At most ``limit`` bytes of the regular file ``path`` and whether there was more.
+
+    Never blocks: the open is non-blocking (a FIFO opens at once) and anything but a regular file is
+    refused with ``OSError`` before a byte is read.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise IsADirectoryError(0, f"{_kind(st.st_mode)}, not a regular file", os.fspath(path))
+        chunks: list[bytes] = []
+        left = limit + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    return data[:limit], len(data) > limit
+
+
+def read_input(path: str | os.PathLike[str], what: str, limit: int) -> str:
+    """The whole text of an input file (config, snapshot, saved command output, report).
+
+    Raises ``InputFileError`` naming ``what`` and the reason: missing, unreadable, not a regular file
+    (FIFO, device, directory), over ``limit`` bytes, or not UTF-8.
+    """
+    where = os.fspath(path)
+    try:
+        data, more = read_prefix(path, limit)
+    except OSError as e:
+        reason = e.strerror or str(e)
+        raise InputFileError(f"{where}: cannot read the {what}: {reason}") from None
+    if more:
+        raise InputFileError(
+            f"{where}: the {what} is larger than {limit / (1 << 20):g} MiB; this is not a {what} (give the right file)"
+        )
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise InputFileError(f"{where}: the {what} is not UTF-8 text ({e})") from None
