@@ -23,6 +23,7 @@ import click
 
 from openclaw_launch.config import BindingPolicy, Config, load_config
 from openclaw_launch.errors import OpenclawError
+from openclaw_launch.parallel import PARALLEL_DIMS, PARALLEL_FILE_NAME, ParallelSpec
 from openclaw_launch.plan import Entry, EntryKind, LaunchPlan, PlanOptions, build_plan, format_plan_table
 from openclaw_launch.topology.model import Topology
 from openclaw_launch.torchrun_compat import FLAGS, TorchrunArgs
@@ -65,6 +66,7 @@ def _make_plan(
     error_file_dir: str | None = None,
     telemetry_socket: str | None = None,
     telemetry_hooks: bool = True,
+    parallel_file: str | None = None,
 ) -> LaunchPlan:
     """The plan for the command line: ``--config``, or this host as torchrun would see it."""
     want = resolve(c.tr, with_config=bool(c.config_path))
@@ -107,6 +109,8 @@ def _make_plan(
         free_master_port=free_port() if len(config.nodes) == 1 else None,
         telemetry_socket=telemetry_socket,
         telemetry_hooks=telemetry_hooks,
+        parallel=ParallelSpec(c.tp, c.pp, c.dp, where={d: f"--{d}" for d in PARALLEL_DIMS if getattr(c, d)}),
+        parallel_file=parallel_file,
     )
     return build_plan(config, topology, options)
 
@@ -158,6 +162,9 @@ class _Common:
     node: str | None
     topology_path: str | None
     strictness: str | None
+    tp: int | None
+    pp: int | None
+    dp: int | None
     script: tuple[str, ...]
     tr: TorchrunArgs  # every torchrun flag (torchrun_compat.FLAGS)
 
@@ -183,6 +190,14 @@ _common_options: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
         "--strictness",
         type=click.Choice(["fail", "warn"]),
         help="Bus id / NUMA / NVLink mismatches fail the launch or only warn.",
+    ),
+    *(
+        click.option(f"--{dim}", dim, type=click.IntRange(min=1), help=f"{what} (overrides the config's parallel.{dim}).")
+        for dim, what in (
+            ("tp", "Tensor-parallel group size; TP groups stay on one node, on NVLink-joined GPUs."),
+            ("pp", "Pipeline-parallel stages."),
+            ("dp", "Data-parallel size (default: world size / (tp * pp))."),
+        )
     ),
     *(flag.option() for flag in FLAGS),
     click.argument("script", nargs=-1, type=click.UNPROCESSED),
@@ -291,7 +306,7 @@ def run(
     errors = f"{log_dir}/{job_id}/errors" if log_dir else str(run_dir / "errors")
     socket_path = None if telemetry == "off" else str(run_dir / "telemetry.sock")
     try:
-        plan = _make_plan(c, job_id, errors, socket_path, telemetry == "hooks")
+        plan = _make_plan(c, job_id, errors, socket_path, telemetry == "hooks", str(run_dir / PARALLEL_FILE_NAME))
     except OpenclawError as e:
         _fail(e)
     for w in plan.warnings:
@@ -352,18 +367,39 @@ def _console_ranks(text: str) -> frozenset[int] | None:
 @cli.command(context_settings=_SCRIPT_LAST)
 @_with_common
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON (schema 1).")
-def plan(c: _Common, as_json: bool) -> None:
+@click.option(
+    "--suggest-parallel", is_flag=True, help="Also list the TP/PP/DP layouts that fit (TP on NVLink first)."
+)
+def plan(c: _Common, as_json: bool, suggest_parallel: bool) -> None:
     """Print where each rank would run and with what environment; start nothing."""
+    from openclaw_launch.parallel import format_suggestions, suggest_layouts
+
     try:
         launch_plan = _make_plan(c)
+        suggestions = suggest_layouts(_plan_config(c)) if suggest_parallel else None
     except OpenclawError as e:
         _fail(e)
     if as_json:
-        click.echo(json.dumps(launch_plan.to_json(), indent=2))
+        doc = launch_plan.to_json()
+        if suggestions is not None:
+            doc["parallel_suggestions"] = [s.to_json() for s in suggestions]
+        click.echo(json.dumps(doc, indent=2))
     else:
         for w in launch_plan.warnings:
             _warn(w)
         click.echo(format_plan_table(launch_plan, warnings=False))
+        if suggestions is not None:
+            click.echo(format_suggestions(suggestions))
+
+
+def _plan_config(c: _Common) -> Config:
+    """The config ``plan`` laid out: ``--config``, or this host as ``host_config`` sees it."""
+    if c.config_path:
+        return load_config(c.config_path)
+    from openclaw_launch.topology.discover import host_config
+
+    want = resolve(c.tr, with_config=False)
+    return host_config(_topology(c.topology_path, want.nproc_per_node != "cpu"), want.nproc_per_node, want.nnodes or 1)
 
 
 @cli.command()

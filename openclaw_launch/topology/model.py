@@ -84,6 +84,13 @@ class Topology:
                 return g
         return None
 
+    def nvlinked(self, a: GpuInfo, b: GpuInfo) -> bool:
+        """Joined by NVLink: ``NV<n>`` in the link matrix, or an active NVML link to b's bus."""
+        link = self.links.get((a.index, b.index)) or self.links.get((b.index, a.index)) or ""
+        if link.upper().startswith("NV"):
+            return True
+        return any(nv.active and nv.remote_bus_id is not None and nv.remote_bus_id == b.pci_bus_id for nv in a.nvlinks)
+
     def describe_gpus(self) -> str:
         """One line per GPU, for errors that must list what is there."""
         if not self.gpus:
