@@ -35,17 +35,30 @@ def _gpu_out(g: GpuInfo) -> dict[str, Any]:
         "numa_node": g.numa_node,
         "cpu_affinity": _cpus_out(g.cpu_affinity),
         "nvlinks": [
-            {"link": n.link, "active": n.active, "remote_bus_id": n.remote_bus_id, "remote_type": n.remote_type}
+            {
+                "link": n.link,
+                "active": n.active,
+                "remote_bus_id": n.remote_bus_id,
+                "remote_type": n.remote_type,
+                "version": n.version,
+                "errors": dict(n.errors) if n.errors is not None else None,
+            }
             for n in g.nvlinks
         ],
-        "pcie": None
-        if g.pcie is None
-        else {"gen": g.pcie.gen, "max_gen": g.pcie.max_gen, "width": g.pcie.width, "max_width": g.pcie.max_width},
+        "pcie": _pcie_out(g.pcie),
         "aer": dict(g.aer) if g.aer is not None else None,
         "retired_pages": g.retired_pages,
         "ecc_uncorrected": g.ecc_uncorrected,
         "mps_clients": g.mps_clients,
     }
+
+
+def _pcie_out(p: PcieLink | None) -> dict[str, int | None] | None:
+    return None if p is None else {"gen": p.gen, "max_gen": p.max_gen, "width": p.width, "max_width": p.max_width}
+
+
+def _pcie_in(p: Mapping[str, Any] | None) -> PcieLink | None:
+    return None if p is None else PcieLink(p["gen"], p["max_gen"], p["width"], p["max_width"])
 
 
 def dump_snapshot(topo: Topology) -> dict[str, Any]:
@@ -61,7 +74,17 @@ def dump_snapshot(topo: Topology) -> dict[str, Any]:
         "socket_of": {str(c): s for c, s in sorted(topo.socket_of.items())},
         "links": {f"{i},{j}": v for (i, j), v in sorted(topo.links.items())},
         "infiniband": [
-            {"device": p.device, "port": p.port, "state": p.state, "counters": dict(p.counters)}
+            {
+                "device": p.device,
+                "port": p.port,
+                "state": p.state,
+                "counters": dict(p.counters),
+                "rate": p.rate,
+                "phys_state": p.phys_state,
+                "numa_node": p.numa_node,
+                "pcie": _pcie_out(p.pcie),
+                "aer": dict(p.aer) if p.aer is not None else None,
+            }
             for p in topo.infiniband
         ],
     }
@@ -86,9 +109,17 @@ def _gpu_in(d: Mapping[str, Any]) -> GpuInfo:
         numa_node=d["numa_node"],
         cpu_affinity=parse_cpulist(d["cpu_affinity"]) if d["cpu_affinity"] is not None else None,
         nvlinks=tuple(
-            NvLink(int(n["link"]), bool(n["active"]), n["remote_bus_id"], n["remote_type"]) for n in d["nvlinks"]
+            NvLink(
+                int(n["link"]),
+                bool(n["active"]),
+                n["remote_bus_id"],
+                n["remote_type"],
+                n.get("version"),  # absent in snapshots from before they were recorded
+                dict(n["errors"]) if n.get("errors") is not None else None,
+            )
+            for n in d["nvlinks"]
         ),
-        pcie=None if pcie is None else PcieLink(pcie["gen"], pcie["max_gen"], pcie["width"], pcie["max_width"]),
+        pcie=_pcie_in(pcie),
         aer=dict(d["aer"]) if d["aer"] is not None else None,
         retired_pages=d["retired_pages"],
         ecc_uncorrected=d["ecc_uncorrected"],
@@ -116,7 +147,18 @@ def topology_from_snapshot(data: Mapping[str, Any], where: str = "<snapshot>") -
             socket_of={c: int(s) for c, s in _int_keys(data["socket_of"]).items()},
             links={_link_key(k): str(v) for k, v in data["links"].items()},
             infiniband=tuple(
-                IbPort(p["device"], int(p["port"]), p["state"], dict(p["counters"])) for p in data["infiniband"]
+                IbPort(
+                    p["device"],
+                    int(p["port"]),
+                    p["state"],
+                    dict(p["counters"]),
+                    rate=p.get("rate"),  # the fields below: absent in older snapshots
+                    phys_state=p.get("phys_state"),
+                    numa_node=p.get("numa_node"),
+                    pcie=_pcie_in(p.get("pcie")),
+                    aer=dict(p["aer"]) if p.get("aer") is not None else None,
+                )
+                for p in data["infiniband"]
             ),
             hostname=data["hostname"],
             source=str(data["source"]),
