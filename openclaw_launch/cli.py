@@ -1,4 +1,4 @@
-"""Command line: ``run`` (the default), ``plan``, ``discover``, ``validate``, ``report``.
+"""Command line: ``run`` (the default), ``plan``, ``preflight``, ``discover``, ``validate``, ``report``.
 
 Thin: parse options, gather inputs (config, topology), call the pure planner,
 hand the plan to the effects (MPS, supervisor). Every user error exits 2 with
@@ -32,7 +32,7 @@ from openclaw_launch.torchrun_resolve import free_port, misspelled_command, node
 if TYPE_CHECKING:
     from openclaw_launch.mps import MpsStatus
 
-SUBCOMMANDS = ("run", "plan", "discover", "validate", "report")
+SUBCOMMANDS = ("run", "plan", "preflight", "discover", "validate", "report")
 
 
 def _fail(err: OpenclawError) -> NoReturn:
@@ -390,6 +390,51 @@ def plan(c: _Common, as_json: bool, suggest_parallel: bool) -> None:
         click.echo(format_plan_table(launch_plan, warnings=False))
         if suggestions is not None:
             click.echo(format_suggestions(suggestions))
+
+
+@cli.command(context_settings=_SCRIPT_LAST)
+@_with_common
+@click.option("--size-mib", type=click.IntRange(min=1), help="All-reduce size (default 1024; CPU ranks 4).")
+@click.option("--iters", type=click.IntRange(min=1), help="Timed all-reduces per tier (default 20).")
+@click.option("--record", "record_path", type=click.Path(dir_okay=False), help="Save the measured bandwidths here.")
+@click.option(
+    "--expect",
+    "expect_path",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Expect at least 0.8 x the bandwidths a --record file saved.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False), help="Write the run report (with it).")
+def preflight(
+    c: _Common,
+    size_mib: int | None,
+    iters: int | None,
+    record_path: str | None,
+    expect_path: str | None,
+    as_json: bool,
+    report_path: str | None,
+) -> None:
+    """Run the plan with an all-reduce probe: bandwidth per NVLink island and node vs expected."""
+    if c.script:
+        raise click.UsageError(f"preflight runs its own worker; remove {c.script[0]!r} and what follows")
+    from openclaw_launch.config import PreflightSettings
+    from openclaw_launch.launch import run_dir_for
+    from openclaw_launch.preflight.command import PreflightOptions, run_preflight
+
+    job_id = c.tr.run_id or os.environ.get("SLURM_JOB_ID") or uuid.uuid4().hex[:12]
+    tr = dataclasses.replace(c.tr, module=True, no_python=False, run_path=False, run_id=job_id)
+    options = PreflightOptions(size_mib, iters, record_path, expect_path, as_json, report_path, c.tr.grace_period_s)
+    try:
+        settings = load_config(c.config_path).preflight if c.config_path else PreflightSettings()
+        code = run_preflight(
+            lambda script: _make_plan(dataclasses.replace(c, script=script, tr=tr), job_id, str(run_dir_for(job_id))),
+            lambda with_gpus: _topology(c.topology_path, with_gpus),
+            settings,
+            options,
+        )
+    except OpenclawError as e:
+        _fail(e)
+    sys.exit(code)
 
 
 def _plan_config(c: _Common) -> Config:

@@ -120,6 +120,7 @@ def build_report(plan: LaunchPlan, result: JobResult, statistics: Mapping[str, A
             "bad_datagrams": stats.get("bad_datagrams", 0),
         },
         "stragglers": [s.to_json() for s in stats.get("stragglers", ())],
+        "preflight": None,  # `openclaw-launch preflight` fills it (docs/preflight.md)
         "ranks": ranks,
     }
 
