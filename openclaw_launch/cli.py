@@ -192,7 +192,9 @@ _common_options: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
         help="Bus id / NUMA / NVLink mismatches fail the launch or only warn.",
     ),
     *(
-        click.option(f"--{dim}", dim, type=click.IntRange(min=1), help=f"{what} (overrides the config's parallel.{dim}).")
+        click.option(
+            f"--{dim}", dim, type=click.IntRange(min=1), help=f"{what} (overrides the config's parallel.{dim})."
+        )
         for dim, what in (
             ("tp", "Tensor-parallel group size; TP groups stay on one node, on NVLink-joined GPUs."),
             ("pp", "Pipeline-parallel stages."),
@@ -367,9 +369,7 @@ def _console_ranks(text: str) -> frozenset[int] | None:
 @cli.command(context_settings=_SCRIPT_LAST)
 @_with_common
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON (schema 1).")
-@click.option(
-    "--suggest-parallel", is_flag=True, help="Also list the TP/PP/DP layouts that fit (TP on NVLink first)."
-)
+@click.option("--suggest-parallel", is_flag=True, help="Also list the TP/PP/DP layouts that fit (TP on NVLink first).")
 def plan(c: _Common, as_json: bool, suggest_parallel: bool) -> None:
     """Print where each rank would run and with what environment; start nothing."""
     from openclaw_launch.parallel import format_suggestions, suggest_layouts

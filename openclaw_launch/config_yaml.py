@@ -381,7 +381,9 @@ class _Checker:
                 node = self.scalar(ke.value, ke.path, ke.line, "a bandwidth in GB/s (a number > 0)", ("int", "float"))
                 if node is None:
                     continue
-                read = _Y_CONSTRUCT.construct_yaml_int if _short_tag(node) == "int" else _Y_CONSTRUCT.construct_yaml_float
+                read = (
+                    _Y_CONSTRUCT.construct_yaml_int if _short_tag(node) == "int" else _Y_CONSTRUCT.construct_yaml_float
+                )
                 value = float(read(node))
                 if not 0 < value < float("inf"):
                     self.error(ke.path, ke.line, f"{node.value} is not a bandwidth: expected GB/s > 0")

@@ -212,9 +212,7 @@ def build_plan(config: Config, topology: Topology, options: PlanOptions) -> Laun
     if layout is not None:
         warnings += layout_warnings(layout, config)
         file_env = {PARALLEL_FILE_ENV: options.parallel_file} if options.parallel_file else {}
-        ranks = tuple(
-            dataclasses.replace(r, env={**r.env, **layout.rank_env(r.rank), **file_env}) for r in ranks
-        )
+        ranks = tuple(dataclasses.replace(r, env={**r.env, **layout.rank_env(r.rank), **file_env}) for r in ranks)
     return LaunchPlan(
         run_id=options.run_id,
         node=node.name,

@@ -78,7 +78,11 @@ def test_islands_of_non_neighbour_pairs_and_pcie_from_the_snapshot() -> None:
     topo = topology_from_smi(matrix, fake_smi_list(4, name="NVIDIA A100-SXM4-80GB", seed=7))
     plan = _plan(topo)
     tiers = plan_tiers(plan, topo)
-    assert [(t.name, t.ranks) for t in tiers] == [("nvlink:0,2", (0, 2)), ("nvlink:1,3", (1, 3)), ("node", (0, 1, 2, 3))]
+    assert [(t.name, t.ranks) for t in tiers] == [
+        ("nvlink:0,2", (0, 2)),
+        ("nvlink:1,3", (1, 3)),
+        ("node", (0, 1, 2, 3)),
+    ]
     assert _expected(topo)["nvlink:0,2"] == Expectation(60.0, "NVLink3 x4 links x 25 GB/s x 0.6")
     # The recorded H200 snapshot has NVML's links (18 to hidden switches) and PCIe gen5 x16.
     snap = load_snapshot(ROOT / "configs" / "h200x2.snapshot.json")
@@ -102,8 +106,17 @@ def test_verdicts_pass_warn_fail_wrong_sums_and_missing_ranks() -> None:
     assert run(0.005, correct=False).status == "fail"
     missing = judge(tier, {0: {"tiers": {}}}, exp, size, 20)
     assert missing.status == "fail" and "rank(s) 0, 1" in missing.message
-    assert judge(tier, {0: {"tiers": {tier.name: {"seconds": 1, "correct": True}}}, 1: {}}, exp, size, 1).busbw_gbps is None
-    info = judge(tier, {r: {"tiers": {tier.name: {"seconds": 1.0, "correct": True}}} for r in (0, 1)}, Expectation(None, "cpu"), size, 1)
+    assert (
+        judge(tier, {0: {"tiers": {tier.name: {"seconds": 1, "correct": True}}}, 1: {}}, exp, size, 1).busbw_gbps
+        is None
+    )
+    info = judge(
+        tier,
+        {r: {"tiers": {tier.name: {"seconds": 1.0, "correct": True}}} for r in (0, 1)},
+        Expectation(None, "cpu"),
+        size,
+        1,
+    )
     assert info.status == "info"
 
 
@@ -132,9 +145,7 @@ def test_network_expectation_from_the_ib_rate() -> None:
 def test_gpu_ranks_select_their_planned_device() -> None:
     """The CUDA path of the worker, with a stand-in torch: the planned index, nccl."""
     calls: list[int] = []
-    fake = SimpleNamespace(
-        device=lambda kind, index=None: (kind, index), cuda=SimpleNamespace(set_device=calls.append)
-    )
+    fake = SimpleNamespace(device=lambda kind, index=None: (kind, index), cuda=SimpleNamespace(set_device=calls.append))
     assert select_device("cuda", {"OPENCLAW_CUDA_DEVICE_INDEX": "3", "LOCAL_RANK": "1"}, fake) == (("cuda", 3), "nccl")
     assert select_device("cuda", {"LOCAL_RANK": "1"}, fake) == (("cuda", 0), "nccl")  # isolated: its only GPU
     assert calls == [3, 0]
@@ -162,7 +173,16 @@ def test_worker_times_sub_tiers_with_real_processes(tmp_path: Path) -> None:
 
     spec["port"] = free_port()
     (tmp_path / "spec.json").write_text(json.dumps(spec))
-    out = _cli("--nproc-per-node", "3", "--telemetry", "off", "-m", "openclaw_launch.preflight.worker", str(tmp_path / "spec.json"), str(tmp_path))
+    out = _cli(
+        "--nproc-per-node",
+        "3",
+        "--telemetry",
+        "off",
+        "-m",
+        "openclaw_launch.preflight.worker",
+        str(tmp_path / "spec.json"),
+        str(tmp_path),
+    )
     assert out.returncode == 0, out.stderr
     docs = {r: json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in range(3)}
     assert sorted(docs[0]["tiers"]) == ["a", "node"] and sorted(docs[1]["tiers"]) == ["b", "node"]

@@ -25,8 +25,8 @@ from openclaw_launch.preflight.tiers import (
     WARMUP_ITERS,
     TierResult,
     default_size_bytes,
-    expectations,
     exit_code,
+    expectations,
     format_line,
     judge,
     network_expectations,
@@ -82,7 +82,14 @@ def run_preflight(
         shutil.rmtree(work, ignore_errors=True)
     gpus = {r.rank: r.gpu_index for r in plan.ranks}
     results = [
-        judge(t, per_rank, expected[t.name], size, iters, tuple(sorted({g for r in t.ranks if (g := gpus[r]) is not None})))
+        judge(
+            t,
+            per_rank,
+            expected[t.name],
+            size,
+            iters,
+            tuple(sorted({g for r in t.ranks if (g := gpus[r]) is not None})),
+        )
         for t in tiers
     ]
     code = exit_code(results) if launch_code == 0 else launch_code if launch_code >= 128 else WORKERS_FAILED

@@ -138,7 +138,9 @@ def _nvlink_expectation(island: Sequence[GpuInfo], topology: Topology) -> Expect
         if gen is None or not links:
             return Expectation(None, f"NVLink generation or link count of GPU {g.index} unknown")
         bw = links * NVLINK_GBPS_PER_LINK[gen] * EFFICIENCY["nvlink"]
-        per_gpu.append((bw, f"NVLink{gen} x{links} links x {NVLINK_GBPS_PER_LINK[gen]:g} GB/s x {EFFICIENCY['nvlink']}"))
+        per_gpu.append(
+            (bw, f"NVLink{gen} x{links} links x {NVLINK_GBPS_PER_LINK[gen]:g} GB/s x {EFFICIENCY['nvlink']}")
+        )
     gbps, how = min(per_gpu)
     return Expectation(round(gbps, 1), how)
 
@@ -149,7 +151,7 @@ def _pcie_expectation(gpus: Sequence[GpuInfo]) -> Expectation:
         p = g.pcie
         gen = p.max_gen or p.gen if p else None
         width = p.max_width or p.width if p else None
-        if gen not in PCIE_GBPS_PER_LANE or not width:
+        if gen is None or gen not in PCIE_GBPS_PER_LANE or not width:
             return Expectation(None, f"PCIe generation or width of GPU {g.index} unknown")
         bw = width * PCIE_GBPS_PER_LANE[gen] * EFFICIENCY["pcie"]
         per_gpu.append((bw, f"PCIe gen{gen} x{width} x {PCIE_GBPS_PER_LANE[gen]:g} GB/s x {EFFICIENCY['pcie']}"))
@@ -176,7 +178,9 @@ def expectations(
                 f"{recorded[t.name]:g} GB/s recorded in {recorded_source} x {RECORDED_MARGIN}",
             )
         elif t.kind in settings.expect_busbw_gbps:
-            out[t.name] = Expectation(settings.expect_busbw_gbps[t.kind], f"config preflight.expect_busbw_gbps.{t.kind}")
+            out[t.name] = Expectation(
+                settings.expect_busbw_gbps[t.kind], f"config preflight.expect_busbw_gbps.{t.kind}"
+            )
         elif plan.backend != "nccl":
             out[t.name] = Expectation(None, "CPU ranks: no hardware expectation (give one in the config or --expect)")
         elif t.kind == "nvlink":
@@ -323,4 +327,3 @@ def recorded_floors(data: Any, source: str) -> dict[str, float]:
 def default_size_bytes(plan: LaunchPlan, settings: PreflightSettings, size_mib: int | None) -> int:
     mib = size_mib or settings.size_mib or DEFAULT_SIZE_MIB["gpu" if plan.backend == "nccl" else "cpu"]
     return mib * 2**20
-

@@ -100,7 +100,10 @@ def host_config(
         used = gpus[:count]
         # NVLink peers from this host: every node is this host, and TP groups follow the peers.
         chosen = tuple(
-            GpuSpec(uuid=str(g.uuid), nvlink_peers=tuple(str(p.uuid) for p in used if p is not g and topology.nvlinked(g, p)))
+            GpuSpec(
+                uuid=str(g.uuid),
+                nvlink_peers=tuple(str(p.uuid) for p in used if p is not g and topology.nvlinked(g, p)),
+            )
             for g in used
         )
     else:
