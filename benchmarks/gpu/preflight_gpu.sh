@@ -66,8 +66,8 @@ except Exception as e:
 EOF
 
 pf nop2p 1 --config "$W/cfg-nop2p.yaml" --size-mib "$SIZE" --iters 20
-pf record 0 --config "$W/cfg.yaml" --size-mib "$SIZE" --iters 20 --record "$W/record.json"
-pf expect 0 --config "$W/cfg.yaml" --size-mib "$SIZE" --iters 20 --expect "$W/record.json"
+pf record 0 --config "$W/cfg.yaml" --size-mib "$SIZE" --iters 20 --record "$W/saved-record.json"
+pf expect 0 --config "$W/cfg.yaml" --size-mib "$SIZE" --iters 20 --expect "$W/saved-record.json"
 
 $L plan --config "$W/cfg.yaml" --tp 2 --suggest-parallel -- train.py > "$W/plan-tp2.txt" 2>&1
 say "plan --tp 2 --suggest-parallel: exit $?"; tail -n 4 "$W/plan-tp2.txt" | tee -a "$SUM"
@@ -75,7 +75,8 @@ $L --config "$W/cfg.yaml" --tp 2 --telemetry off --no-python -- python3 -c \
   'import openclaw_launch as o; g = o.parallel_groups(); print("GROUPS", g.rank, g.tp_rank, g.group_of("tp"), g.init_device_mesh_args())' \
   > "$W/parallel-run.txt" 2>&1
 say "run --tp 2: exit $?"; grep GROUPS "$W/parallel-run.txt" | tee -a "$SUM"
-say "leftovers: $(ps -eo pid,stat,cmd | grep -E 'preflight.worker|defunct' | grep -v grep | wc -l) (expect 0)"
+ps -eo pid,stat,cmd | awk '$2 ~ /^Z/ || /openclaw_launch[.]preflight[.]worker/' > "$W/leftovers.txt"
+say "leftover workers / zombies: $(wc -l < "$W/leftovers.txt") (expect 0)"; head -n 5 "$W/leftovers.txt" | tee -a "$SUM"
 
 cp "$SUM" "$W/"
 tar -czf "$OUT/preflight.tgz" -C "$W" .
