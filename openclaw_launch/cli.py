@@ -1,4 +1,4 @@
-"""Command line: ``run`` (the default), ``plan``, ``discover``, ``validate``, ``report``.
+"""Command line: ``run`` (the default), ``plan``, ``preflight``, ``discover``, ``validate``, ``report``.
 
 Thin: parse options, gather inputs (config, topology), call the pure planner,
 hand the plan to the effects (MPS, supervisor). Every user error exits 2 with
@@ -25,6 +25,7 @@ import click
 from openclaw_launch import option_types
 from openclaw_launch.config import BindingPolicy, Config, load_config
 from openclaw_launch.errors import OpenclawError
+from openclaw_launch.parallel import PARALLEL_DIMS, PARALLEL_FILE_NAME, ParallelSpec
 from openclaw_launch.plan import Entry, EntryKind, LaunchPlan, PlanOptions, build_plan, format_plan_table
 from openclaw_launch.telemetry.wire import TELEMETRY_MODES
 from openclaw_launch.topology.model import Topology
@@ -34,7 +35,7 @@ from openclaw_launch.torchrun_resolve import free_port, misspelled_command, node
 if TYPE_CHECKING:
     from openclaw_launch.mps import MpsStatus
 
-SUBCOMMANDS = ("run", "plan", "discover", "validate", "report")
+SUBCOMMANDS = ("run", "plan", "preflight", "discover", "validate", "report")
 
 
 def _fail(err: OpenclawError) -> NoReturn:
@@ -67,7 +68,8 @@ def _make_plan(
     run_id: str | None = None,
     error_file_dir: str | None = None,
     telemetry_socket: str | None = None,
-    telemetry_mode: str = "full",
+    telemetry_mode: str = "hooks",
+    parallel_file: str | None = None,
 ) -> LaunchPlan:
     """The plan for the command line: ``--config``, or this host as torchrun would see it."""
     want = resolve(c.tr, with_config=bool(c.config_path))
@@ -110,6 +112,8 @@ def _make_plan(
         free_master_port=free_port() if len(config.nodes) == 1 else None,
         telemetry_socket=telemetry_socket,
         telemetry_mode=telemetry_mode,
+        parallel=ParallelSpec(c.tp, c.pp, c.dp, where={d: f"--{d}" for d in PARALLEL_DIMS if getattr(c, d)}),
+        parallel_file=parallel_file,
     )
     return build_plan(config, topology, options)
 
@@ -161,6 +165,9 @@ class _Common:
     node: str | None
     topology_path: str | None
     strictness: str | None
+    tp: int | None
+    pp: int | None
+    dp: int | None
     script: tuple[str, ...]
     tr: TorchrunArgs  # every torchrun flag (torchrun_compat.FLAGS)
 
@@ -186,6 +193,16 @@ _common_options: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
         "--strictness",
         type=click.Choice(["fail", "warn"]),
         help="Bus id / NUMA / NVLink mismatches fail the launch or only warn.",
+    ),
+    *(
+        click.option(
+            f"--{dim}", dim, type=click.IntRange(min=1), help=f"{what} (overrides the config's parallel.{dim})."
+        )
+        for dim, what in (
+            ("tp", "Tensor-parallel group size; TP groups stay on one node, on NVLink-joined GPUs."),
+            ("pp", "Pipeline-parallel stages."),
+            ("dp", "Data-parallel size (default: world size / (tp * pp))."),
+        )
     ),
     *(flag.option() for flag in FLAGS),
     click.argument("script", nargs=-1, type=click.UNPROCESSED),
@@ -302,7 +319,7 @@ def run(
     errors = f"{log_dir}/{job_id}/errors" if log_dir else str(run_dir / "errors")
     socket_path = None if telemetry == "off" else str(run_dir / "telemetry.sock")
     try:
-        plan = _make_plan(c, job_id, errors, socket_path, telemetry)
+        plan = _make_plan(c, job_id, errors, socket_path, telemetry, str(run_dir / PARALLEL_FILE_NAME))
     except OpenclawError as e:
         _fail(e)
     for w in plan.warnings:
@@ -373,18 +390,82 @@ def _console_ranks(text: str) -> frozenset[int] | None:
 @cli.command(context_settings=_SCRIPT_LAST)
 @_with_common
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON (schema 1).")
-def plan(c: _Common, as_json: bool) -> None:
+@click.option("--suggest-parallel", is_flag=True, help="Also list the TP/PP/DP layouts that fit (TP on NVLink first).")
+def plan(c: _Common, as_json: bool, suggest_parallel: bool) -> None:
     """Print where each rank would run and with what environment; start nothing."""
+    from openclaw_launch.parallel import format_suggestions, suggest_layouts
+
     try:
         launch_plan = _make_plan(c)
+        suggestions = suggest_layouts(_plan_config(c)) if suggest_parallel else None
     except OpenclawError as e:
         _fail(e)
     if as_json:
-        click.echo(json.dumps(launch_plan.to_json(), indent=2))
+        doc = launch_plan.to_json()
+        if suggestions is not None:
+            doc["parallel_suggestions"] = [s.to_json() for s in suggestions]
+        click.echo(json.dumps(doc, indent=2))
     else:
         for w in launch_plan.warnings:
             _warn(w)
         click.echo(format_plan_table(launch_plan, warnings=False))
+        if suggestions is not None:
+            click.echo(format_suggestions(suggestions))
+
+
+@cli.command(context_settings=_SCRIPT_LAST)
+@_with_common
+@click.option("--size-mib", type=click.IntRange(min=1), help="All-reduce size (default 1024; CPU ranks 4).")
+@click.option("--iters", type=click.IntRange(min=1), help="Timed all-reduces per tier (default 20).")
+@click.option("--record", "record_path", type=click.Path(dir_okay=False), help="Save the measured bandwidths here.")
+@click.option(
+    "--expect",
+    "expect_path",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Expect at least 0.8 x the bandwidths a --record file saved.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False), help="Write the run report (with it).")
+def preflight(
+    c: _Common,
+    size_mib: int | None,
+    iters: int | None,
+    record_path: str | None,
+    expect_path: str | None,
+    as_json: bool,
+    report_path: str | None,
+) -> None:
+    """Run the plan with an all-reduce probe: bandwidth per NVLink island and node vs expected."""
+    if c.script:
+        raise click.UsageError(f"preflight runs its own worker; remove {c.script[0]!r} and what follows")
+    from openclaw_launch.config import PreflightSettings
+    from openclaw_launch.launch import run_dir_for
+    from openclaw_launch.preflight.command import PreflightOptions, run_preflight
+
+    job_id = c.tr.run_id or os.environ.get("SLURM_JOB_ID") or uuid.uuid4().hex[:12]
+    tr = dataclasses.replace(c.tr, module=True, no_python=False, run_path=False, run_id=job_id)
+    options = PreflightOptions(size_mib, iters, record_path, expect_path, as_json, report_path, c.tr.grace_period_s)
+    try:
+        settings = load_config(c.config_path).preflight if c.config_path else PreflightSettings()
+        code = run_preflight(
+            lambda script: _make_plan(dataclasses.replace(c, script=script, tr=tr), job_id, str(run_dir_for(job_id))),
+            lambda with_gpus: _topology(c.topology_path, with_gpus),
+            settings,
+            options,
+        )
+    except OpenclawError as e:
+        _fail(e)
+    sys.exit(code)
+
+
+def _plan_config(c: _Common) -> Config:
+    """The config ``plan`` laid out: ``--config``, or this host as ``host_config`` sees it."""
+    if c.config_path:
+        return load_config(c.config_path)
+    from openclaw_launch.topology.discover import host_config
+
+    want = resolve(c.tr, with_config=False)
+    return host_config(_topology(c.topology_path, want.nproc_per_node != "cpu"), want.nproc_per_node, want.nnodes or 1)
 
 
 @cli.command()

@@ -45,6 +45,18 @@ Reference (every key; ``*`` = required)::
       master_port:              1..65535 (``--master-port`` overrides it)
       strictness:               fail (default) | warn: how bus-id / NUMA / NVLink-peer mismatches
                                 against the live machine are treated
+    parallel:                   tensor / pipeline / data parallel layout (``--tp/--pp/--dp`` override
+                                each); workers get OPENCLAW_{TP,PP,DP}_{RANK,SIZE} and the groups
+      tp:                       integer >= 1 (default 1): TP group size; divides every node's ranks
+                                (a TP group stays on one node, on NVLink-joined GPUs per nvlink_peers)
+      pp:                       integer >= 1 (default 1): pipeline stages
+      dp:                       integer >= 1 (default: world size / (tp * pp)); tp*pp*dp = world size
+    preflight:                  ``openclaw-launch preflight`` (docs/preflight.md)
+      expect_busbw_gbps:        mapping tier kind -> all-reduce bus bandwidth floor in GB/s, replacing
+                                the default derived from the hardware; kinds: nvlink (each NVLink
+                                island), node (all of the node's ranks)
+      size_mib:                 integer >= 1 (default 1024; CPU ranks default to 4): all-reduce size
+      iters:                    integer >= 1 (default 20): timed all-reduces per tier
 
 Environment values (``nccl_env``, ``env``) are taken exactly as written in the
 YAML (``0.10`` stays "0.10", ``yes`` stays "yes") and reach the workers
@@ -64,6 +76,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
+
+from openclaw_launch.parallel import ParallelSpec
 
 BindingPolicy = Literal["node", "exclusive", "socket", "explicit", "none"]
 MemPolicy = Literal["bind", "preferred", "local", "none"]
@@ -129,10 +143,25 @@ class Runtime:
     strictness: Strictness = "fail"  # bus-id / NUMA / NVLink-peer mismatches
 
 
+#: Preflight tier kinds: the keys of ``preflight.expect_busbw_gbps`` and the tiers' ``kind``.
+PREFLIGHT_TIER_KINDS: tuple[str, ...] = ("nvlink", "node")
+
+
+@dataclass(frozen=True)
+class PreflightSettings:
+    """``preflight:`` of the config; None = the default (see docs/preflight.md)."""
+
+    expect_busbw_gbps: Mapping[str, float] = field(default_factory=dict)  # tier kind -> GB/s floor
+    size_mib: int | None = None
+    iters: int | None = None
+
+
 @dataclass(frozen=True)
 class Config:
     nodes: tuple[NodeSpec, ...]
     runtime: Runtime = field(default_factory=Runtime)
+    parallel: ParallelSpec = field(default_factory=ParallelSpec)
+    preflight: PreflightSettings = field(default_factory=PreflightSettings)
     source: str = "<config>"
     warnings: tuple[str, ...] = ()  # e.g. deprecated NCCL variables, shared IPs
 

@@ -23,11 +23,13 @@ from openclaw_launch.config import (
     NCCL_DEPRECATED,
     NCCL_NAMED_LEVELS,
     PINNED_MEM_LIMIT_RE,
+    PREFLIGHT_TIER_KINDS,
     STRICTNESS_MODES,
     VISIBLE_DEVICES_MODES,
     Config,
     GpuSpec,
     NodeSpec,
+    PreflightSettings,
     Runtime,
 )
 from openclaw_launch.errors import ConfigError, Problem
@@ -39,11 +41,13 @@ from openclaw_launch.limits import (
     MAX_YAML_DEPTH,
     host_problem,
 )
+from openclaw_launch.parallel import PARALLEL_DIMS, ParallelSpec, node_rank_counts, size_problems
 from openclaw_launch.safe_read import InputFileError, read_input
 from openclaw_launch.topology.cpulist import parse_cpulist
 from openclaw_launch.topology.model import normalize_bus_id
 
-_TOP_KEYS = ("cluster", "runtime")
+_TOP_KEYS = ("cluster", "runtime", "parallel", "preflight")
+_PREFLIGHT_KEYS = ("expect_busbw_gbps", "size_mib", "iters")
 _CLUSTER_KEYS = ("nodes",)
 _NODE_KEYS = ("name", "ip", "gpus", "cpu_workers")
 _GPU_KEYS = ("uuid", "numa_node", "pci_bus_id", "nvlink_peers", "cpus")
@@ -71,6 +75,8 @@ _HOME: Mapping[str, str] = {
     **{k: "a node (an item of cluster.nodes)" for k in _NODE_KEYS},
     **{k: "a GPU (an item of a node's gpus)" for k in _GPU_KEYS},
     **{k: "runtime" for k in _RUNTIME_KEYS},
+    **{k: "parallel" for k in PARALLEL_DIMS},
+    **{k: "preflight" for k in _PREFLIGHT_KEYS},
 }
 _MPS_KEYS = tuple(k for k in _RUNTIME_KEYS if k.startswith("mps_"))
 
@@ -364,8 +370,54 @@ class _Checker:
         top = self.mapping(root, "", _line(root), _TOP_KEYS, required=("cluster",)) or {}
         runtime, binding = self.runtime(top.get("runtime"))
         nodes = self.cluster(top.get("cluster"), binding)
+        parallel = self.parallel(top.get("parallel"), nodes, runtime)
+        preflight = self.preflight(top.get("preflight"))
         warnings = tuple(str(w) for w in sorted(self.warnings, key=lambda p: p.line or 0))
-        return Config(nodes=nodes, runtime=runtime, source=source, warnings=warnings)
+        return Config(
+            nodes=nodes, runtime=runtime, parallel=parallel, preflight=preflight, source=source, warnings=warnings
+        )
+
+    def parallel(self, entry: _Entry | None, nodes: tuple[NodeSpec, ...], rt: Runtime) -> ParallelSpec:
+        """``parallel: {tp, pp, dp}``; the sizes are checked against the nodes with the plan's rule."""
+        if entry is None or _is_null(entry.value):
+            return ParallelSpec()
+        m = self.mapping(entry.value, entry.path, entry.line, PARALLEL_DIMS)
+        if m is None:
+            return ParallelSpec()
+        sizes = {k: self.integer(e, 1) for k, e in m.items() if not _is_null(e.value)}
+        spec = ParallelSpec(**sizes, where={k: f"parallel.{k}" for k in PARALLEL_DIMS})
+        if self.problems or any(v is None for v in sizes.values()):
+            return spec  # the nodes or sizes are already wrong: a size check would only add noise
+        ranks = node_rank_counts(nodes, rt.procs_per_gpu)
+        for problem in size_problems(spec, sum(ranks.values()), ranks):
+            self.error(entry.path, entry.line, problem)
+        return spec
+
+    def preflight(self, entry: _Entry | None) -> PreflightSettings:
+        if entry is None or _is_null(entry.value):
+            return PreflightSettings()
+        m = self.mapping(entry.value, entry.path, entry.line, _PREFLIGHT_KEYS)
+        if m is None:
+            return PreflightSettings()
+        expect: dict[str, float] = {}
+        if _given(m, "expect_busbw_gbps"):
+            e = m["expect_busbw_gbps"]
+            kinds = self.mapping(e.value, e.path, e.line, PREFLIGHT_TIER_KINDS) or {}
+            for kind, ke in kinds.items():
+                node = self.scalar(ke.value, ke.path, ke.line, "a bandwidth in GB/s (a number > 0)", ("int", "float"))
+                if node is None:
+                    continue
+                read = (
+                    _Y_CONSTRUCT.construct_yaml_int if _short_tag(node) == "int" else _Y_CONSTRUCT.construct_yaml_float
+                )
+                value = float(read(node))
+                if not 0 < value < float("inf"):
+                    self.error(ke.path, ke.line, f"{node.value} is not a bandwidth: expected GB/s > 0")
+                else:
+                    expect[kind] = value
+        size = self.integer(m["size_mib"], 1) if _given(m, "size_mib") else None
+        iters = self.integer(m["iters"], 1) if _given(m, "iters") else None
+        return PreflightSettings(expect_busbw_gbps=expect, size_mib=size, iters=iters)
 
     def cluster(self, entry: _Entry | None, binding: str | None) -> tuple[NodeSpec, ...]:
         if entry is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import shutil
 import sys
@@ -22,8 +23,10 @@ from typing import TYPE_CHECKING, Any
 from openclaw_launch import console
 from openclaw_launch.errorfile import write_parent_error_file
 from openclaw_launch.errors import LaunchError
+from openclaw_launch.files import write_atomic
 from openclaw_launch.guard import Guardian
 from openclaw_launch.osproc import RealOs
+from openclaw_launch.parallel import PARALLEL_FILE_NAME
 from openclaw_launch.plan import LaunchPlan
 from openclaw_launch.report import build_report, format_report, write_report
 from openclaw_launch.supervise import (
@@ -112,6 +115,8 @@ def _run(
         guardian = Guardian.start()
         undo.callback(guardian.close)
         guardian.watch_path(str(run_dir))
+        if plan.parallel is not None:  # the groups file OPENCLAW_PARALLEL_FILE names (parallel.py)
+            write_atomic(run_dir / PARALLEL_FILE_NAME, json.dumps(plan.parallel.to_json()))
         daemon = _start_mps(plan, run_dir, guardian, options) if plan.mps is not None else None
         if daemon is not None:
             undo.callback(daemon.stop)

@@ -6,6 +6,7 @@ printed (``openclaw-launch plan``) before anything runs.
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -24,6 +25,15 @@ from openclaw_launch.binding import (
 from openclaw_launch.config import Config, GpuSpec, NodeSpec
 from openclaw_launch.env import JobEnv, RankSlot, overridden_user_vars, rank_env, visible_devices
 from openclaw_launch.errors import PlanError, TopologyError
+from openclaw_launch.parallel import (
+    PARALLEL_FILE_ENV,
+    ParallelLayout,
+    ParallelSpec,
+    layout_warnings,
+    node_rank_counts,
+    plan_parallel,
+    size_problems,
+)
 from openclaw_launch.topology.cpulist import format_cpulist
 from openclaw_launch.topology.model import GpuInfo, Topology, normalize_bus_id
 
@@ -61,6 +71,8 @@ class PlanOptions:
     signals_to_handle: str = "SIGINT,SIGTERM,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2"  # TORCHELASTIC_SIGNALS_TO_HANDLE
     virtual_local_rank: bool = False  # torchrun's --virtual-local-rank: LOCAL_RANK=0, only its own GPU
     free_master_port: int | None = None  # a port the launcher found free here: a one-node job's default
+    parallel: ParallelSpec = field(default_factory=ParallelSpec)  # --tp/--pp/--dp (override the config's)
+    parallel_file: str | None = None  # where the run writes the groups JSON (OPENCLAW_PARALLEL_FILE)
 
 
 @dataclass(frozen=True)
@@ -122,6 +134,7 @@ class LaunchPlan:
     mps: MpsPlan | None = None
     warnings: tuple[str, ...] = ()
     telemetry_socket: str | None = None  # per-step statistics channel (telemetry.wire); None = off
+    parallel: ParallelLayout | None = None  # TP/PP/DP groups (config parallel / --tp --pp --dp)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -145,6 +158,7 @@ class LaunchPlan:
             },
             "warnings": list(self.warnings),
             "telemetry_socket": self.telemetry_socket,
+            "parallel": self.parallel.to_json() if self.parallel is not None else None,
             "ranks": [r.to_json() for r in self.ranks],
         }
 
@@ -194,6 +208,11 @@ def build_plan(config: Config, topology: Topology, options: PlanOptions) -> Laun
         signals_to_handle=options.signals_to_handle,
     )
     ranks = _ranks(config, node_rank, topology, options, job, resolved, result)
+    layout = _parallel(config, options)
+    if layout is not None:
+        warnings += layout_warnings(layout, config)
+        file_env = {PARALLEL_FILE_ENV: options.parallel_file} if options.parallel_file else {}
+        ranks = tuple(dataclasses.replace(r, env={**r.env, **layout.rank_env(r.rank), **file_env}) for r in ranks)
     return LaunchPlan(
         run_id=options.run_id,
         node=node.name,
@@ -207,7 +226,20 @@ def build_plan(config: Config, topology: Topology, options: PlanOptions) -> Laun
         mps=_mps(config, resolved) if runtime.enable_mps and not node.is_cpu else None,
         warnings=tuple(dict.fromkeys(warnings)),
         telemetry_socket=options.telemetry_socket,
+        parallel=layout,
     )
+
+
+def _parallel(config: Config, options: PlanOptions) -> ParallelLayout | None:
+    """The TP/PP/DP layout when one is asked for (config, then the flags size by size)."""
+    spec = config.parallel.overridden_by(options.parallel)
+    if not spec.given:
+        return None
+    ranks = node_rank_counts(config.nodes, config.runtime.procs_per_gpu)
+    problems = size_problems(spec, sum(ranks.values()), ranks)
+    if problems:
+        raise PlanError("; ".join(problems))
+    return plan_parallel(config, spec)
 
 
 def _master_port(config: Config, options: PlanOptions) -> int:
@@ -386,10 +418,7 @@ def _nvlink_mismatches(where: str, spec: GpuSpec, gpu: GpuInfo, topology: Topolo
 
 
 def _nvlinked(topology: Topology, a: GpuInfo, b: GpuInfo) -> bool:
-    link = topology.links.get((a.index, b.index)) or topology.links.get((b.index, a.index)) or ""
-    if link.upper().startswith("NV"):
-        return True
-    return any(nv.active and nv.remote_bus_id is not None and nv.remote_bus_id == b.pci_bus_id for nv in a.nvlinks)
+    return topology.nvlinked(a, b)
 
 
 def _slots(resolved: Sequence[_ResolvedGpu], procs_per_gpu: int) -> list[Slot]:

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal, Protocol
 
 from openclaw_launch.config import Config, GpuSpec, NodeSpec, Runtime, Strictness
-from openclaw_launch.topology.model import GpuInfo, IbPort, Topology
+from openclaw_launch.topology.model import GpuInfo, IbPort, PcieLink, Topology
 
 Status = Literal["pass", "warn", "fail"]
 
@@ -41,6 +41,12 @@ IB_ERROR_THRESHOLDS: Mapping[str, int] = {
 }
 
 
+# NVML NVLink error counters (summed over a GPU's links) and the count above which a GPU is
+# reported. Flit CRC errors are corrected by replaying the flit, so a few per link are normal;
+# a recovery means the link retrained, and data CRC errors mean corrupted payloads were retried.
+NVLINK_ERROR_THRESHOLDS: Mapping[str, int] = {"replay": 100, "recovery": 0, "crc_flit": 100, "crc_data": 0}
+
+
 @dataclass(frozen=True)
 class Thresholds:
     """Counts above which a health counter is reported (all are totals since boot/clear).
@@ -52,11 +58,13 @@ class Thresholds:
       uncorrectable errors; raise this on fleets that tolerate a few.
       Uncorrected ECC errors always fail.
     - ``ib_counters`` (``IB_ERROR_THRESHOLDS``): per InfiniBand error counter.
+    - ``nvlink_errors`` (``NVLINK_ERROR_THRESHOLDS``): per NVLink error counter, summed over a GPU's links.
     """
 
     aer_correctable: int = 100
     retired_pages: int = 0
     ib_counters: Mapping[str, int] = field(default_factory=lambda: dict(IB_ERROR_THRESHOLDS))
+    nvlink_errors: Mapping[str, int] = field(default_factory=lambda: dict(NVLINK_ERROR_THRESHOLDS))
 
 
 class MpsStatusLike(Protocol):
@@ -122,8 +130,14 @@ def run_checks(
     for gpu_spec in spec.gpus:
         results += _gpu_checks(gpu_spec, topology, rt, th, mismatch, mps)
     results += _check_unconfigured(spec, topology)
+    fastest = max((p.rate_gbps or 0.0 for p in topology.infiniband if _active(p)), default=0.0)
+    seen_devices: set[str] = set()
     for port in topology.infiniband:
         results += _ib_checks(port, th)
+        results += _ib_rate(port, fastest)
+        if port.device not in seen_devices:  # PCI facts belong to the NIC, not to each port
+            seen_devices.add(port.device)
+            results += _nic_checks(port, spec, topology, th)
     return results
 
 
@@ -294,8 +308,9 @@ def _gpu_checks(
         _check_numa(subject, gpu_spec, gpu, mismatch),
         *(_check_peer(subject, gpu, peer, topology, mismatch) for peer in gpu_spec.nvlink_peers),
         _check_nvlinks_active(subject, gpu),
-        _check_pcie(subject, gpu),
-        _check_aer(subject, gpu, th),
+        _check_pcie(subject, gpu.pcie),
+        _check_aer(subject, gpu.aer, th),
+        _check_nvlink_errors(subject, gpu, th),
         _check_retired_pages(subject, gpu, th),
         _check_ecc(subject, gpu),
         _check_mps_clients(subject, _mps_clients(gpu, mps), rt) if rt.enable_mps else None,
@@ -408,8 +423,8 @@ def _check_nvlinks_active(subject: str, gpu: GpuInfo) -> CheckResult | None:
     )
 
 
-def _check_pcie(subject: str, gpu: GpuInfo) -> CheckResult | None:
-    p = gpu.pcie
+def _check_pcie(subject: str, p: PcieLink | None) -> CheckResult | None:
+    """GPU or NIC link trained below its maximum generation or width."""
     if p is None:
         return None
     gen_low = p.gen is not None and p.max_gen is not None and p.gen < p.max_gen
@@ -424,10 +439,11 @@ def _check_pcie(subject: str, gpu: GpuInfo) -> CheckResult | None:
     return CheckResult("pcie_link", "warn", subject, found, expected, why)
 
 
-def _check_aer(subject: str, gpu: GpuInfo, th: Thresholds) -> CheckResult | None:
-    if gpu.aer is None:
+def _check_aer(subject: str, aer: Mapping[str, int] | None, th: Thresholds) -> CheckResult | None:
+    """PCIe AER totals of a GPU or NIC."""
+    if aer is None:
         return None
-    corr, nonfatal, fatal = (gpu.aer.get(k) for k in ("correctable", "nonfatal", "fatal"))
+    corr, nonfatal, fatal = (aer.get(k) for k in ("correctable", "nonfatal", "fatal"))
     found = f"correctable {_n(corr)}, nonfatal {_n(nonfatal)}, fatal {_n(fatal)}"
     expected = f"correctable <= {th.aer_correctable}, nonfatal 0, fatal 0"
     if (nonfatal or 0) > 0 or (fatal or 0) > 0:
@@ -442,6 +458,32 @@ def _check_aer(subject: str, gpu: GpuInfo, th: Thresholds) -> CheckResult | None
     if (corr or 0) > th.aer_correctable:
         return CheckResult("pcie_aer", "warn", subject, found, expected, "marginal PCIe link keeps replaying")
     return CheckResult("pcie_aer", "pass", subject, found, expected)
+
+
+def _check_nvlink_errors(subject: str, gpu: GpuInfo, th: Thresholds) -> CheckResult | None:
+    """NVML's per-link replay / recovery / CRC counters, summed over the GPU's links."""
+    known = [link for link in gpu.nvlinks if link.errors is not None]
+    if not known:
+        return None
+    totals = {name: sum((link.errors or {}).get(name, 0) for link in known) for name in th.nvlink_errors}
+    expected = ", ".join(f"{k} <= {v}" for k, v in th.nvlink_errors.items())
+    over = {k: v for k, v in totals.items() if v > th.nvlink_errors[k]}
+    found = ", ".join(f"{k} {v}" for k, v in totals.items())
+    if not over:
+        return CheckResult("nvlink_errors", "pass", subject, found, expected)
+    worst = [
+        f"link {link.link}"
+        for link in known
+        if any((link.errors or {}).get(k, 0) > th.nvlink_errors[k] / max(1, len(known)) for k in over)
+    ]
+    return CheckResult(
+        "nvlink_errors",
+        "warn",
+        subject,
+        found + (f" (mostly {', '.join(worst[:4])})" if worst else ""),
+        expected,
+        "NVLink retransmits or retrains: bandwidth drops and a worse link goes down; check with a preflight",
+    )
 
 
 def _n(value: int | None) -> str:
@@ -529,3 +571,55 @@ def _ib_checks(port: IbPort, th: Thresholds) -> Iterator[CheckResult]:
         )
     else:
         yield CheckResult("ib_port_errors", "pass", subject, f"{len(checked)} error counters within limits", "")
+
+
+def _active(port: IbPort) -> bool:
+    return port.state is not None and "ACTIVE" in port.state.upper()
+
+
+def _ib_rate(port: IbPort, fastest: float) -> Iterator[CheckResult]:
+    """An active port slower than the host's fastest one trained down (cable, optics, switch port)."""
+    rate = port.rate_gbps
+    if rate is None or not _active(port):
+        return
+    subject = f"{port.device} port {port.port}"
+    expected = f"{fastest:g} Gb/s (the fastest port here)"
+    if rate < fastest:
+        yield CheckResult(
+            "ib_port_rate",
+            "warn",
+            subject,
+            port.rate or "",
+            expected,
+            "port trained below the others: every collective through it is slower; check cable and switch port",
+        )
+    else:
+        yield CheckResult("ib_port_rate", "pass", subject, port.rate or "", expected)
+
+
+def _nic_checks(port: IbPort, spec: NodeSpec, topology: Topology, th: Thresholds) -> list[CheckResult]:
+    """The NIC's PCIe link and AER (as for GPUs), and whether it sits on a NUMA node of a GPU it serves."""
+    subject = port.device
+    maybe = [_check_pcie(subject, port.pcie), _check_aer(subject, port.aer, th), _check_nic_numa(port, spec, topology)]
+    return [r for r in maybe if r is not None]
+
+
+def _check_nic_numa(port: IbPort, spec: NodeSpec, topology: Topology) -> CheckResult | None:
+    if port.numa_node is None or spec.is_cpu:
+        return None
+    gpu_nodes = sorted(
+        {g.numa_node for s in spec.gpus if (g := topology.gpu_by_uuid(s.uuid)) is not None and g.numa_node is not None}
+    )
+    if not gpu_nodes:
+        return None
+    expected = f"one of the GPUs' NUMA nodes ({', '.join(map(str, gpu_nodes))})"
+    if port.numa_node in gpu_nodes:
+        return CheckResult("nic_numa", "pass", port.device, f"NUMA node {port.numa_node}", expected)
+    return CheckResult(
+        "nic_numa",
+        "warn",
+        port.device,
+        f"NUMA node {port.numa_node}",
+        expected,
+        "no configured GPU shares this NIC's NUMA node: GPUDirect RDMA through it crosses the CPU interconnect",
+    )

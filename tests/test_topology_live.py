@@ -203,6 +203,8 @@ def fake_pynvml(fail_init: bool = False) -> types.ModuleType:
         nvmlDeviceGetNvLinkState=link_state,
         nvmlDeviceGetNvLinkRemotePciInfo=lambda h, link: types.SimpleNamespace(busId=buses[1 - h].decode()),
         nvmlDeviceGetNvLinkRemoteDeviceType=lambda h, link: 0 if link == 0 else 0xFF,
+        nvmlDeviceGetNvLinkVersion=lambda h, link: 4,
+        nvmlDeviceGetNvLinkErrorCounter=lambda h, link, counter: not_supported() if link else 10 * counter + h,
         nvmlDeviceGetCurrPcieLinkGeneration=lambda h: 4 if h else 5,
         nvmlDeviceGetMaxPcieLinkGeneration=lambda h: 5,
         nvmlDeviceGetCurrPcieLinkWidth=lambda h: 16,
@@ -231,7 +233,11 @@ def test_pynvml_provider_handles_errors_per_call(monkeypatch: pytest.MonkeyPatch
         assert (nv.pci_bus_id(0), nv.name(0)) == ("00000000:0A:00.0", "NVIDIA Fake")
         assert nv.cpu_affinity(1) == (4, 5, 6, 7)
         assert nv.numa_node(0) is None
-        assert nv.nvlinks(0) == (NvLink(0, True, "0000:0b:00.0", "gpu"), NvLink(1, False, "0000:0b:00.0"))
+        errors = {"replay": 0, "recovery": 10, "crc_flit": 20, "crc_data": 30}  # per-link counters, link 1 none
+        assert nv.nvlinks(0) == (
+            NvLink(0, True, "0000:0b:00.0", "gpu", 4, errors),
+            NvLink(1, False, "0000:0b:00.0", None, 4, None),
+        )
         assert nv.pcie(1) == PcieLink(4, 5, 16, None)
         assert (nv.retired_pages(0), nv.ecc_uncorrected(0)) == (1, None)
         assert (nv.topology_level(0, 1), nv.nvlink_p2p(0, 1)) == ("PHB", True)
@@ -239,6 +245,8 @@ def test_pynvml_provider_handles_errors_per_call(monkeypatch: pytest.MonkeyPatch
     assert rec["devices"][1]["cpu_affinity"] == "4-7" and rec["topology_levels"] == {"0,1": "PHB"}
     topo = discover_topology(Path("/nonexistent-sysfs"), RecordedNvml(rec))
     assert topo.links == {(0, 1): "NV1", (1, 0): "NV1"}
+    assert topo.gpus[1].nvlinks[0].errors == {"replay": 1, "recovery": 11, "crc_flit": 21, "crc_data": 31}
+    assert topo.gpus[1].nvlinks[0].version == 4
 
 
 def test_pynvml_provider_without_driver(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

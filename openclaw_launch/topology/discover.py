@@ -97,7 +97,15 @@ def host_config(
                 f"--nproc-per-node {count} but this host has {len(gpus)} GPU(s); "
                 "ask for at most that many, or write a config with procs_per_gpu and MPS"
             )
-        chosen = tuple(GpuSpec(uuid=str(g.uuid)) for g in gpus[:count])
+        used = gpus[:count]
+        # NVLink peers from this host: every node is this host, and TP groups follow the peers.
+        chosen = tuple(
+            GpuSpec(
+                uuid=str(g.uuid),
+                nvlink_peers=tuple(str(p.uuid) for p in used if p is not g and topology.nvlinked(g, p)),
+            )
+            for g in used
+        )
     else:
         workers = nproc_per_node if isinstance(nproc_per_node, int) else cpus if nproc_per_node else 1
     nodes = []

@@ -28,6 +28,8 @@ class NvLink:
     active: bool
     remote_bus_id: str | None = None  # normalised; None when NVML could not say
     remote_type: str | None = None  # "gpu", "switch" (NVSwitch), "ibmnpu"; None when NVML could not say
+    version: int | None = None  # NVLink generation (1..5) as NVML reports it; None when unknown
+    errors: Mapping[str, int] | None = None  # replay / recovery / crc_flit / crc_data totals; None = unknown
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,20 @@ class IbPort:
     port: int
     state: str | None  # e.g. "4: ACTIVE"
     counters: Mapping[str, int] = field(default_factory=dict)  # symbol_error, link_downed, ...
+    rate: str | None = None  # sysfs "rate", e.g. "400 Gb/sec (4X NDR)"
+    phys_state: str | None = None  # e.g. "5: LinkUp"
+    numa_node: int | None = None  # the NIC's PCI device NUMA node (-1 in sysfs is None)
+    pcie: PcieLink | None = None  # the NIC's PCIe link (current and max speed/width)
+    aer: Mapping[str, int] | None = None  # the NIC's AER totals, as GpuInfo.aer
+
+    @property
+    def rate_gbps(self) -> float | None:
+        """The port's signalling rate in Gb/s (``400 Gb/sec (4X NDR)`` -> 400.0); None if unreadable."""
+        head = (self.rate or "").split(" ", 1)[0]
+        try:
+            return float(head)
+        except ValueError:
+            return None
 
 
 @dataclass(frozen=True)
@@ -83,6 +99,13 @@ class Topology:
             if g.uuid is not None and g.uuid.lower() == uuid.lower():
                 return g
         return None
+
+    def nvlinked(self, a: GpuInfo, b: GpuInfo) -> bool:
+        """Joined by NVLink: ``NV<n>`` in the link matrix, or an active NVML link to b's bus."""
+        link = self.links.get((a.index, b.index)) or self.links.get((b.index, a.index)) or ""
+        if link.upper().startswith("NV"):
+            return True
+        return any(nv.active and nv.remote_bus_id is not None and nv.remote_bus_id == b.pci_bus_id for nv in a.nvlinks)
 
     def describe_gpus(self) -> str:
         """One line per GPU, for errors that must list what is there."""

@@ -23,6 +23,9 @@ RECORD_FORMAT = "openclaw-nvml-record/1"
 _LEVELS = {10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
 _REMOTE_TYPES = {0: "gpu", 1: "ibmnpu", 2: "switch"}
 T = TypeVar("T")
+#: NVML's per-link error counters (nvmlNvLinkErrorCounter_t) by the names recordings and checks use:
+#: DL replays and recoveries, flit and data CRC errors.
+NVLINK_ERROR_COUNTERS: Mapping[str, int] = {"replay": 0, "recovery": 1, "crc_flit": 2, "crc_data": 3}
 
 
 class NvmlUnavailable(TopologyError):
@@ -138,12 +141,20 @@ class PynvmlProvider:
                 continue
             remote = self._call(self._nv.nvmlDeviceGetNvLinkRemotePciInfo, h, link)
             kind = self._call(self._nv.nvmlDeviceGetNvLinkRemoteDeviceType, h, link)
+            version = self._call(self._nv.nvmlDeviceGetNvLinkVersion, h, link)
+            errors = {
+                name: int(v)
+                for name, counter in NVLINK_ERROR_COUNTERS.items()
+                if (v := self._call(self._nv.nvmlDeviceGetNvLinkErrorCounter, h, link, counter)) is not None
+            }
             links.append(
                 NvLink(
                     link,
                     state == self._nv.NVML_FEATURE_ENABLED,
                     _remote_bus(remote.busId) if remote is not None else None,
                     _REMOTE_TYPES.get(int(kind)) if kind is not None else None,
+                    int(version) if version is not None else None,
+                    errors or None,
                 )
             )
         return tuple(links)
@@ -255,6 +266,8 @@ class RecordedNvml:
                 bool(link["active"]),
                 normalize_bus_id(link["remote_bus_id"]) if link.get("remote_bus_id") else None,
                 link.get("remote_type"),
+                link.get("version"),
+                dict(link["errors"]) if link.get("errors") is not None else None,
             )
             for link in self._get(index, "nvlinks") or ()
         )
@@ -305,6 +318,8 @@ def record_nvml(provider: NvmlProvider, source: str = "") -> dict[str, Any]:
                         "active": lk.active,
                         "remote_bus_id": lk.remote_bus_id,
                         "remote_type": lk.remote_type,
+                        "version": lk.version,
+                        "errors": dict(lk.errors) if lk.errors is not None else None,
                     }
                     for lk in provider.nvlinks(i)
                 ],

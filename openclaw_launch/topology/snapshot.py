@@ -37,17 +37,26 @@ def _gpu_out(g: GpuInfo) -> dict[str, Any]:
         "numa_node": g.numa_node,
         "cpu_affinity": _cpus_out(g.cpu_affinity),
         "nvlinks": [
-            {"link": n.link, "active": n.active, "remote_bus_id": n.remote_bus_id, "remote_type": n.remote_type}
+            {
+                "link": n.link,
+                "active": n.active,
+                "remote_bus_id": n.remote_bus_id,
+                "remote_type": n.remote_type,
+                "version": n.version,
+                "errors": dict(n.errors) if n.errors is not None else None,
+            }
             for n in g.nvlinks
         ],
-        "pcie": None
-        if g.pcie is None
-        else {"gen": g.pcie.gen, "max_gen": g.pcie.max_gen, "width": g.pcie.width, "max_width": g.pcie.max_width},
+        "pcie": _pcie_out(g.pcie),
         "aer": dict(g.aer) if g.aer is not None else None,
         "retired_pages": g.retired_pages,
         "ecc_uncorrected": g.ecc_uncorrected,
         "mps_clients": g.mps_clients,
     }
+
+
+def _pcie_out(p: PcieLink | None) -> dict[str, int | None] | None:
+    return None if p is None else {"gen": p.gen, "max_gen": p.max_gen, "width": p.width, "max_width": p.max_width}
 
 
 def dump_snapshot(topo: Topology) -> dict[str, Any]:
@@ -63,7 +72,17 @@ def dump_snapshot(topo: Topology) -> dict[str, Any]:
         "socket_of": {str(c): s for c, s in sorted(topo.socket_of.items())},
         "links": {f"{i},{j}": v for (i, j), v in sorted(topo.links.items())},
         "infiniband": [
-            {"device": p.device, "port": p.port, "state": p.state, "counters": dict(p.counters)}
+            {
+                "device": p.device,
+                "port": p.port,
+                "state": p.state,
+                "counters": dict(p.counters),
+                "rate": p.rate,
+                "phys_state": p.phys_state,
+                "numa_node": p.numa_node,
+                "pcie": _pcie_out(p.pcie),
+                "aer": dict(p.aer) if p.aer is not None else None,
+            }
             for p in topo.infiniband
         ],
     }
@@ -134,6 +153,17 @@ def _int_keys(m: Any, path: str) -> dict[int, Any]:
     return out
 
 
+def _counters(v: Any, path: str) -> dict[str, int]:
+    return {str(k): _int(n, f"{path}.{k}", hi=1 << 62) for k, n in _map(v, path).items()}
+
+
+def _pcie(v: Any, path: str) -> PcieLink | None:
+    if v is None:
+        return None
+    keys = ("gen", "max_gen", "width", "max_width")
+    return PcieLink(*(_int(_get(v, k, path), f"{path}.{k}", optional=True) for k in keys))
+
+
 def _gpu_in(d: Any, p: str) -> GpuInfo:
     pcie = _get(d, "pcie", p)
     aer = _get(d, "aer", p)
@@ -144,21 +174,20 @@ def _gpu_in(d: Any, p: str) -> GpuInfo:
         active = _get(n, "active", q)
         if not isinstance(active, bool):
             raise _Bad(f"{q}.active", "true or false", active)
+        errors = n.get("errors") if isinstance(n, Mapping) else None  # absent before they were recorded
         nvlinks.append(
             NvLink(
                 _int(_get(n, "link", q), f"{q}.link"),
                 active,
                 _str(_get(n, "remote_bus_id", q), f"{q}.remote_bus_id", optional=True),
                 _str(_get(n, "remote_type", q), f"{q}.remote_type", optional=True),
+                _int(n.get("version"), f"{q}.version", optional=True),
+                None if errors is None else _counters(errors, f"{q}.errors"),
             )
         )
-    if pcie is not None:
-        pq = f"{p}.pcie"
-        pcie = PcieLink(
-            *(_int(_get(pcie, k, pq), f"{pq}.{k}", optional=True) for k in ("gen", "max_gen", "width", "max_width"))
-        )
+    pcie = _pcie(pcie, f"{p}.pcie")
     if aer is not None:
-        aer = {str(k): _int(v, f"{p}.aer.{k}", hi=1 << 62) for k, v in _map(aer, f"{p}.aer").items()}
+        aer = _counters(aer, f"{p}.aer")
     return GpuInfo(
         index=_int(_get(d, "index", p), f"{p}.index", hi=MAX_CPU_ID),
         uuid=_str(_get(d, "uuid", p), f"{p}.uuid", optional=True),
@@ -197,7 +226,13 @@ def topology_from_snapshot(data: Mapping[str, Any], where: str = "<snapshot>") -
                     _str(_get(port, "device", q), f"{q}.device"),
                     _int(_get(port, "port", q), f"{q}.port"),
                     _str(_get(port, "state", q), f"{q}.state", optional=True),
-                    {str(k): _int(v, f"{q}.counters.{k}", hi=1 << 62) for k, v in counters.items()},
+                    _counters(counters, f"{q}.counters"),
+                    # the fields below are absent in snapshots from before they were recorded
+                    rate=_str(port.get("rate"), f"{q}.rate", optional=True),
+                    phys_state=_str(port.get("phys_state"), f"{q}.phys_state", optional=True),
+                    numa_node=_int(port.get("numa_node"), f"{q}.numa_node", hi=MAX_CPU_ID, optional=True),
+                    pcie=_pcie(port.get("pcie"), f"{q}.pcie"),
+                    aer=None if port.get("aer") is None else _counters(port["aer"], f"{q}.aer"),
                 )
             )
         return Topology(

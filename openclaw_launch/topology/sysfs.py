@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from openclaw_launch.topology.cpulist import parse_cpulist
-from openclaw_launch.topology.model import IbPort, normalize_bus_id
+from openclaw_launch.topology.model import IbPort, PcieLink, normalize_bus_id
 
 _AER_FILES = {
     "correctable": ("aer_dev_correctable", "TOTAL_ERR_COR"),
@@ -141,7 +141,7 @@ def read_pci_device(root: Path, bus_id: str) -> PciFacts:
     if not dev.is_dir():
         return PciFacts(bus_id=bus, present=False)
     node = _read_int(dev / "numa_node")
-    aer = {k: v for k, (f, t) in _AER_FILES.items() if (v := _aer_total(dev / f, t)) is not None}
+    aer = _aer(dev)
     return PciFacts(
         bus_id=bus,
         present=True,
@@ -151,8 +151,34 @@ def read_pci_device(root: Path, bus_id: str) -> PciFacts:
     )
 
 
+#: PCIe link speed as sysfs writes it (``16.0 GT/s PCIe``) -> generation.
+PCIE_GEN_BY_GTS: Mapping[str, int] = {"2.5": 1, "5.0": 2, "8.0": 3, "16.0": 4, "32.0": 5, "64.0": 6}
+
+
+def _pcie_gen(path: Path) -> int | None:
+    text = _read(path)
+    return PCIE_GEN_BY_GTS.get(text.split()[0]) if text and text.split() else None
+
+
+def read_pcie_link(dev: Path) -> PcieLink | None:
+    """A PCI device's link from ``current_link_speed/width`` and ``max_link_speed/width``."""
+    link = PcieLink(
+        gen=_pcie_gen(dev / "current_link_speed"),
+        max_gen=_pcie_gen(dev / "max_link_speed"),
+        width=_read_int(dev / "current_link_width"),
+        max_width=_read_int(dev / "max_link_width"),
+    )
+    return None if link == PcieLink(None, None, None, None) else link
+
+
+def _aer(dev: Path) -> dict[str, int] | None:
+    aer = {k: v for k, (f, t) in _AER_FILES.items() if (v := _aer_total(dev / f, t)) is not None}
+    return aer or None
+
+
 def read_infiniband(root: Path) -> tuple[IbPort, ...]:
-    """Every port under ``/sys/class/infiniband`` with its state and integer counters."""
+    """Every port under ``/sys/class/infiniband``: state, rate, integer counters, and the NIC's
+    PCI facts (NUMA node, link speed/width, AER) from its ``device`` link."""
     base = root / "sys/class/infiniband"
     try:
         devices = sorted(base.iterdir())
@@ -160,6 +186,13 @@ def read_infiniband(root: Path) -> tuple[IbPort, ...]:
         return ()
     ports: list[IbPort] = []
     for dev in devices:
+        pci = dev / "device"
+        numa = _read_int(pci / "numa_node")
+        nic = {
+            "numa_node": numa if numa is not None and numa >= 0 else None,
+            "pcie": read_pcie_link(pci),
+            "aer": _aer(pci),
+        }
         for num, port in _numbered(dev / "ports", re.compile(r"^(\d+)$")):
             state = _read(port / "state")
             counters: dict[str, int] = {}
@@ -171,7 +204,18 @@ def read_infiniband(root: Path) -> tuple[IbPort, ...]:
                 value = _read_int(f)
                 if value is not None:
                     counters[f.name] = value
-            ports.append(IbPort(dev.name, num, state.strip() if state else None, counters))
+            rate, phys = _read(port / "rate"), _read(port / "phys_state")
+            ports.append(
+                IbPort(
+                    dev.name,
+                    num,
+                    state.strip() if state else None,
+                    counters,
+                    rate=rate.strip() if rate else None,
+                    phys_state=phys.strip() if phys else None,
+                    **nic,  # type: ignore[arg-type]
+                )
+            )
     return tuple(ports)
 
 

@@ -1,0 +1,206 @@
+"""``openclaw-launch preflight``: run the real plan with the preflight worker, then judge each tier.
+
+The workers go through ``launch`` exactly as a job does (binding, environment, MPS, supervision,
+the run report), so a preflight fails where the job would. The launcher side never imports torch.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from openclaw_launch.config import PreflightSettings
+from openclaw_launch.errors import OpenclawError
+from openclaw_launch.files import write_atomic
+from openclaw_launch.plan import LaunchPlan
+from openclaw_launch.preflight.tiers import (
+    DEFAULT_ITERS,
+    PREFLIGHT_SCHEMA,
+    WARMUP_ITERS,
+    TierResult,
+    default_size_bytes,
+    exit_code,
+    expectations,
+    format_line,
+    judge,
+    network_expectations,
+    plan_tiers,
+    record,
+    recorded_floors,
+)
+from openclaw_launch.topology.model import Topology
+
+WORKER_MODULE = "openclaw_launch.preflight.worker"
+#: The launcher's exit code when the workers themselves failed (a crash, a hang killed by a signal
+#: to the launcher keeps 128+N): distinct from 1, "measured and found slow or wrong".
+WORKERS_FAILED = 3
+
+
+@dataclass(frozen=True)
+class PreflightOptions:
+    size_mib: int | None = None
+    iters: int | None = None
+    record_path: str | None = None
+    expect_path: str | None = None
+    as_json: bool = False
+    report_path: str | None = None
+    grace_period_s: float = 30.0
+    timeout_s: float = 300.0  # a collective that hangs this long fails its worker
+
+
+def run_preflight(
+    make_plan: Callable[[tuple[str, ...]], LaunchPlan],
+    read_topology: Callable[[bool], Topology],
+    settings: PreflightSettings,
+    options: PreflightOptions,
+) -> int:
+    """The whole command; returns its exit code (docs/preflight.md). ``make_plan(script)`` plans
+    ``python -m SCRIPT...`` as ``run`` would; ``read_topology(with_gpus)`` reads the same host."""
+    recorded = _read_expect(options.expect_path) if options.expect_path else None
+    work = Path(tempfile.mkdtemp(prefix="openclaw-preflight-"))
+    try:
+        spec_path, out_dir = work / "spec.json", work / "results"
+        out_dir.mkdir()
+        plan = make_plan((WORKER_MODULE, str(spec_path), str(out_dir)))
+        topology = read_topology(plan.backend == "nccl")
+        tiers = plan_tiers(plan, topology)
+        expected = expectations(tiers, plan, topology, settings, recorded, options.expect_path or "")
+        size = default_size_bytes(plan, settings, options.size_mib)
+        iters = options.iters or settings.iters or DEFAULT_ITERS
+        _write_spec(spec_path, plan, tiers, size, iters, options.timeout_s)
+        for w in plan.warnings:
+            print(f"openclaw-launch: warning: {w}", file=sys.stderr)
+        launch_code = _launch(plan, options) if tiers else 0
+        per_rank = _read_results(out_dir)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    gpus = {r.rank: r.gpu_index for r in plan.ranks}
+    results = [
+        judge(
+            t,
+            per_rank,
+            expected[t.name],
+            size,
+            iters,
+            tuple(sorted({g for r in t.ranks if (g := gpus[r]) is not None})),
+        )
+        for t in tiers
+    ]
+    code = exit_code(results) if launch_code == 0 else launch_code if launch_code >= 128 else WORKERS_FAILED
+    doc = _document(plan, topology, results, size, iters, launch_code, code)
+    _output(doc, results, options.as_json)
+    if options.record_path:
+        _write(options.record_path, record(results, plan.node), "--record")
+    if options.report_path and tiers:
+        _add_to_report(options.report_path, doc)
+    return code
+
+
+def _read_expect(path: str) -> dict[str, float]:
+    try:
+        return recorded_floors(json.loads(Path(path).read_text()), path)
+    except (OSError, ValueError) as e:
+        raise OpenclawError(f"--expect {path}: {e}") from None
+
+
+def _write_spec(path: Path, plan: LaunchPlan, tiers: list[Any], size: int, iters: int, timeout_s: float) -> None:
+    from openclaw_launch.torchrun_resolve import free_port
+
+    spec = {
+        "ranks": [r.rank for r in plan.ranks],
+        "port": free_port(),
+        "device": "cuda" if plan.backend == "nccl" else "cpu",
+        "size_bytes": size,
+        "iters": iters,
+        "warmup": WARMUP_ITERS,
+        "timeout_s": timeout_s,
+        "tiers": [{"name": t.name, "ranks": list(t.ranks)} for t in tiers],
+    }
+    path.write_text(json.dumps(spec))
+
+
+def _launch(plan: LaunchPlan, options: PreflightOptions) -> int:
+    """The workers through the job's own machinery; their console goes to stderr so that stdout
+    holds only the verdict (or the JSON)."""
+    from openclaw_launch.launch import launch
+    from openclaw_launch.supervise import SuperviseOptions
+
+    supervise = SuperviseOptions(grace_period_s=options.grace_period_s, stdout=sys.stderr, error_files_kept=False)
+    return launch(plan, supervise, report_path=options.report_path)
+
+
+def _read_results(out_dir: Path) -> dict[int, dict[str, Any]]:
+    out: dict[int, dict[str, Any]] = {}
+    for f in out_dir.glob("rank-*.json"):
+        try:
+            doc = json.loads(f.read_text())
+            out[int(doc["rank"])] = doc
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # a half-written or foreign file: that rank counts as missing
+    return out
+
+
+def _document(
+    plan: LaunchPlan,
+    topology: Topology,
+    results: list[TierResult],
+    size: int,
+    iters: int,
+    launch_code: int,
+    code: int,
+) -> dict[str, Any]:
+    return {
+        "schema": PREFLIGHT_SCHEMA,
+        "node": plan.node,
+        "backend": plan.backend,
+        "scope": "node",  # tiers across nodes are not measured yet
+        "size_bytes": size,
+        "iters": iters,
+        "tiers": [r.to_json() for r in results],
+        "network": network_expectations(topology),
+        "workers_exit_code": launch_code,
+        "exit_code": code,
+    }
+
+
+def _output(doc: dict[str, Any], results: list[TierResult], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(doc, indent=2))
+        return
+    for r in results:
+        print(format_line(r))
+    if not results:
+        print("INFO  node  one rank: nothing to all-reduce")
+    for n in doc["network"]:
+        print(
+            f"INFO  {n['port']}  {n['rate']}: expected busbw >= {n['expected_busbw_gbps']:g} GB/s "
+            "(not measured: tiers across nodes are not run yet)"
+        )
+    counts = {s: sum(r.status == s for r in results) for s in ("pass", "warn", "fail", "info")}
+    tail = f"; the workers failed (exit {doc['workers_exit_code']})" if doc["workers_exit_code"] else ""
+    print(
+        f"preflight on {doc['node']}: {counts['pass']} passed, {counts['warn']} warnings, "
+        f"{counts['fail']} failed, {counts['info']} without expectation{tail}"
+    )
+
+
+def _write(path: str, data: dict[str, Any], option: str) -> None:
+    try:
+        write_atomic(path, json.dumps(data, indent=2) + "\n")
+    except OSError as e:
+        raise OpenclawError(f"{option} {path}: cannot write it ({e.strerror})") from None
+
+
+def _add_to_report(path: str, doc: dict[str, Any]) -> None:
+    """The run report ``launch`` wrote, with the verdict under ``preflight``."""
+    from openclaw_launch.report import load_report, write_report
+
+    report = load_report(path)
+    report["preflight"] = doc
+    write_report(path, report)
