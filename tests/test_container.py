@@ -181,7 +181,10 @@ def test_stop_sends_sigterm_to_the_workers_and_the_container_exits_143(image: st
     assert state["ExitCode"] == 143, (state, podman("logs", name).stderr)
     assert stop_s < 15, f"stop took {stop_s:.1f} s"
     for rank in (0, 1):
-        assert (tmp_path / f"sig-{rank}").read_text().split() == ["SIGTERM"]
+        # the worker, and its grandchildren that log before the worker's exit ends them (they share
+        # its handler and log file): SIGTERM and nothing else
+        sigs = (tmp_path / f"sig-{rank}").read_text().split()
+        assert sigs and set(sigs) == {"SIGTERM"}, sigs
     report = json.loads((tmp_path / "run.json").read_text())
     assert report["signal_received"] == "SIGTERM" and report["exit_code"] == 143
     assert report["unkillable_pids"] == []
