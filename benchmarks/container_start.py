@@ -28,11 +28,12 @@ def podman(*args: str) -> str:
 
 
 def build(base: str, tag: str) -> float:
-    pip = subprocess.run([*ENGINE, "pipconf", "/tmp/openclaw-bench-pip"], capture_output=True, text=True)
-    t0 = time.monotonic()
-    podman("build", "--layers=false", "--network", "host", *LIMITS, *pip.stdout.split(),
-           "--build-arg", f"BASE={base}", "-t", tag, str(ROOT))  # fmt: skip
-    return time.monotonic() - t0
+    with tempfile.TemporaryDirectory() as d:  # this machine's pip settings, mounted into the build
+        pip = subprocess.run([*ENGINE, "pipconf", d], capture_output=True, text=True, check=True).stdout.split()
+        t0 = time.monotonic()
+        podman("build", "--layers=false", "--network", "host", *LIMITS, *pip,
+               "--build-arg", f"BASE={base}", "-t", tag, str(ROOT))  # fmt: skip
+        return time.monotonic() - t0
 
 
 def first_worker_s(cmd: list[str], out: Path) -> float:

@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -67,17 +68,17 @@ def _engine(step: str, timeout: float) -> None:
 
 def build(base: str, tag: str) -> float:
     """Build the project's Dockerfile on ``base``; the seconds it took."""
-    pip_dir = Path(f"/tmp/openclaw-pip-{RUN_ID}")  # this machine's pip settings, mounted into the build
-    pip_mounts = subprocess.run(
-        ["bash", str(ENGINE), "pipconf", str(pip_dir)], capture_output=True, text=True, check=True, timeout=60
-    ).stdout.split()
-    t0 = time.monotonic()
-    podman(
-        "build", "--layers=false", "--network", "host", *LIMITS, *pip_mounts,
-        "--build-arg", f"BASE={base}", "--label", LABEL, "-t", tag, str(ROOT),
-        timeout=300,
-    )  # fmt: skip
-    return time.monotonic() - t0
+    with tempfile.TemporaryDirectory(prefix="openclaw-pip-") as pip_dir:  # this machine's pip settings
+        pip_mounts = subprocess.run(
+            ["bash", str(ENGINE), "pipconf", pip_dir], capture_output=True, text=True, check=True, timeout=60
+        ).stdout.split()
+        t0 = time.monotonic()
+        podman(
+            "build", "--layers=false", "--network", "host", *LIMITS, *pip_mounts,
+            "--build-arg", f"BASE={base}", "--label", LABEL, "-t", tag, str(ROOT),
+            timeout=300,
+        )  # fmt: skip
+        return time.monotonic() - t0
 
 
 @pytest.fixture(scope="module")
