@@ -23,3 +23,11 @@ extra=""
 $PY -m pip install -q --disable-pip-version-check "torch==2.13.0" numpy -e ".${extra}" 2>&1 \
   | grep -v -e "is ignored: it is neither a file nor a directory" -e "Running pip as the 'root' user" || true
 $PY -c "import openclaw_launch, torch, click, yaml, psutil, pynvml" # fail loudly if the install did not work
+
+# The container tests' engine (tests/test_container.py): as root on Debian, podman + runc and the
+# cached Debian and torch base images (about 3 minutes the first time, then nothing). A failure
+# here does not stop the other checks; the container tests then fail naming it.
+if [ "${1:-}" = "--test" ] && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+  tests/container/engine.sh install && tests/container/engine.sh base && tests/container/engine.sh base-torch \
+    || echo "setup.sh: the container engine or its base images could not be made (see above)" >&2
+fi
