@@ -61,6 +61,7 @@ class PlanOptions:
     signals_to_handle: str = "SIGINT,SIGTERM,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2"  # TORCHELASTIC_SIGNALS_TO_HANDLE
     virtual_local_rank: bool = False  # torchrun's --virtual-local-rank: LOCAL_RANK=0, only its own GPU
     free_master_port: int | None = None  # a port the launcher found free here: a one-node job's default
+    fallback_master_addr: str | None = None  # several nodes, no address anywhere: Slurm's first host
 
 
 @dataclass(frozen=True)
@@ -181,7 +182,7 @@ def build_plan(config: Config, topology: Topology, options: PlanOptions) -> Laun
         run_id=options.run_id,
         world_size=sum(_workers(config, n) for n in config.nodes),
         nnodes=len(config.nodes),
-        master_addr=options.master_addr or runtime.master_addr or config.nodes[0].ip or DEFAULT_MASTER_ADDR,
+        master_addr=_master_addr(config, options),
         master_port=_master_port(config, options),
         runtime=runtime,
         base_env=options.base_env,
@@ -208,6 +209,21 @@ def build_plan(config: Config, topology: Topology, options: PlanOptions) -> Laun
         warnings=tuple(dict.fromkeys(warnings)),
         telemetry_socket=options.telemetry_socket,
     )
+
+
+def _master_addr(config: Config, options: PlanOptions) -> str:
+    """Flag, config, the first node's ip, Slurm's first host; 127.0.0.1 only for one node (several
+    nodes that each met at their own 127.0.0.1 would hang, each waiting for itself)."""
+    given = options.master_addr or config.runtime.master_addr or config.nodes[0].ip or options.fallback_master_addr
+    if given:
+        return given
+    if len(config.nodes) > 1:
+        raise PlanError(
+            f"{len(config.nodes)} nodes but no address for the first node ({config.nodes[0].name}): give it an "
+            "ip in the config, or runtime.master_addr, or --master-addr (under Slurm the first allocated host "
+            "is used)"
+        )
+    return DEFAULT_MASTER_ADDR
 
 
 def _master_port(config: Config, options: PlanOptions) -> int:
