@@ -345,8 +345,10 @@ def run(
     from openclaw_launch.torchrun_resolve import prefix_from_env, signal_numbers
 
     want = resolve(c.tr, with_config=bool(c.config_path))
+    pass_signals = _pass_signals(forward_signals)
     if want.local_ranks_shown is not None and console_ranks != "all":
         raise click.UsageError("--console-ranks and --local-ranks-filter both choose the console's ranks; give one")
+    given_ids = {c.tr.run_id, os.environ.get("SLURM_JOB_ID")} - {None}
     job_id = c.tr.run_id or os.environ.get("SLURM_JOB_ID") or uuid.uuid4().hex[:12]
     ranks_shown = _console_ranks(console_ranks)
     log_dir = c.tr.log_dir
@@ -356,6 +358,14 @@ def run(
     socket_path = None if telemetry == "off" else str(run_dir / "telemetry.sock")
     try:
         plan, config = _plan_and_config(c, job_id, errors, socket_path, telemetry == "hooks")
+        if plan.nnodes > 1 and job_id not in given_ids:
+            # Several nodes must share the run id (TORCHELASTIC_RUN_ID, log directory): a random one
+            # would differ on every node, so the default is torchrun's, "none".
+            job_id = "none"
+            run_dir = run_dir_for(job_id)
+            errors = f"{log_dir}/{job_id}/errors" if log_dir else str(run_dir / "errors")
+            socket_path = None if telemetry == "off" else str(run_dir / "telemetry.sock")
+            plan, config = _plan_and_config(c, job_id, errors, socket_path, telemetry == "hooks")
     except OpenclawError as e:
         _fail(e)
     for w in plan.warnings:
@@ -381,7 +391,7 @@ def run(
         console_hidden=want.console_hidden,
         prefix_template=prefix_template or (prefix_from_env(env_prefix, c.tr.role) if env_prefix else "[rank {rank}] "),
         forwarded_signals=signal_numbers(want.signals),
-        pass_signals=_pass_signals(forward_signals),
+        pass_signals=pass_signals,
         error_files_kept=bool(c.tr.log_dir),
     )
     try:
