@@ -168,4 +168,3 @@ def test_forward_signals_option_is_checked() -> None:
         timeout=60,
     )
     assert out.returncode == 2 and "--forward-signals" in out.stderr
-

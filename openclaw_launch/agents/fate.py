@@ -88,6 +88,8 @@ class Agent:
         self._local: dict[int, str] = {}  # this node's outcome per attempt
         self._stop_pending = False
         self.lost_nodes: set[str] = set()
+        self._last_ok = 0.0
+        self._abandoned = False  # the store thread is stuck on a call (the watchdog gave up on it)
 
     # ---- before start (main thread) --------------------------------------------------------------
 
@@ -144,8 +146,23 @@ class Agent:
         store.set_timeout(opt.keepalive_s)
 
     def start(self) -> None:
+        self._last_ok = time.monotonic()
         self._thread = threading.Thread(target=self._run, name="openclaw-agent", daemon=True)
         self._thread.start()
+        threading.Thread(target=self._watchdog, name="openclaw-agent-watchdog", daemon=True).start()
+
+    def _watchdog(self) -> None:
+        """A store call stuck on a cut link (its socket timeout is the join timeout) is a lost first
+        node once it has taken longer than the keep-alive; the stuck thread is abandoned."""
+        while not self._stop.wait(min(0.5, self.opt.keepalive_s / 4)):
+            silent = time.monotonic() - self._last_ok
+            if silent > self.opt.keepalive_s:
+                self._abandoned = True
+                host = self.opt.nodes[0]
+                text = f"lost the first node {host}'s agent: no answer for {silent:.1f} s (--keepalive-s)"
+                self._post("fate", (self.attempt, Fate("lost", host, None, EXIT_NODE_LOST, text)))
+                self._post("ended", self.attempt)
+                return
 
     # ---- supervisor hooks (main thread) ----------------------------------------------------------
 
@@ -209,7 +226,8 @@ class Agent:
             self._end_sent.add(attempt)
             outcome = self._local.get(attempt) or ("stopped" if attempt in self.fates else "ok")
             self._commands.put(("end", (attempt, outcome)))
-        return attempt not in self.ended and self._thread is not None and self._thread.is_alive()
+        alive = self._thread is not None and self._thread.is_alive() and not self._abandoned
+        return attempt not in self.ended and alive
 
     def decide_restart(self, attempt: int, wish: bool) -> bool:
         fate = self.fates.get(attempt)
@@ -257,9 +275,10 @@ class Agent:
                     elif now - seen[1] > self.opt.keepalive_s and not store.has([f"end/{attempt}/{r}"]):
                         self._lost(store, attempt, self.opt.nodes[r], f"no keep-alive for {now - seen[1]:.1f} s")
                         return
+                self._last_ok = time.monotonic()
                 self._stop.wait(tick)
         except Exception as e:  # the store (the first node) is unreachable: this node is on its own
-            if self._stop.is_set():
+            if self._stop.is_set() or self._abandoned:
                 return
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             host = self.opt.nodes[0]
@@ -298,10 +317,10 @@ class Agent:
         """Hand this node's report to the first node. On the first node: every node's payloads
         (its own first; a node that never sent one is missing), else None."""
         self._stop.set()
-        if self._thread is not None:
+        if self._thread is not None and not self._abandoned:
             self._thread.join(timeout=self.opt.keepalive_s + 1)
         store = self.store
-        if store is None or (self._thread is not None and self._thread.is_alive()):
+        if store is None or self._abandoned or (self._thread is not None and self._thread.is_alive()):
             return None
         if not self.is_host:
             try:
