@@ -76,6 +76,16 @@ def test_identity_by_address_and_a_cut_link_stops_both_nodes(two_namespaces: tup
         procs[name] = subprocess.Popen(
             cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
+    try:
+        _cut_and_check(procs, tmp_path, b, f"vb-{a[4:]}")
+    finally:  # a failed assertion must not leave a launcher behind
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=30)
+
+
+def _cut_and_check(procs: dict[str, subprocess.Popen[str]], tmp_path: Path, ns: str, link: str) -> None:
     deadline = time.monotonic() + 60
     while not all((tmp_path / f"ready-{r}").exists() for r in range(2)):
         if time.monotonic() > deadline or any(p.poll() is not None for p in procs.values()):
@@ -83,7 +93,7 @@ def test_identity_by_address_and_a_cut_link_stops_both_nodes(two_namespaces: tup
             pytest.fail(f"workers never started: {outs}")
         time.sleep(0.05)
     cut = time.monotonic()
-    assert ip("-n", b, "link", "set", f"vb-{a[4:]}", "down").returncode == 0
+    assert ip("-n", ns, "link", "set", link, "down").returncode == 0
     took = {}
     for name, p in procs.items():
         p.wait(timeout=60)
