@@ -643,7 +643,7 @@ class _Supervisor:
                 self._read(self.streams[fd])
             elif fd in self.hooks.readers:
                 self.hooks.readers[fd]()
-                if self.hooks.remote_stop and self.hooks.remote_stop() and self.state is State.RUNNING:
+                if self.state is State.RUNNING and self.hooks.remote_stop and self.hooks.remote_stop():
                     self._stop(signal.SIGTERM)
         for reaped in self.os.reap():
             self._on_reaped(reaped)

@@ -168,3 +168,18 @@ def test_forward_signals_option_is_checked() -> None:
         timeout=60,
     )
     assert out.returncode == 2 and "--forward-signals" in out.stderr
+
+
+def test_a_one_node_run_never_imports_torch() -> None:
+    """The agents (and torch's TCPStore) are for several nodes only: one node starts without torch."""
+    out = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "openclaw_launch", "--nproc-per-node", "1", "--telemetry", "off"]
+        + ["--no-python", "--", "true"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
+    assert "openclaw_launch.supervise" in imported and not {m for m in imported if m.split(".")[0] == "torch"}

@@ -111,8 +111,11 @@ class Agent:
     def _join(self, fingerprint: Mapping[str, str]) -> BaseException | None:
         try:
             self._meet(fingerprint)
-        except BaseException as e:  # handed to the main thread
+        except AgentError as e:  # handed to the main thread
             return e
+        except Exception as e:  # the store went away while meeting (the first node stopped)
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            return AgentError(f"lost the first node's agent while the nodes met: {first}; started nothing")
         return None
 
     def _meet(self, fingerprint: Mapping[str, str]) -> None:

@@ -20,7 +20,14 @@ from openclaw_launch.plan import LaunchPlan
 
 UNSET = "<unset>"
 _ENV_PREFIXES = ("NCCL_", "CUDA_", "TORCH_", "OPENCLAW_", "NVSHMEM_")
-_JOB_ENV = ("WORLD_SIZE", "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
+_JOB_ENV = (
+    "WORLD_SIZE",
+    "GROUP_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_MAX_RESTARTS",
+)
 _CONFIG_SKIP = ("source", "warnings", "lines")  # where it was read from, not what it says
 
 
