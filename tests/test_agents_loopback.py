@@ -147,3 +147,13 @@ def test_node1s_launcher_signalled_or_killed_stops_node0(tmp_path: Path, sig: in
         assert "node node1 is lost (no keep-alive for" in results["node0"][1]
         assert took < 2 + 4
     assert wait_gone(recorded_pids(tmp_path)) == []
+
+
+def test_a_node_that_never_arrives_is_named_and_nothing_starts(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "openclaw_launch", "--config", str(CONFIG), "--node", "node0"]
+    cmd += ["--master-port", free_port(), "--agent-port", free_port(), "--agent-timeout-s", "2"]
+    cmd += ["--no-python", "--", *FAKE, "--ready-file", f"{tmp_path}/ready-{{rank}}"]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2, out.stderr
+    assert "node(s) node1 never arrived: waited 2 s at 127.0.0.1:" in out.stderr and "started nothing" in out.stderr
+    assert not list(tmp_path.glob("ready-*"))

@@ -326,6 +326,8 @@ class Agent:
         if store is None or self._abandoned or (self._thread is not None and self._thread.is_alive()):
             return None
         if not self.is_host:
+            if self.opt.nodes[0] in self.lost_nodes:  # nobody to send it to (and a call could hang)
+                return None
             try:
                 store.set(f"report/{self.me}", json.dumps(payload))
             except Exception as e:

@@ -107,7 +107,7 @@ def runtime_versions(python: str, with_gpus: bool) -> dict[str, str]:
         import torch
 
         versions["torch_cuda"] = str(torch.version.cuda)
-        versions["nccl"] = ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else UNSET
+        versions["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))  # no CUDA context needed
     except Exception:  # a CPU-only torch has no NCCL
         versions["nccl"] = UNSET
     versions["cuda_driver"] = _cuda_driver() if with_gpus else UNSET
