@@ -157,3 +157,27 @@ def test_a_node_that_never_arrives_is_named_and_nothing_starts(tmp_path: Path) -
     assert out.returncode == 2, out.stderr
     assert "node(s) node1 never arrived: waited 2 s at 127.0.0.1:" in out.stderr and "started nothing" in out.stderr
     assert not list(tmp_path.glob("ready-*"))
+
+
+def test_job_report_names_the_straggler_by_node_and_rank(tmp_path: Path) -> None:
+    """gloo workers stepping with the telemetry API, rank 2 (node1) slow in its input: node0's job
+    report judges all three ranks and names node1's rank 2; node0's own report cannot see it."""
+    master, agent = free_port(), free_port()
+    script = str(ROOT / "tests" / "telemetry_workers" / "sections.py")
+    procs = {}
+    for node in ("node0", "node1"):
+        cmd = [sys.executable, "-m", "openclaw_launch", "--config", str(CONFIG), "--node", node]
+        cmd += ["--master-port", master, "--agent-port", agent, "--run-id", "stats", "--console-ranks", "none"]
+        cmd += ["--report", str(tmp_path / f"report-{node}.json"), script]
+        cmd += ["--slow-rank", "2", "--slow-phase", "input", "--slow-ms", "12"]
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        procs[node] = subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+    results = finish(procs, timeout=180)
+    assert [code for code, _ in results.values()] == [0, 0], results
+    job = json.loads((tmp_path / "report-node0-job.json").read_text())
+    [s] = job["stragglers"]
+    assert (s["node"], s["rank"], s["phase"]) == ("node1", 2, "input")
+    assert all(r["statistics"]["steps"] > 0 for r in job["ranks"])
+    assert "straggler: rank 2 on node node1" in results["node0"][1]
