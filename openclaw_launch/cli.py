@@ -72,6 +72,17 @@ def _make_plan(
     parallel_file: str | None = None,
 ) -> LaunchPlan:
     """The plan for the command line: ``--config``, or this host as torchrun would see it."""
+    return _plan_and_config(c, run_id, error_file_dir, telemetry_socket, telemetry_mode, parallel_file)[0]
+
+
+def _plan_and_config(
+    c: _Common,
+    run_id: str | None = None,
+    error_file_dir: str | None = None,
+    telemetry_socket: str | None = None,
+    telemetry_mode: str = "hooks",
+    parallel_file: str | None = None,
+) -> tuple[LaunchPlan, Config]:
     want = resolve(c.tr, with_config=bool(c.config_path))
     entry = _entry(c.script or ("train.py",), c.tr)  # plan: the script only shows in argv
     if c.config_path:
@@ -114,8 +125,20 @@ def _make_plan(
         telemetry_mode=telemetry_mode,
         parallel=ParallelSpec(c.tp, c.pp, c.dp, where={d: f"--{d}" for d in PARALLEL_DIMS if getattr(c, d)}),
         parallel_file=parallel_file,
+        fallback_master_addr=_slurm_first_host() if len(config.nodes) > 1 else None,
     )
-    return build_plan(config, topology, options)
+    return build_plan(config, topology, options), config
+
+
+def _slurm_first_host() -> str | None:
+    """The first host Slurm allocated to this step (or job): the multi-node MASTER_ADDR default."""
+    text = os.environ.get("SLURM_STEP_NODELIST") or os.environ.get("SLURM_JOB_NODELIST")
+    if not text:
+        return None
+    from openclaw_launch.agents.hostlist import expand_hostlist
+
+    hosts = expand_hostlist(text)
+    return hosts[0] if hosts else None
 
 
 def _node_name(config: Config, cli_node: str | None) -> str:
@@ -281,6 +304,43 @@ _SCRIPT_LAST = {"allow_interspersed_args": False}
     show_default=True,
     help="Name a straggler when one rank is busy this % of the median step longer than the others.",
 )
+@click.option(
+    "--forward-signals",
+    default="SIGUSR1,SIGUSR2",
+    show_default=True,
+    envvar="OPENCLAW_FORWARD_SIGNALS",
+    help="Signals forwarded to the workers WITHOUT stopping the job (checkpoint requests: Slurm's "
+    "--signal=B:USR1@90); 'none' for none. A signal here and in --signals-to-handle is forwarded only.",
+)
+@click.option(
+    "--agent-port",
+    type=click.IntRange(1, 65535),
+    envvar="OPENCLAW_AGENT_PORT",
+    help="Several nodes: the port the first node's agent listens on (default MASTER_PORT+1).",
+)
+@click.option(
+    "--agent-timeout-s",
+    type=click.FloatRange(min=1),
+    default=300.0,
+    show_default=True,
+    envvar="OPENCLAW_AGENT_TIMEOUT_S",
+    help="Several nodes: how long the agents wait for every node before starting nothing.",
+)
+@click.option(
+    "--keepalive-s",
+    type=click.FloatRange(min=0.5),
+    default=15.0,
+    show_default=True,
+    envvar="OPENCLAW_KEEPALIVE_S",
+    help="Several nodes: a node silent this long is lost, and every other node stops its workers.",
+)
+@click.option(
+    "--job-report",
+    "job_report_path",
+    type=click.Path(dir_okay=False),
+    help="Several nodes: the first node writes the whole job's report here (default: next to --report, "
+    "with -job before .json).",
+)
 @click.option("--dry-run", is_flag=True, help="Print the plan and start nothing.")
 def run(
     c: _Common,
@@ -292,6 +352,11 @@ def run(
     telemetry: str,
     stats_interval_s: float,
     straggler_threshold_pct: float,
+    forward_signals: str,
+    agent_port: int | None,
+    agent_timeout_s: float,
+    keepalive_s: float,
+    job_report_path: str | None,
     dry_run: bool,
 ) -> None:
     """Run SCRIPT [ARGS...] on every planned rank and supervise it."""
@@ -309,8 +374,10 @@ def run(
         prefix = check_prefix(prefix_from_env(env_prefix, c.tr.role), "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE")
     else:
         prefix = "[rank {rank}] "
+    pass_signals = _pass_signals(forward_signals)
     if want.local_ranks_shown is not None and console_ranks != "all":
         raise click.UsageError("--console-ranks and --local-ranks-filter both choose the console's ranks; give one")
+    given_ids = {c.tr.run_id, os.environ.get("SLURM_JOB_ID")} - {None}
     job_id = c.tr.run_id or os.environ.get("SLURM_JOB_ID") or uuid.uuid4().hex[:12]
     ranks_shown = _console_ranks(console_ranks)
     log_dir = c.tr.log_dir
@@ -318,8 +385,18 @@ def run(
     run_dir = run_dir_for(job_id)
     errors = f"{log_dir}/{job_id}/errors" if log_dir else str(run_dir / "errors")
     socket_path = None if telemetry == "off" else str(run_dir / "telemetry.sock")
+    parallel_file = str(run_dir / PARALLEL_FILE_NAME)
     try:
-        plan = _make_plan(c, job_id, errors, socket_path, telemetry, str(run_dir / PARALLEL_FILE_NAME))
+        plan, config = _plan_and_config(c, job_id, errors, socket_path, telemetry, parallel_file)
+        if plan.nnodes > 1 and job_id not in given_ids:
+            # Several nodes must share the run id (TORCHELASTIC_RUN_ID, log directory): a random one
+            # would differ on every node, so the default is torchrun's, "none".
+            job_id = "none"
+            run_dir = run_dir_for(job_id)
+            errors = f"{log_dir}/{job_id}/errors" if log_dir else str(run_dir / "errors")
+            socket_path = None if telemetry == "off" else str(run_dir / "telemetry.sock")
+            parallel_file = str(run_dir / PARALLEL_FILE_NAME)
+            plan, config = _plan_and_config(c, job_id, errors, socket_path, telemetry, parallel_file)
     except OpenclawError as e:
         _fail(e)
     for w in plan.warnings:
@@ -346,9 +423,14 @@ def run(
         console_hidden=want.console_hidden,
         prefix_template=prefix,
         forwarded_signals=signal_numbers(want.signals),
+        pass_signals=pass_signals,
         error_files_kept=bool(c.tr.log_dir),
     )
     try:
+        agents = None
+        if plan.nnodes > 1:
+            agents = _agent_setup(plan, config, agent_port, agent_timeout_s, keepalive_s, c.tr.max_restarts)
+            agents = dataclasses.replace(agents, job_report_path=job_report_path or _job_report_path(report_path))
         stats = StatsOptions(interval_s=stats_interval_s, threshold_pct=straggler_threshold_pct)
         code = launch(
             plan,
@@ -356,6 +438,7 @@ def run(
             report_path=report_path,
             parent_error_file=os.environ.get("TORCHELASTIC_ERROR_FILE"),
             stats=stats,
+            agents=agents,
         )
     except OpenclawError as e:
         _fail(e)
@@ -369,6 +452,56 @@ def _check_output(path: str, option: str) -> None:
     problem = check_output_path(path)
     if problem:
         raise click.BadParameter(f"cannot write there: {problem}; give a writable file path", param_hint=option)
+
+
+def _pass_signals(text: str) -> tuple[int, ...]:
+    if text.strip().lower() in ("", "none"):
+        return ()
+    import signal
+
+    names = [s.strip().upper() for s in text.split(",") if s.strip()]
+    numbers = []
+    for name in names:
+        name = name if name.startswith("SIG") else "SIG" + name
+        sig = getattr(signal, name, None)
+        if not isinstance(sig, signal.Signals) or name in ("SIGKILL", "SIGSTOP", "SIGCHLD"):
+            raise click.BadParameter(f"{name!r} is not a signal that can be forwarded", param_hint="--forward-signals")
+        numbers.append(int(sig))
+    return tuple(numbers)
+
+
+def _job_report_path(report_path: str | None) -> str | None:
+    if not report_path:
+        return None
+    base, dot, ext = report_path.rpartition(".")
+    return f"{base}-job.{ext}" if dot and "/" not in ext else f"{report_path}-job"
+
+
+def _agent_setup(
+    plan: LaunchPlan, config: Config, port: int | None, timeout_s: float, keepalive_s: float, max_restarts: int
+) -> Any:
+    """Where the agents meet and what this node must agree on (imports torch: several nodes only)."""
+    from openclaw_launch.agents.fate import AgentOptions
+    from openclaw_launch.agents.fingerprint import fingerprint, runtime_versions
+    from openclaw_launch.launch import AgentSetup
+
+    if port is None:
+        port = plan.master_port + 1 if plan.master_port < 65535 else plan.master_port - 1
+    if port == plan.master_port:
+        raise click.BadParameter(
+            f"{port} is MASTER_PORT; the agents need a port of their own", param_hint="--agent-port"
+        )
+    python = os.environ.get("PYTHON_EXEC") or sys.executable
+    versions = runtime_versions(python, with_gpus=any(r.gpu_uuid for r in plan.ranks))
+    options = AgentOptions(
+        store_addr=config.nodes[0].ip or plan.master_addr,
+        port=port,
+        nodes=tuple(n.name for n in config.nodes),
+        join_timeout_s=timeout_s,
+        keepalive_s=keepalive_s,
+        max_restarts=max_restarts,
+    )
+    return AgentSetup(options=options, fingerprint=fingerprint(config, plan, versions))
 
 
 def _console_ranks(text: str) -> frozenset[int] | None:

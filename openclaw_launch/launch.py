@@ -38,6 +38,7 @@ from openclaw_launch.supervise import (
 )
 
 if TYPE_CHECKING:
+    from openclaw_launch.agents.fate import Agent, AgentOptions
     from openclaw_launch.mps import MpsDaemon
     from openclaw_launch.stats.session import StatsSession
 
@@ -64,26 +65,49 @@ class StatsOptions:
     sample_gpus: bool = True  # NVML sampling of the plan's GPUs
 
 
+@dataclass(frozen=True)
+class AgentSetup:
+    """A multi-node job's agent: where the agents meet, and what this node must agree on."""
+
+    options: AgentOptions
+    fingerprint: dict[str, str]
+    job_report_path: str | None = None  # the first node writes the job's report here
+
+
 def launch(
     plan: LaunchPlan,
     options: SuperviseOptions,
     report_path: str | None = None,
     parent_error_file: str | None = None,
     stats: StatsOptions | None = None,
+    agents: AgentSetup | None = None,
 ) -> int:
     """Run the plan; return the launcher's exit code. ``parent_error_file``: the launcher's own
-    TORCHELASTIC_ERROR_FILE, which receives a failed job's root cause as torchrun writes it."""
+    TORCHELASTIC_ERROR_FILE, which receives a failed job's root cause as torchrun writes it.
+    ``agents``: a multi-node job (openclaw_launch/agents): meet the other nodes first, share their fate."""
     hint = f"{options.log_dir}/{plan.run_id}" if options.log_dir else None
     out, err = console.wrap(options.stdout or sys.stdout, hint), console.wrap(options.stderr or sys.stderr, hint)
     options = dataclasses.replace(options, stdout=out, stderr=err)  # never blocks supervision
     os_layer = RealOs()
-    os_layer.install_signals(options.forwarded_signals)
+    os_layer.install_signals((*options.forwarded_signals, *options.pass_signals))
+    agent: Agent | None = None
     try:
-        result, statistics = _run(plan, options, os_layer, parent_error_file, stats or StatsOptions())
+        if agents is not None:
+            from openclaw_launch.agents.fate import Agent
+
+            agent = Agent(plan, agents.options, lambda text: _say(options, text))
+            early = agent.join(
+                agents.fingerprint, lambda: next(iter(_forwarded(os_layer.drain_signals(), options)), None)
+            )
+            if early is not None:
+                return _not_started(early, options).exit_code
+            agent.start()
+        result, statistics = _run(plan, options, os_layer, parent_error_file, stats or StatsOptions(), agent)
         result = _with_late_signal(result, _forwarded(os_layer.drain_signals(), options), options)
         dropped = console.dropped_lines(out) + console.dropped_lines(err)
         report = build_report(plan, result, statistics, console_dropped_lines=dropped)
-        code = result.exit_code
+        code = agent.exit_code(result.exit_code) if agent is not None else result.exit_code
+        report["exit_code"] = code
         if report_path:
             try:
                 write_report(report_path, report)
@@ -92,16 +116,53 @@ def launch(
                 code = code or 1
         if result.attempts:  # per-rank outcome, time, resources and binding in force, on every exit
             _say(options, format_report(report))
+        if agent is not None and agents is not None:
+            code = _job_report(agent, agents, report, statistics, code, options)
         return code
     finally:
+        if agent is not None:
+            agent.close()
         os_layer.restore_signals()
         for c in (out, err):  # what the console still holds, for a bounded time: then we exit anyway
             if isinstance(c, console.Console):
                 c.drain(_FINAL_DRAIN_S)
 
 
+def _job_report(
+    agent: Agent,
+    agents: AgentSetup,
+    report: dict[str, Any],
+    statistics: dict[str, Any] | None,
+    code: int,
+    options: SuperviseOptions,
+) -> int:
+    """Every node sends its report to the first node, which prints and writes the job's."""
+    from openclaw_launch.agents.merge import merge_reports, node_payload
+
+    payloads = agent.finish(node_payload(report, statistics))
+    if payloads is None:
+        return code
+    fate = agent.fates.get(agent.attempt)
+    job = merge_reports(payloads, agents.options.nodes, code, fate.node if fate else None)
+    if job["missing_nodes"]:
+        _say(options, f"openclaw-launch: warning: no report from node(s) {', '.join(job['missing_nodes'])}")
+    _say(options, "job report (every node):\n" + format_report(job))
+    if agents.job_report_path:
+        try:
+            write_report(agents.job_report_path, job)
+        except OSError as e:
+            _say(options, f"openclaw-launch: error: cannot write the job report {agents.job_report_path}: {e}")
+            code = code or 1
+    return code
+
+
 def _run(
-    plan: LaunchPlan, options: SuperviseOptions, os_layer: RealOs, parent_error_file: str | None, stats: StatsOptions
+    plan: LaunchPlan,
+    options: SuperviseOptions,
+    os_layer: RealOs,
+    parent_error_file: str | None,
+    stats: StatsOptions,
+    agent: Agent | None = None,
 ) -> tuple[JobResult, dict[str, Any] | None]:
     """Set everything up, supervise, tear everything down (in reverse order, whatever happens)."""
     run_dir = _make_run_dir(run_dir_for(plan.run_id))
@@ -138,11 +199,33 @@ def _run(
                     readers={session.inbox.fileno(): session.drain},
                     every=(stats.interval_s, session.live_line) if stats.interval_s > 0 else None,
                 )
+            if agent is not None:
+                hooks = _with_agent(hooks, agent)
             result = supervise(plan, options, os_layer, hooks, guardian=guardian)
         if parent_error_file and result.exit_code != 0:  # before the workers' files go with run_dir
             write_parent_error_file(parent_error_file, result, lambda msg: _say(options, msg))
         statistics = session.finish(_binding_warnings(result)) if session is not None else None
     return result, statistics
+
+
+def _with_agent(hooks: SuperviseHooks, agent: Agent) -> SuperviseHooks:
+    """The agent's hooks on top of the statistics' (both may want ``before_attempt``)."""
+    before = hooks.before_attempt
+
+    def before_attempt(attempt: int) -> None:
+        agent.before_attempt(attempt)
+        if before is not None:
+            before(attempt)
+
+    return dataclasses.replace(
+        hooks,
+        before_attempt=before_attempt,
+        readers={**hooks.readers, agent.fileno(): agent.drain},
+        on_stopping=agent.on_stopping,
+        remote_stop=agent.remote_stop,
+        hold=agent.hold,
+        decide_restart=agent.decide_restart,
+    )
 
 
 def _start_stats(plan: LaunchPlan, socket_path: str, stats: StatsOptions, options: SuperviseOptions) -> StatsSession:
@@ -193,7 +276,8 @@ def _start_mps(plan: LaunchPlan, run_dir: Path, guardian: Guardian, options: Sup
 
 
 def _forwarded(signals: list[int], options: SuperviseOptions) -> list[int]:
-    return [s for s in signals if s in options.forwarded_signals]
+    """The stopping signals among ``signals`` (a forwarded-only one with no worker running is dropped)."""
+    return [s for s in signals if s in options.forwarded_signals and s not in options.pass_signals]
 
 
 def _not_started(sig: int, options: SuperviseOptions) -> JobResult:

@@ -1,8 +1,9 @@
 """Which config node this launcher is. Pure decision over injected facts.
 
-Order: ``--node`` > Slurm (``SLURMD_NODENAME`` naming a config node, else
-``SLURM_NODEID`` indexing the config's nodes) > the only node > a node whose
-name or ip matches this host's names/addresses.
+Order: ``--node`` > Slurm (``SLURMD_NODENAME`` naming a config node, else that
+host's position in the expanded ``SLURM_STEP_NODELIST``/``SLURM_JOB_NODELIST``,
+else ``SLURM_NODEID``, indexing the config's nodes) > the only node > a node
+whose name or ip matches this host's names/addresses.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def resolve_node(
     slurm_name = environ.get("SLURMD_NODENAME")
     if slurm_name in names:
         return str(slurm_name)
-    slurm_id = environ.get("SLURM_NODEID")
+    slurm_id = _slurm_position(environ) or environ.get("SLURM_NODEID")
     if slurm_id is not None:
         return names[_slurm_index(config, slurm_id.strip(), names)]
     if len(names) == 1:
@@ -40,6 +41,21 @@ def resolve_node(
         return matches[0]
     why = "several nodes match this host" if matches else "no node matches this host's names or addresses"
     raise PlanError(f"{why} in {config.source}; pass --node with one of: {', '.join(matches or names)}")
+
+
+def _slurm_position(environ: Mapping[str, str]) -> str | None:
+    """Where this host (``SLURMD_NODENAME``) is in the step's (or job's) expanded hostlist."""
+    host = environ.get("SLURMD_NODENAME")
+    text = environ.get("SLURM_STEP_NODELIST") or environ.get("SLURM_JOB_NODELIST")
+    if not host or not text:
+        return None
+    from openclaw_launch.agents.hostlist import parse_hostlist
+
+    try:
+        hosts = parse_hostlist(text)
+    except PlanError:
+        return None
+    return str(hosts.index(host)) if host in hosts else None
 
 
 def _slurm_index(config: Config, slurm_id: str, names: list[str]) -> int:

@@ -73,6 +73,7 @@ class PlanOptions:
     free_master_port: int | None = None  # a port the launcher found free here: a one-node job's default
     parallel: ParallelSpec = field(default_factory=ParallelSpec)  # --tp/--pp/--dp (override the config's)
     parallel_file: str | None = None  # where the run writes the groups JSON (OPENCLAW_PARALLEL_FILE)
+    fallback_master_addr: str | None = None  # several nodes, no address anywhere: Slurm's first host
 
 
 @dataclass(frozen=True)
@@ -195,7 +196,7 @@ def build_plan(config: Config, topology: Topology, options: PlanOptions) -> Laun
         run_id=options.run_id,
         world_size=sum(_workers(config, n) for n in config.nodes),
         nnodes=len(config.nodes),
-        master_addr=options.master_addr or runtime.master_addr or config.nodes[0].ip or DEFAULT_MASTER_ADDR,
+        master_addr=_master_addr(config, options),
         master_port=_master_port(config, options),
         runtime=runtime,
         base_env=options.base_env,
@@ -240,6 +241,21 @@ def _parallel(config: Config, options: PlanOptions) -> ParallelLayout | None:
     if problems:
         raise PlanError("; ".join(problems))
     return plan_parallel(config, spec)
+
+
+def _master_addr(config: Config, options: PlanOptions) -> str:
+    """Flag, config, the first node's ip, Slurm's first host; 127.0.0.1 only for one node (several
+    nodes that each met at their own 127.0.0.1 would hang, each waiting for itself)."""
+    given = options.master_addr or config.runtime.master_addr or config.nodes[0].ip or options.fallback_master_addr
+    if given:
+        return given
+    if len(config.nodes) > 1:
+        raise PlanError(
+            f"{len(config.nodes)} nodes but no address for the first node ({config.nodes[0].name}): give it an "
+            "ip in the config, or runtime.master_addr, or --master-addr (under Slurm the first allocated host "
+            "is used)"
+        )
+    return DEFAULT_MASTER_ADDR
 
 
 def _master_port(config: Config, options: PlanOptions) -> int:

@@ -186,10 +186,12 @@ def format_report(report: dict[str, Any]) -> str:
         f"{'rank':>4} {'node':<12} {'exit':>8} {'wall_s':>8} {'cpu_s':>8} {'rss_MiB':>8} {'steps':>6} "
         f"{'p50_ms':>7} {'p90_ms':>7} {'input':>6} {'work':>6} {'wait':>6}  bound cpus / mems"
     )
-    lines = [
-        f"run {report['run_id']} on {report['node']}: exit {report['exit_code']}, {report['attempts']} attempt(s)",
-        head,
-    ]
+    where = report["node"]
+    if report.get("scope") == "job":
+        where = f"{len(report['nodes'])} nodes ({', '.join(n['node'] for n in report['nodes'])})"
+    lines = [f"run {report['run_id']} on {where}: exit {report['exit_code']}, {report['attempts']} attempt(s)", head]
+    if report.get("missing_nodes"):
+        lines.insert(1, f"no report from node(s): {', '.join(report['missing_nodes'])}")
     for r in report["ranks"]:
         ended = r["signal"] or (str(r["exit_code"]) if r["exit_code"] is not None else "?")
         rss = f"{r['max_rss_kib'] / 1024:.0f}" if r["max_rss_kib"] else "-"

@@ -73,6 +73,7 @@ class SuperviseOptions:
     console_ranks: frozenset[int] | None = None  # None = every rank reaches the console
     console_hidden: frozenset[tuple[int, str]] = frozenset()  # (local rank or -1 = all, stream) kept off it
     forwarded_signals: tuple[int, ...] = FORWARDED_SIGNALS  # torchrun's --signals-to-handle
+    pass_signals: tuple[int, ...] = ()  # forwarded to the workers WITHOUT stopping them (--forward-signals)
     error_files_kept: bool = True  # the workers' error files outlive the job (the summary may name them)
     prefix_template: str = "[rank {rank}] "  # keys: rank, local_rank, node, attempt
     readback_delay_s: float = 0.05  # first binding read-back after start; doubles per retry
@@ -94,6 +95,14 @@ class SuperviseHooks:
     exempt_pids: Callable[[], Iterable[int]] | None = None  # never killed as leftovers (with their children)
     readers: Mapping[int, Callable[[], None]] = field(default_factory=dict)  # fd -> call when readable
     every: tuple[float, Callable[[], None]] | None = None  # (interval_s, callback) while workers run
+    # Multi-node agents (openclaw_launch/agents): told when this node starts stopping for a reason of
+    # its own (a failed worker, or a signal); asked after each reader whether to stop for another
+    # node's reason; ``hold`` keeps an attempt open after its workers are gone until every node is
+    # done; ``decide_restart`` turns this node's restart wish into the job's decision.
+    on_stopping: Callable[[WorkerResult | None, int | None], None] | None = None
+    remote_stop: Callable[[], bool] | None = None
+    hold: Callable[[], bool] | None = None
+    decide_restart: Callable[[int, bool], bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -488,7 +497,10 @@ class _Supervisor:
             if self.hooks.after_attempt:
                 self.hooks.after_attempt(attempt, results)
             succeeded = all(r.succeeded for r in results)
-            if succeeded or self.signal_received is not None or attempt >= self.opt.max_restarts:
+            restart = not succeeded and self.signal_received is None and attempt < self.opt.max_restarts
+            if self.hooks.decide_restart is not None:
+                restart = self.hooks.decide_restart(attempt, restart)
+            if not restart:
                 break
             self._backoff(attempt)
             if self.signal_received is not None:
@@ -562,7 +574,7 @@ class _Supervisor:
             self.state = State.RUNNING
             if self.hooks.every is not None:
                 self._repeat(*self.hooks.every)
-        self._loop(lambda: not self.live or self.gave_up)
+        self._loop(lambda: (not self.live and not (self.hooks.hold and self.hooks.hold())) or self.gave_up)
         return self._finish_attempt()
 
     def _finish_attempt(self) -> tuple[tuple[WorkerResult, ...], WorkerResult | None]:
@@ -630,6 +642,8 @@ class _Supervisor:
             w.exit_code = 127 if isinstance(exc, FileNotFoundError) else 126
             w.tail.append(f"openclaw-launch: could not start {rank.argv[0]!r}: {exc}")
             self.failure = w
+            if self.hooks.on_stopping:
+                self.hooks.on_stopping(w.result(None, None), None)
             self._stop(signal.SIGTERM)
             return
         w.pid = spawned.pid
@@ -696,6 +710,8 @@ class _Supervisor:
                 self._read(self.streams[fd])
             elif fd in self.hooks.readers:
                 self.hooks.readers[fd]()
+                if self.state is State.RUNNING and self.hooks.remote_stop and self.hooks.remote_stop():
+                    self._stop(signal.SIGTERM)
         for reaped in self.os.reap():
             self._on_reaped(reaped)
         self._run_timers()
@@ -769,12 +785,20 @@ class _Supervisor:
             w.exit_code = code
         if w.failed and self.state is State.RUNNING:
             self.failure = w
+            if self.hooks.on_stopping:
+                self.hooks.on_stopping(w.result(None, None), None)
             self._stop(signal.SIGTERM)
 
     def _on_signal(self, sig: int) -> None:
+        if sig in self.opt.pass_signals:  # forwarded only (SIGUSR1 = checkpoint now): the job goes on
+            if self.attempt_open:
+                self._signal_groups(sig)
+            return
         if self.signal_received is None:
             self.signal_received = sig
         if self.state is State.RUNNING:
+            if self.hooks.on_stopping:
+                self.hooks.on_stopping(None, sig)
             self._stop(sig)
         elif self.state is State.STOPPING:
             if sig in ESCALATING_SIGNALS:

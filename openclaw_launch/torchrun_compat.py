@@ -113,7 +113,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "max_restarts",
         _both("max-restarts"),
-        "Restart the node's whole group this many times after a failure.",
+        "Restart the job's workers this many times after a failure: with several nodes every node "
+        "restarts together (lockstep) or none does.",
         env=_pet("max_restarts"),
         kwargs={"type": option_types.restarts(), "default": 0, "show_default": True},
     ),
@@ -207,7 +208,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "master_addr",
         _both("master-addr"),
-        "MASTER_ADDR of every rank (default: config, else the first node's ip, else 127.0.0.1).",
+        "MASTER_ADDR of every rank (default: config, else the first node's ip, else Slurm's first host; "
+        "127.0.0.1 only for one node, several nodes without an address are an error).",
         env=_pet("master_addr"),
     ),
     Flag(
@@ -238,8 +240,10 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "signals_to_handle",
         _both("signals-to-handle"),
-        "Signals forwarded to the workers, like SIGTERM,SIGINT (also TORCHELASTIC_SIGNALS_TO_HANDLE of "
-        f"the workers). Default: {','.join(DEFAULT_SIGNALS)}.",
+        "Signals forwarded to the workers that also stop the job (SIGKILL after the grace period), like "
+        "SIGTERM,SIGINT (also TORCHELASTIC_SIGNALS_TO_HANDLE of the workers). Default: "
+        f"{','.join(DEFAULT_SIGNALS)}; those also in --forward-signals (default SIGUSR1,SIGUSR2) are "
+        "forwarded only: the job goes on.",
         env=_pet("signals_to_handle"),
     ),
     Flag(

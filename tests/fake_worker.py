@@ -102,11 +102,13 @@ def _mps_probe(path: str) -> None:
     _write(path, json.dumps({"pid": pid, "alive": alive}))
 
 
-def _log_signals(path: str, ignore_sigterm: bool) -> None:
+def _log_signals(path: str, ignore_sigterm: bool, survive_usr: bool = False) -> None:
     def handler(signum: int, frame: object) -> None:
         with open(path, "a") as f:
             f.write(signal.Signals(signum).name + "\n")
         if signum == signal.SIGTERM and ignore_sigterm:
+            return
+        if signum in (signal.SIGUSR1, signal.SIGUSR2) and survive_usr:  # "checkpoint now", and go on
             return
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
@@ -125,6 +127,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--fail-below-attempt", type=int, default=None)
     p.add_argument("--ignore-sigterm", action="store_true")
     p.add_argument("--log-signals", default=None)
+    p.add_argument("--survive-usr", action="store_true", help="with --log-signals: SIGUSR1/2 do not end it")
     p.add_argument("--grandchildren", type=int, default=0)
     p.add_argument("--setsid-grandchildren", action="store_true")
     p.add_argument("--pids-file", default=None)
@@ -147,7 +150,7 @@ def main(argv: list[str]) -> int:
     if a.ignore_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if a.log_signals:
-        _log_signals(_path(a.log_signals), a.ignore_sigterm)
+        _log_signals(_path(a.log_signals), a.ignore_sigterm, a.survive_usr)
     if a.write_env:
         _write(_path(a.write_env), json.dumps({"environ": dict(os.environ), **_affinity()}))
     if a.mps_probe:

@@ -94,3 +94,9 @@ def test_local_identity_reports_this_hosts_name_and_loopback() -> None:
     names, addrs = local_identity()
     assert names and names[0]
     assert "127.0.0.1" in addrs or "::1" in addrs
+
+
+def test_slurm_host_position_in_the_expanded_nodelist_picks_the_node() -> None:
+    env = {"SLURMD_NODENAME": "c09", "SLURM_STEP_NODELIST": "c[08-09],d1", "SLURM_NODEID": "0"}
+    assert resolve_node(THREE, None, env) == "gpu2.example.org"  # c09 is the step's second host
+    assert resolve_node(THREE, None, {**env, "SLURMD_NODENAME": "gpu3"}) == "gpu3"  # a config name wins

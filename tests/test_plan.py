@@ -427,9 +427,23 @@ def test_torchrun_nnodes_without_config_is_one_world_of_identical_hosts() -> Non
 
     topo = dgx()
     config = host_config(topo, 2, nnodes=3)
-    plan = build_plan(config, topo, PlanOptions(entry=Entry("script", "t.py"), node="node2", free_master_port=4242))
+    options = PlanOptions(entry=Entry("script", "t.py"), node="node2", free_master_port=4242, master_addr="head")
+    plan = build_plan(config, topo, options)
     assert [r.rank for r in plan.ranks] == [4, 5] and plan.world_size == 6 and plan.nnodes == 3
     assert {r.env["GROUP_RANK"] for r in plan.ranks} == {"2"} and plan.master_port == 29500
+
+
+def test_several_nodes_without_any_address_is_an_error_not_127_0_0_1() -> None:
+    """Each node would meet at its own 127.0.0.1 and wait for itself; Slurm's first host is the fallback."""
+    from openclaw_launch.topology.discover import host_config
+
+    topo = dgx()
+    config = host_config(topo, 2, nnodes=2)
+    options = PlanOptions(entry=Entry("script", "t.py"), node="node1")
+    with pytest.raises(PlanError, match=r"2 nodes but no address for the first node \(node0\).*--master-addr"):
+        build_plan(config, topo, options)
+    slurm = replace(options, fallback_master_addr="gpu-a01")
+    assert build_plan(config, topo, slurm).master_addr == "gpu-a01"
 
 
 def test_one_node_job_takes_the_free_port_unless_one_is_given() -> None:

@@ -85,6 +85,34 @@ def test_sbatch_script(slurm: None, tmp_path: Path) -> None:
     reports = [json.loads((tmp_path / f"report-{n}.json").read_text()) for n in (0, 1)]
     assert [r["node"] for r in reports] == ["node0", "node1"]
     assert {r["run_id"] for r in reports} == {job_id}  # one run id for the job, from SLURM_JOB_ID
+    job = json.loads((tmp_path / "report-0-job.json").read_text())  # one report, on the first node
+    assert [(r["rank"], r["node"]) for r in job["ranks"]] == [(0, "node0"), (1, "node0"), (2, "node1")]
+    assert not (tmp_path / "report-1-job.json").exists()
+    assert out.read_text().count("job report (every node):") == 1
+
+
+def test_scancel_usr1_reaches_every_worker_and_the_job_goes_on(slurm: None, tmp_path: Path) -> None:
+    worker = [sys.executable, str(ROOT / "tests" / "fake_worker.py"), "--log-signals", f"{tmp_path}/sig-{{rank}}"]
+    worker += ["--survive-usr", "--ready-file", f"{tmp_path}/ready-{{rank}}", "--sleep", "6"]
+    job = subprocess.Popen(
+        ["srun", "-N2", "--ntasks-per-node=1", "-J", "openclaw-usr1", *LAUNCH, "--master-port", free_port()]
+        + ["--no-python", "--", *worker],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not all((tmp_path / f"ready-{r}").exists() for r in range(3)):
+        assert job.poll() is None and time.monotonic() < deadline, "workers never started"
+        time.sleep(0.1)
+    subprocess.run(["scancel", "--signal=USR1", "-n", "openclaw-usr1"], check=True, timeout=30)
+    out, err = job.communicate(timeout=90)
+    assert job.returncode == 0, out + err  # checkpoint requested, training went on to its end
+    # Slurm signals every process of the step (proctrack), and the launcher forwards it too: a
+    # worker sees SIGUSR1 once or twice (two pending alike signals merge), and nothing else.
+    for r in range(3):
+        assert set((tmp_path / f"sig-{r}").read_text().split()) == {"SIGUSR1"}
 
 
 def test_scancel_stops_the_launchers_and_leaves_no_worker(slurm: None, tmp_path: Path) -> None:
@@ -128,3 +156,46 @@ def test_scancel_stops_the_launchers_and_leaves_no_worker(slurm: None, tmp_path:
     pids = recorded_pids(tmp_path)
     assert len(pids) == 6
     assert wait_gone(pids) == []
+
+
+def test_example_sbatch_script_forwards_the_batch_usr1_and_the_job_goes_on(slurm: None, tmp_path: Path) -> None:
+    """examples/slurm-job.sh as submitted, SIGUSR1 to its batch shell only (what --signal=B:USR1@90
+    does at the time limit): every worker sees it, none stops, the job ends 0."""
+    worker = f"{sys.executable} {ROOT}/tests/fake_worker.py --log-signals {tmp_path}/sig-{{rank}} --survive-usr "
+    worker += f"--ready-file {tmp_path}/ready-{{rank}} --sleep 6"
+    env = {
+        **os.environ,
+        "CONFIG": "configs/two-nodes-loopback.yaml",
+        "TRAIN": f"--master-port {free_port()} --no-python -- {worker}",
+        "REQUEUE": "0",
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+    }
+    submitted = subprocess.run(
+        [
+            "sbatch",
+            "--parsable",
+            "-o",
+            str(tmp_path / "job.out"),
+            "-D",
+            str(ROOT),
+            str(ROOT / "examples" / "slurm-job.sh"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip().split(";")[0]
+    deadline = time.monotonic() + 60
+    while not all((tmp_path / f"ready-{r}").exists() for r in range(3)):
+        assert time.monotonic() < deadline, (tmp_path / "job.out").read_text()
+        time.sleep(0.1)
+    subprocess.run(["scancel", "--batch", "--signal=USR1", job_id], check=True, timeout=30)
+    while subprocess.run(["squeue", "-h", "-j", job_id], capture_output=True, text=True).stdout.strip():
+        assert time.monotonic() < deadline + 60, "the job never ended"
+        time.sleep(0.2)
+    shown = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True).stdout
+    assert "ExitCode=0:0" in shown and "JobState=COMPLETED" in shown, shown + (tmp_path / "job.out").read_text()
+    for r in range(3):
+        assert set((tmp_path / f"sig-{r}").read_text().split()) == {"SIGUSR1"}

@@ -1,0 +1,140 @@
+"""What every node of a job must agree on before any worker starts, and the differences. Pure
+except ``runtime_versions`` (which reads versions; called only on the multi-node path).
+
+A fingerprint is a flat ``key -> value`` map so a difference names one key with both values:
+``config.*`` (the config in canonical form), ``job.*`` (world size, nodes, master address and
+port), ``env.*`` (every NCCL_*/CUDA_*/TORCH_*/OPENCLAW_* variable the ranks get, from
+``env.common_env``) and ``version.*`` (torch, NCCL, CUDA driver, launcher, Python).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from openclaw_launch.config import Config
+from openclaw_launch.env import common_env
+from openclaw_launch.plan import LaunchPlan
+
+UNSET = "<unset>"
+_ENV_PREFIXES = ("NCCL_", "CUDA_", "TORCH_", "OPENCLAW_", "NVSHMEM_")
+_JOB_ENV = (
+    "WORLD_SIZE",
+    "GROUP_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_MAX_RESTARTS",
+)
+_CONFIG_SKIP = ("source", "warnings", "lines")  # where it was read from, not what it says
+
+
+def canonical_config(config: Config) -> dict[str, Any]:
+    """The config as plain data, without where it came from."""
+    data = dataclasses.asdict(config)
+    return {k: v for k, v in data.items() if k not in _CONFIG_SKIP}
+
+
+def fingerprint(config: Config, plan: LaunchPlan, versions: Mapping[str, str]) -> dict[str, str]:
+    fp: dict[str, str] = {}
+    _flatten("config", canonical_config(config), fp)
+    fp["job.world_size"] = str(plan.world_size)
+    fp["job.nnodes"] = str(plan.nnodes)
+    fp["job.master"] = f"{plan.master_addr}:{plan.master_port}"
+    fp["job.run_id"] = plan.run_id
+    for key, value in common_env(plan).items():
+        if key.startswith(_ENV_PREFIXES) or key in _JOB_ENV:
+            fp[f"env.{key}"] = value
+    for key, value in versions.items():
+        fp[f"version.{key}"] = value
+    return fp
+
+
+def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
+    if isinstance(value, Mapping):
+        if not value:
+            out[prefix] = "{}"
+        for k, v in value.items():
+            _flatten(f"{prefix}.{k}", v, out)
+    elif isinstance(value, list | tuple):
+        if not value:
+            out[prefix] = "[]"
+        for i, v in enumerate(value):
+            _flatten(f"{prefix}[{i}]", v, out)
+    else:
+        out[prefix] = json.dumps(value, sort_keys=True, default=str)
+
+
+def differences(prints: Mapping[str, Mapping[str, str]]) -> list[str]:
+    """Every key on which a node differs from the first node, as one line each:
+    ``node B: env.NCCL_DEBUG = 'INFO', node A has <unset>``. Empty when all agree."""
+    names = list(prints)
+    if len(names) < 2:
+        return []
+    first = names[0]
+    ref = prints[first]
+    lines: list[str] = []
+    for name in names[1:]:
+        mine = prints[name]
+        for key in sorted(set(ref) | set(mine)):
+            a, b = ref.get(key, UNSET), mine.get(key, UNSET)
+            if a != b:
+                lines.append(f"node {name}: {key} = {_show(b)}, node {first} has {_show(a)}")
+    return lines
+
+
+def _show(value: str) -> str:
+    return value if value == UNSET else repr(value)
+
+
+def runtime_versions(python: str, with_gpus: bool) -> dict[str, str]:
+    """torch / NCCL / CUDA driver / launcher / Python versions of this node (the multi-node path
+    imports torch anyway, for its TCPStore)."""
+    import platform
+    import subprocess
+    import sys
+    from importlib import metadata
+
+    versions: dict[str, str] = {}
+    for package, key in (("torch", "torch"), ("openclaw-launch", "launcher")):
+        try:
+            versions[key] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[key] = UNSET
+    try:
+        import torch
+
+        versions["torch_cuda"] = str(torch.version.cuda)
+        versions["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))  # no CUDA context needed
+    except Exception:  # a CPU-only torch has no NCCL
+        versions["nccl"] = UNSET
+    versions["cuda_driver"] = _cuda_driver() if with_gpus else UNSET
+    if python == sys.executable:
+        versions["python"] = platform.python_version()
+    else:
+        try:
+            out = subprocess.run(
+                [python, "-c", "import platform; print(platform.python_version())"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            versions["python"] = out.stdout.strip() or f"error: {out.stderr.strip()[-200:]}"
+        except (OSError, subprocess.SubprocessError) as e:
+            versions["python"] = f"error: {e}"
+    return versions
+
+
+def _cuda_driver() -> str:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return str(pynvml.nvmlSystemGetCudaDriverVersion())
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception as e:  # no NVML: recorded, and compared like any value
+        return f"unknown ({type(e).__name__})"

@@ -1,0 +1,95 @@
+"""Slurm hostlists (``n[1-2,5]``, ``gpu-a[01-03],gpu-b7``) as host names.
+
+``scontrol show hostnames`` is used when it is on PATH (Slurm's own expansion, always right).
+Without it (a config planned off-cluster, tests) a small parser covers Slurm's documented forms:
+comma-separated names, each with any number of bracketed ranges/lists, zero padding kept
+(``[08-10]`` is 08, 09, 10). No library fits: python-hostlist is GPL-2.0, ClusterShell is
+CeCILL-C (copyleft) and a large dependency, py-hostlist is an unmaintained 0.0.2.dev0.
+"""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import subprocess
+
+from openclaw_launch.errors import PlanError
+
+
+def expand_hostlist(text: str, use_scontrol: bool = True) -> list[str]:
+    """The hosts of a Slurm hostlist, in order (``scontrol show hostnames`` when present)."""
+    text = text.strip()
+    if not text:
+        return []
+    scontrol = shutil.which("scontrol") if use_scontrol else None
+    if scontrol:
+        try:
+            out = subprocess.run(
+                [scontrol, "show", "hostnames", text], capture_output=True, text=True, timeout=10, check=True
+            )
+            hosts = out.stdout.split()
+            if hosts:
+                return hosts
+        except (OSError, subprocess.SubprocessError):
+            pass  # a broken scontrol: the parser below still knows the syntax
+    return parse_hostlist(text)
+
+
+def parse_hostlist(text: str) -> list[str]:
+    """Pure expansion; ``PlanError`` naming the text on a malformed list."""
+    hosts: list[str] = []
+    for item in _split_top(text.strip()):
+        hosts += _expand_item(item, text)
+    return hosts
+
+
+def _split_top(text: str) -> list[str]:
+    """Split on commas outside brackets."""
+    items, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+    items.append(text[start:])
+    return [i for i in (s.strip() for s in items) if i]
+
+
+def _expand_item(item: str, whole: str) -> list[str]:
+    parts: list[list[str]] = []
+    rest = item
+    while rest:
+        open_at = rest.find("[")
+        if open_at < 0:
+            if "]" in rest:
+                raise PlanError(f"malformed Slurm hostlist {whole!r}: unmatched ']'")
+            parts.append([rest])
+            break
+        close_at = rest.find("]", open_at)
+        if close_at < 0 or "[" in rest[open_at + 1 : close_at]:
+            raise PlanError(f"malformed Slurm hostlist {whole!r}: unmatched '['")
+        if open_at:
+            parts.append([rest[:open_at]])
+        parts.append(_ranges(rest[open_at + 1 : close_at], whole))
+        rest = rest[close_at + 1 :]
+    return ["".join(p) for p in itertools.product(*parts)]
+
+
+def _ranges(body: str, whole: str) -> list[str]:
+    out: list[str] = []
+    for piece in body.split(","):
+        lo, sep, hi = piece.strip().partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            raise PlanError(f"malformed Slurm hostlist {whole!r}: {piece!r} is not N or N-M")
+        if not sep:
+            out.append(lo)
+            continue
+        a, b = int(lo), int(hi)
+        if b < a:
+            raise PlanError(f"malformed Slurm hostlist {whole!r}: range {piece!r} goes down")
+        width = len(lo) if lo.startswith("0") and len(lo) > 1 else 0
+        out += [str(n).zfill(width) for n in range(a, b + 1)]
+    return out

@@ -1,0 +1,183 @@
+"""Several agents, one job, on loopback: each `openclaw-launch --node NAME` of a two-node config
+(node0: ranks 0-1, node1: rank 2), as two hosts would run them. Workers are tests/fake_worker.py
+(no torch in them, so these stay quick); tests/test_multinode_loopback.py runs gloo workers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from test_supervise_run import recorded_pids, wait_gone
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = ROOT / "configs" / "two-nodes-loopback.yaml"
+FAKE = [sys.executable, str(ROOT / "tests" / "fake_worker.py")]
+pytest.importorskip("torch")
+
+
+def free_port() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
+def start(
+    tmp: Path,
+    worker: Sequence[str],
+    extra: Sequence[str] = (),
+    env: dict[str, dict[str, str]] | None = None,
+    config: dict[str, Path] | None = None,
+) -> dict[str, subprocess.Popen[str]]:
+    master, agent = free_port(), free_port()
+    procs = {}
+    for node in ("node0", "node1"):
+        cmd = [sys.executable, "-m", "openclaw_launch", "--config", str((config or {}).get(node, CONFIG))]
+        cmd += ["--node", node, "--master-port", master, "--agent-port", agent, "--run-id", "agents"]
+        cmd += ["--keepalive-s", "2", "--grace-period-s", "2", "--telemetry", "off"]
+        cmd += ["--report", str(tmp / f"report-{node}.json"), *extra, "--no-python", "--", *FAKE, *worker]
+        node_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {}).get(node, {})}
+        procs[node] = subprocess.Popen(
+            cmd, cwd=ROOT, env=node_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+    return procs
+
+
+def finish(procs: dict[str, subprocess.Popen[str]], timeout: float = 90) -> dict[str, tuple[int, str]]:
+    out = {}
+    for node, p in procs.items():
+        stdout, stderr = p.communicate(timeout=timeout)
+        out[node] = (p.returncode, stdout + stderr)
+    return out
+
+
+def wait_files(paths: Sequence[Path], procs: dict[str, subprocess.Popen[str]], deadline_s: float = 60) -> None:
+    deadline = time.monotonic() + deadline_s
+    while not all(p.exists() for p in paths):
+        assert time.monotonic() < deadline, f"never appeared: {[str(p) for p in paths if not p.exists()]}"
+        assert all(p.poll() is None for p in procs.values()), finish(procs)
+        time.sleep(0.05)
+
+
+def test_agents_agree_and_the_first_node_writes_one_report_for_the_job(tmp_path: Path) -> None:
+    procs = start(tmp_path, ["--ready-file", f"{tmp_path}/ready-{{rank}}"])
+    results = finish(procs)
+    assert [code for code, _ in results.values()] == [0, 0], results
+    assert "job report (every node):" in results["node0"][1] and "job report" not in results["node1"][1]
+    job = json.loads((tmp_path / "report-node0-job.json").read_text())
+    assert job["scope"] == "job" and [n["node"] for n in job["nodes"]] == ["node0", "node1"]
+    assert [(r["rank"], r["node"]) for r in job["ranks"]] == [(0, "node0"), (1, "node0"), (2, "node1")]
+    assert len(json.loads((tmp_path / "report-node1.json").read_text())["ranks"]) == 1  # each its own too
+    assert not (tmp_path / "report-node1-job.json").exists()
+
+
+@pytest.mark.parametrize("what", ["nccl-variable", "config-value"])
+def test_a_mismatch_stops_every_node_before_start_with_the_difference(tmp_path: Path, what: str) -> None:
+    env, config = {}, {}
+    if what == "nccl-variable":
+        env = {"node1": {"NCCL_DEBUG": "INFO"}}
+        says = "node node1: env.NCCL_DEBUG = 'INFO', node node0 has <unset>"
+    else:
+        changed = tmp_path / "changed.yaml"
+        changed.write_text(CONFIG.read_text().replace("binding: none", "binding: none\n  nccl_nthreads: 8"))
+        config = {"node1": changed}
+        says = "node node1: config.runtime.nccl_nthreads = '8', node node0 has 'null'"
+    procs = start(tmp_path, ["--ready-file", f"{tmp_path}/ready-{{rank}}"], env=env, config=config)
+    results = finish(procs)
+    for code, text in results.values():
+        assert code == 2, text
+        assert "the nodes do not agree; started nothing on any node" in text and says in text
+    assert not list(tmp_path.glob("ready-*"))
+
+
+def test_a_failure_on_node1_stops_node0_within_5_s(tmp_path: Path) -> None:
+    ready = [tmp_path / f"ready-{r}" for r in range(3)]
+    worker = ["--ready-file", f"{tmp_path}/ready-{{rank}}", "--pids-file", f"{tmp_path}/pids-{{rank}}"]
+    worker += ["--wait-for", str(ready[1]), "--only-rank", "2", "--exit", "3", "--sleep", "120"]
+    procs = start(tmp_path, worker)
+    wait_files(ready, procs)
+    failed_at = time.monotonic()  # rank 2 exits as soon as rank 1 is ready
+    procs["node0"].wait(timeout=60)
+    took = time.monotonic() - failed_at
+    results = finish(procs)
+    assert took < 5, f"node0 stopped {took:.1f} s after node1's failure"
+    assert [code for code, _ in results.values()] == [3, 3], results  # one exit code, every node
+    assert "node node1: root cause: rank 2 (local rank 0) on node node1" in results["node0"][1]
+    assert "stopping this node's (node0) workers" in results["node0"][1]
+    job = json.loads((tmp_path / "report-node0-job.json").read_text())
+    assert job["exit_code"] == 3 and job["root_cause"]["rank"] == 2 and job["root_cause"]["node"] == "node1"
+    assert wait_gone(recorded_pids(tmp_path)) == []
+
+
+def test_restarts_happen_on_every_node_in_lockstep(tmp_path: Path) -> None:
+    worker = ["--ready-file", f"{tmp_path}/ready-{{rank}}-{{attempt}}", "--wait-for", f"{tmp_path}/ready-1-0"]
+    worker += ["--only-rank", "2", "--fail-below-attempt", "1", "--exit", "3", "--sleep", "2"]
+    procs = start(tmp_path, worker, extra=["--max-restarts", "2", "--restart-backoff-s", "0.1"])
+    results = finish(procs)
+    assert [code for code, _ in results.values()] == [0, 0], results
+    for node in ("node0", "node1"):
+        assert json.loads((tmp_path / f"report-{node}.json").read_text())["attempts"] == 2
+    assert sorted(p.name for p in tmp_path.glob("ready-*")) == [f"ready-{r}-{a}" for r in range(3) for a in (0, 1)]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_node1s_launcher_signalled_or_killed_stops_node0(tmp_path: Path, sig: int) -> None:
+    ready = [tmp_path / f"ready-{r}" for r in range(3)]
+    worker = ["--ready-file", f"{tmp_path}/ready-{{rank}}", "--pids-file", f"{tmp_path}/pids-{{rank}}"]
+    procs = start(tmp_path, [*worker, "--sleep", "120"])
+    wait_files(ready, procs)
+    sent = time.monotonic()
+    procs["node1"].send_signal(sig)
+    procs["node0"].wait(timeout=60)
+    took = time.monotonic() - sent
+    results = finish(procs)
+    if sig == signal.SIGTERM:  # a signal to one agent: every node stops, 128+signal everywhere
+        assert [code for code, _ in results.values()] == [143, 143], results
+        assert "node node1: its launcher received SIGTERM" in results["node0"][1]
+        assert took < 5
+    else:  # lost: noticed within the keep-alive (2 s here)
+        assert results["node0"][0] == 1, results
+        assert "node node1 is lost (no keep-alive for" in results["node0"][1]
+        assert took < 2 + 4
+    assert wait_gone(recorded_pids(tmp_path)) == []
+
+
+def test_a_node_that_never_arrives_is_named_and_nothing_starts(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "openclaw_launch", "--config", str(CONFIG), "--node", "node0"]
+    cmd += ["--master-port", free_port(), "--agent-port", free_port(), "--agent-timeout-s", "2"]
+    cmd += ["--no-python", "--", *FAKE, "--ready-file", f"{tmp_path}/ready-{{rank}}"]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2, out.stderr
+    assert "node(s) node1 never arrived: waited 2 s at 127.0.0.1:" in out.stderr and "started nothing" in out.stderr
+    assert not list(tmp_path.glob("ready-*"))
+
+
+def test_job_report_names_the_straggler_by_node_and_rank(tmp_path: Path) -> None:
+    """gloo workers stepping with the telemetry API, rank 2 (node1) slow in its input: node0's job
+    report judges all three ranks and names node1's rank 2; node0's own report cannot see it."""
+    master, agent = free_port(), free_port()
+    script = str(ROOT / "tests" / "telemetry_workers" / "sections.py")
+    procs = {}
+    for node in ("node0", "node1"):
+        cmd = [sys.executable, "-m", "openclaw_launch", "--config", str(CONFIG), "--node", node]
+        cmd += ["--master-port", master, "--agent-port", agent, "--run-id", "stats", "--console-ranks", "none"]
+        cmd += ["--report", str(tmp_path / f"report-{node}.json"), script]
+        cmd += ["--slow-rank", "2", "--slow-phase", "input", "--slow-ms", "12"]
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        procs[node] = subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+    results = finish(procs, timeout=180)
+    assert [code for code, _ in results.values()] == [0, 0], results
+    job = json.loads((tmp_path / "report-node0-job.json").read_text())
+    [s] = job["stragglers"]
+    assert (s["node"], s["rank"], s["phase"]) == ("node1", 2, "input")
+    assert all(r["statistics"]["steps"] > 0 for r in job["ranks"])
+    assert "straggler: rank 2 on node node1" in results["node0"][1]

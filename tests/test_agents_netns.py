@@ -1,0 +1,109 @@
+"""Two agents in two network namespaces joined by a veth pair, each with its own address: identity
+by IP address (no --node), and a link cut mid-job is noticed on both sides within the keep-alive;
+every worker is gone afterwards. Needs root and `ip netns` (skipped with one line otherwise)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_supervise_run import recorded_pids, wait_gone
+
+ROOT = Path(__file__).resolve().parent.parent
+pytest.importorskip("torch")
+
+
+def ip(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
+
+
+@pytest.fixture
+def two_namespaces() -> Iterator[tuple[str, str]]:
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("network namespaces need root and iproute2's ip")
+    tag = uuid.uuid4().hex[:6]
+    a, b = f"oca-{tag}", f"ocb-{tag}"
+    made = ip("netns", "add", a)
+    if made.returncode != 0:
+        pytest.skip(f"ip netns unavailable here: {made.stderr.strip()}")
+    try:
+        steps = [
+            ("netns", "add", b),
+            ("link", "add", f"va-{tag}", "netns", a, "type", "veth", "peer", "name", f"vb-{tag}", "netns", b),
+            ("-n", a, "addr", "add", "10.77.0.1/24", "dev", f"va-{tag}"),
+            ("-n", b, "addr", "add", "10.77.0.2/24", "dev", f"vb-{tag}"),
+            ("-n", a, "link", "set", f"va-{tag}", "up"),
+            ("-n", b, "link", "set", f"vb-{tag}", "up"),
+            ("-n", a, "link", "set", "lo", "up"),
+            ("-n", b, "link", "set", "lo", "up"),
+        ]
+        for step in steps:
+            done = ip(*step)
+            if done.returncode != 0:
+                pytest.skip(f"veth set-up failed here (ip {' '.join(step)}): {done.stderr.strip()}")
+        yield a, b
+    finally:
+        ip("netns", "del", a)
+        ip("netns", "del", b)
+
+
+def test_identity_by_address_and_a_cut_link_stops_both_nodes(two_namespaces: tuple[str, str], tmp_path: Path) -> None:
+    a, b = two_namespaces
+    config = tmp_path / "cluster.yaml"
+    config.write_text(
+        "cluster:\n  nodes:\n"
+        "    - {name: left, ip: 10.77.0.1, cpu_workers: 1}\n"
+        "    - {name: right, ip: 10.77.0.2, cpu_workers: 1}\n"
+        "runtime: {binding: none, master_port: 29611}\n"
+    )
+    worker = [sys.executable, str(ROOT / "tests" / "fake_worker.py"), "--sleep", "120"]
+    worker += ["--ready-file", f"{tmp_path}/ready-{{rank}}", "--pids-file", f"{tmp_path}/pids-{{rank}}"]
+    procs = {}
+    for ns, name in ((a, "left"), (b, "right")):
+        cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "openclaw_launch", "--config", str(config)]
+        cmd += ["--keepalive-s", "2", "--grace-period-s", "2", "--telemetry", "off"]
+        cmd += ["--report", str(tmp_path / f"report-{name}.json"), "--no-python", "--", *worker]
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        env = {k: v for k, v in env.items() if not k.startswith("SLURM")}
+        procs[name] = subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+    try:
+        _cut_and_check(procs, tmp_path, b, f"vb-{a[4:]}")
+    finally:  # a failed assertion must not leave a launcher behind
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=30)
+
+
+def _cut_and_check(procs: dict[str, subprocess.Popen[str]], tmp_path: Path, ns: str, link: str) -> None:
+    deadline = time.monotonic() + 60
+    while not all((tmp_path / f"ready-{r}").exists() for r in range(2)):
+        if time.monotonic() > deadline or any(p.poll() is not None for p in procs.values()):
+            outs = {n: p.communicate(timeout=30) for n, p in procs.items()}
+            pytest.fail(f"workers never started: {outs}")
+        time.sleep(0.05)
+    cut = time.monotonic()
+    assert ip("-n", ns, "link", "set", link, "down").returncode == 0
+    took = {}
+    for name, p in procs.items():
+        p.wait(timeout=60)
+        took[name] = time.monotonic() - cut
+    outs = {n: p.communicate(timeout=30) for n, p in procs.items()}
+    for name in ("left", "right"):
+        code, text = procs[name].returncode, outs[name][0] + outs[name][1]
+        assert code == 1, text
+        assert took[name] < 2 + 5, f"{name} took {took[name]:.1f} s"
+        assert json.loads((tmp_path / f"report-{name}.json").read_text())["node"] == name  # found by its address
+    assert "node right is lost" in outs["left"][1]
+    assert "lost the first node left's agent" in outs["right"][1]
+    assert wait_gone(recorded_pids(tmp_path)) == []
