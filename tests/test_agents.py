@@ -102,6 +102,7 @@ def _summary(rank: int, step_s: float, work_s: float) -> RankSummary:
         },
         sync_phases=("sync",),
         gpu_sync_s=None,
+        gpu_late_s=None,
         step_source="api",
         dropped_batches=0,
     )

@@ -30,7 +30,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _plan(topo: Topology, spec: ParallelSpec, nnodes: int = 1):  # type: ignore[no-untyped-def]
     cfg = host_config(topo, None, nnodes)
-    options = PlanOptions(entry=Entry("script", "t.py"), node=cfg.nodes[0].name, numactl=None, parallel=spec)
+    options = PlanOptions(
+        entry=Entry("script", "t.py"), node=cfg.nodes[0].name, numactl=None, parallel=spec, master_addr="10.0.0.1"
+    )
     return cfg, build_plan(cfg, topo, options)
 
 
