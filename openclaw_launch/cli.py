@@ -288,7 +288,7 @@ _SCRIPT_LAST = {"allow_interspersed_args": False}
     show_default=True,
     help="Per-step statistics: hooks = zero-code torch hooks and the telemetry API; full = the same plus, "
     "on GPUs, NCCL's flight recorder (the wait signal that names a rank slow in GPU work; it costs about "
-    "1 %% of step time); api = only telemetry.step()/section(); off = none. torchrun has none.",
+    "1 % of step time); api = only telemetry.step()/section(); off = none. torchrun has none.",
 )
 @click.option(
     "--stats-interval-s",
