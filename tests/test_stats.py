@@ -153,3 +153,10 @@ def test_gpu_ranks_without_the_flight_recorder_still_name_a_slow_input_stage() -
     [s] = find_stragglers(ranks, {})
     assert (s.rank, s.phase, s.wait_source) == (1, "input", "none")
     assert s.excess_s == pytest.approx(0.0202, rel=0.01)
+
+
+def test_backward_under_ddp_is_not_counted_as_everyone_waiting() -> None:
+    """DDP's backward holds the gradient all-reduce but also the backward compute: a job whose ranks
+    spend most of the step in backward is not "bound by synchronisation"."""
+    ranks = _ranks({0: {"backward": 0.08}, 1: {"backward": 0.08}}, **DDP)
+    assert sync_bound(ranks) is None

@@ -31,6 +31,8 @@ HIGH_SYNC_SHARE = 0.3  # every rank waiting this much of its step: the fabric, n
 # Measured on the CPU, where GPU work is only launched: trusted for the phase when the wait
 # comes from the flight recorder.
 _CPU_TRUE_PHASES = (wire.INPUT,)
+# Phases that are nothing but waiting for peers and moving data (backward under DDP also computes).
+_PURE_WAIT = (wire.SYNC, wire.COLLECTIVE)
 
 
 @dataclass(frozen=True)
@@ -197,7 +199,10 @@ def sync_bound(ranks: Sequence[RankSummary]) -> float | None:
     judged = [r for r in ranks if r.measured_steps >= MIN_STEPS and r.step_mean_s > 0]
     if len(judged) < 2:
         return None
-    shares = [(r.gpu_sync_s if r.gpu_sync_s is not None else r.wait_s) / r.step_mean_s for r in judged]
+    shares = [
+        (r.gpu_sync_s if r.gpu_sync_s is not None else sum(r.phase_mean(p) for p in _PURE_WAIT)) / r.step_mean_s
+        for r in judged
+    ]
     least = min(shares)
     return least if least >= HIGH_SYNC_SHARE else None
 
