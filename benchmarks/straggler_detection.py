@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import socket
 import statistics
@@ -159,12 +160,14 @@ def main() -> None:
         "machine": "2-core CPU box (gloo)",
         "date": time.strftime("%Y-%m-%d"),
         "ranks": args.ranks,
+        "load_average_at_start": os.getloadavg(),
         "step_ms": args.step_ms,
         "detection": detection(args),
         "no_code_change": no_code_change(args),
         "overhead": overhead(args),
     }
     result["elapsed_s"] = round(time.time() - started, 1)
+    result["load_average_at_end"] = os.getloadavg()
     if args.out:
         args.out.write_text(json.dumps(result, indent=2) + "\n")
 
