@@ -153,6 +153,7 @@ def build_report(
             "bad_datagrams": stats.get("bad_datagrams", 0),
         },
         "stragglers": [s.to_json() for s in stats.get("stragglers", ())],
+        "hang": stats.get("hang"),  # --hang-timeout-s fired (openclaw_launch/stats/hang.py); else null
         "preflight": None,  # `openclaw-launch preflight` fills it (docs/preflight.md)
         "ranks": ranks,
     }
