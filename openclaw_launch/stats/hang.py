@@ -142,7 +142,7 @@ class HangWatch:
     def check(self, now: float) -> Verdict | None:
         live = [r for r in self.ranks.values() if not r.finished]
         armed = [r for r in live if r.last_step is not None]
-        if not any(now - (r.last_step or now) >= self.timeout_s for r in armed):
+        if not any(now - (r.last_step if r.last_step is not None else now) >= self.timeout_s for r in armed):
             return None
 
         def silent(r: _Rank) -> bool:
@@ -297,7 +297,11 @@ class HangMonitor:
 
     def _watch(self, now: float) -> None:
         waited = now - self.watch.started
-        if not self._told_no_source and not self.watch.any_step and waited >= max(self.watch.timeout_s, NO_STEP_NOTICE_S):
+        if (
+            not self._told_no_source
+            and not self.watch.any_step
+            and waited >= max(self.watch.timeout_s, NO_STEP_NOTICE_S)
+        ):
             self._told_no_source = True
             self._say(
                 f"openclaw-launch: warning: --hang-timeout-s: no rank has reported a step in {waited:.0f} s; "
