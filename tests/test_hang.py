@@ -250,3 +250,54 @@ def test_hang_timeout_and_metrics_with_telemetry_off_say_so(tmp_path: Path) -> N
     job = Job(tmp_path, ["--hang-timeout-s", "2", "--telemetry", "off"], ["--steps", "2"], nproc=1)
     assert job.wait() == 0
     job.first(job.err, r"--telemetry off: no progress from the workers")
+
+
+def test_config_key_and_option_share_the_bound(tmp_path: Path) -> None:
+    from openclaw_launch.config import parse_config
+    from openclaw_launch.errors import ConfigError
+    from openclaw_launch.limits import MIN_HANG_TIMEOUT_S
+
+    base = "cluster:\n  nodes:\n    - name: a\n      cpu_workers: 1\nruntime:\n  hang_timeout_s: {}\n"
+    assert parse_config(base.format("90")).runtime.hang_timeout_s == 90.0
+    assert parse_config(base.format("2.5")).runtime.hang_timeout_s == 2.5
+    for bad in ("1", ".nan", "'10'", "true"):
+        with pytest.raises(ConfigError, match="hang_timeout_s"):
+            parse_config(base.format(bad))
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "openclaw_launch",
+            "--nproc-per-node",
+            "1",
+            "--hang-timeout-s",
+            str(MIN_HANG_TIMEOUT_S / 2),
+            "x.py",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
+    assert result.returncode == 2 and "--hang-timeout-s" in result.stderr
+
+
+def test_progress_thread_reports_the_phase_a_rank_is_blocked_in(tmp_path: Path) -> None:
+    import socket
+
+    from openclaw_launch.telemetry.recorder import Recorder
+
+    path = str(tmp_path / "s")
+    inbox = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    inbox.bind(path)
+    inbox.settimeout(5)
+    rec = Recorder(path, 3)
+    rec.step("api")
+    rec.enter(wire.COLLECTIVE, "barrier")  # entered right after the boundary: still reported
+    rec.start_progress(0.05)
+    try:
+        got = wire.decode_any(inbox.recv(1 << 16))
+        assert isinstance(got, wire.Progress)
+        assert (got.rank, got.steps, got.phase, got.collective, got.pid) == (3, 1, "collective", "barrier", os.getpid())
+    finally:
+        rec.close()
+        inbox.close()
