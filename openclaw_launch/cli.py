@@ -305,6 +305,28 @@ _SCRIPT_LAST = {"allow_interspersed_args": False}
     help="Name a straggler when one rank is busy this % of the median step longer than the others.",
 )
 @click.option(
+    "--hang-timeout-s",
+    type=option_types.hang_timeout(),
+    default=None,
+    help="A rank with no step for this long (armed after its first step) is a hang: it is named with its "
+    "stack, every rank's stack goes to its log, and the job stops with exit code 124 (default: off; "
+    "config runtime.hang_timeout_s). docs/hangs-and-metrics.md.",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Serve live per-rank and per-GPU metrics in Prometheus format on this port (0 = any free port; "
+    "needs the 'metrics' extra, prometheus-client). Default: off.",
+)
+@click.option(
+    "--stats-file",
+    "stats_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Append the live statistics as one JSON line every --stats-interval-s (and one at the end).",
+)
+@click.option(
     "--forward-signals",
     default="SIGUSR1,SIGUSR2",
     show_default=True,
@@ -352,6 +374,9 @@ def run(
     telemetry: str,
     stats_interval_s: float,
     straggler_threshold_pct: float,
+    hang_timeout_s: float | None,
+    metrics_port: int | None,
+    stats_file: str | None,
     forward_signals: str,
     agent_port: int | None,
     agent_timeout_s: float,
@@ -403,6 +428,10 @@ def run(
         _warn(w)
     if report_path and not dry_run:
         _check_output(report_path, "--report")
+    if stats_file and not dry_run:
+        _check_output(stats_file, "--stats-file")
+    if metrics_port is not None and not dry_run:
+        _check_metrics_extra()
     if dry_run:
         click.echo(format_plan_table(plan, warnings=False))
         return
@@ -431,7 +460,13 @@ def run(
         if plan.nnodes > 1:
             agents = _agent_setup(plan, config, agent_port, agent_timeout_s, keepalive_s, c.tr.max_restarts)
             agents = dataclasses.replace(agents, job_report_path=job_report_path or _job_report_path(report_path))
-        stats = StatsOptions(interval_s=stats_interval_s, threshold_pct=straggler_threshold_pct)
+        stats = StatsOptions(
+            interval_s=stats_interval_s,
+            threshold_pct=straggler_threshold_pct,
+            hang_timeout_s=hang_timeout_s if hang_timeout_s is not None else config.runtime.hang_timeout_s,
+            metrics_port=metrics_port,
+            stats_file=stats_file,
+        )
         code = launch(
             plan,
             options,
@@ -452,6 +487,16 @@ def _check_output(path: str, option: str) -> None:
     problem = check_output_path(path)
     if problem:
         raise click.BadParameter(f"cannot write there: {problem}; give a writable file path", param_hint=option)
+
+
+def _check_metrics_extra() -> None:
+    """--metrics-port without prometheus-client: a usage error now (exit 2), naming the extra."""
+    import importlib.util
+
+    if importlib.util.find_spec("prometheus_client") is None:
+        raise click.BadParameter(
+            "needs prometheus-client: pip install 'openclaw-launch[metrics]'", param_hint="--metrics-port"
+        )
 
 
 def _pass_signals(text: str) -> tuple[int, ...]:

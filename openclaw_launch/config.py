@@ -45,6 +45,9 @@ Reference (every key; ``*`` = required)::
       master_port:              1..65535 (``--master-port`` overrides it)
       strictness:               fail (default) | warn: how bus-id / NUMA / NVLink-peer mismatches
                                 against the live machine are treated
+      hang_timeout_s:           seconds (2 .. a week; default off): a rank with no step for this long
+                                is a hang: named, its stack dumped, the job stopped with exit code 124
+                                (``--hang-timeout-s`` overrides it; docs/hangs-and-metrics.md)
     parallel:                   tensor / pipeline / data parallel layout (``--tp/--pp/--dp`` override
                                 each); workers get OPENCLAW_{TP,PP,DP}_{RANK,SIZE} and the groups
       tp:                       integer >= 1 (default 1): TP group size; divides every node's ranks
@@ -141,6 +144,7 @@ class Runtime:
     master_addr: str | None = None
     master_port: int | None = None
     strictness: Strictness = "fail"  # bus-id / NUMA / NVLink-peer mismatches
+    hang_timeout_s: float | None = None  # --hang-timeout-s; None = off
 
 
 #: Preflight tier kinds: the keys of ``preflight.expect_busbw_gbps`` and the tiers' ``kind``.

@@ -38,7 +38,9 @@ from openclaw_launch.limits import (
     MAX_CPU_ID,
     MAX_ENV_VALUE,
     MAX_RANKS_PER_NODE,
+    MAX_SECONDS,
     MAX_YAML_DEPTH,
+    MIN_HANG_TIMEOUT_S,
     host_problem,
 )
 from openclaw_launch.parallel import PARALLEL_DIMS, ParallelSpec, node_rank_counts, size_problems
@@ -68,6 +70,7 @@ _RUNTIME_KEYS = (
     "master_addr",
     "master_port",
     "strictness",
+    "hang_timeout_s",
 )
 _HOME: Mapping[str, str] = {
     **{k: "the top level" for k in _TOP_KEYS},
@@ -338,6 +341,22 @@ class _Checker:
             return None
         if value < lo or (hi is not None and value > hi):
             self.error(e.path, e.line, f"{value} is out of range: expected {what}")
+            return None
+        return value
+
+    def seconds(self, e: _Entry, lo: float) -> float | None:
+        """A duration in seconds, ``lo`` .. limits.MAX_SECONDS."""
+        what = f"a number of seconds from {lo:g} to {MAX_SECONDS:g}"
+        node = self.scalar(e.value, e.path, e.line, what, ("int", "float"))
+        if node is None:
+            return None
+        try:
+            value = float(str(node.value).replace("_", ""))
+        except ValueError:
+            self.error(e.path, e.line, f"expected {what}, got {node.value!r}")
+            return None
+        if not lo <= value <= MAX_SECONDS:  # also nan
+            self.error(e.path, e.line, f"{node.value} is out of range: expected {what}")
             return None
         return value
 
@@ -651,6 +670,7 @@ class _Checker:
             "master_addr": self.host,
             "master_port": lambda e: self.integer(e, 1, 65535),
             "strictness": lambda e: self.choice(e, STRICTNESS_MODES),
+            "hang_timeout_s": lambda e: self.seconds(e, MIN_HANG_TIMEOUT_S),
         }
         values: dict[str, Any] = {}
         invalid: set[str] = set()

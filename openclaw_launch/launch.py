@@ -16,6 +16,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -63,6 +64,9 @@ class StatsOptions:
     interval_s: float = 60.0  # the live one-line summary; 0 = none
     threshold_pct: float = 5.0  # a straggler is busy this much of the median step longer than the others
     sample_gpus: bool = True  # NVML sampling of the plan's GPUs
+    hang_timeout_s: float | None = None  # --hang-timeout-s (openclaw_launch/stats/hang.py); None = off
+    metrics_port: int | None = None  # --metrics-port (openclaw_launch/stats/metrics.py); 0 = any free port
+    stats_file: str | None = None  # --stats-file: JSON lines, one per interval
 
 
 @dataclass(frozen=True)
@@ -183,8 +187,18 @@ def _run(
             undo.callback(daemon.stop)
             plan = with_env(plan, daemon.worker_env())
         if plan.telemetry_socket is not None:
-            session = _start_stats(plan, plan.telemetry_socket, stats, options)
+            socket_path = plan.telemetry_socket
+            if stats.hang_timeout_s:
+                plan = _with_hang_env(plan, run_dir)
+            session = _start_stats(plan, socket_path, stats, options)
             undo.callback(session.close)
+            _start_live(session, stats, options, run_dir)
+        elif stats.hang_timeout_s or stats.metrics_port is not None or stats.stats_file:
+            _say(
+                options,
+                "openclaw-launch: warning: --telemetry off: no progress from the workers, so "
+                "--hang-timeout-s, --metrics-port and --stats-file are off",
+            )
         early = _forwarded(os_layer.drain_signals(), options)
         if early:  # e.g. Ctrl-C while the MPS daemon started: start no worker at all
             result = _not_started(early[0], options)
@@ -198,6 +212,8 @@ def _run(
                     before_attempt=session.before_attempt,
                     readers={session.inbox.fileno(): session.drain},
                     every=(stats.interval_s, session.live_line) if stats.interval_s > 0 else None,
+                    periodic=_live_hooks(session),
+                    stop_code=session.hang.stop_code if session.hang is not None else None,
                 )
             if agent is not None:
                 hooks = _with_agent(hooks, agent)
@@ -226,6 +242,63 @@ def _with_agent(hooks: SuperviseHooks, agent: Agent) -> SuperviseHooks:
         hold=agent.hold,
         decide_restart=agent.decide_restart,
     )
+
+
+def _with_hang_env(plan: LaunchPlan, run_dir: Path) -> LaunchPlan:
+    """Progress datagrams and a stack file per rank (telemetry/recorder.py, telemetry/bootstrap.py)."""
+    from openclaw_launch.stats.hang import PROGRESS_INTERVAL_S
+    from openclaw_launch.telemetry import wire
+
+    ranks = tuple(
+        dataclasses.replace(
+            r,
+            env={
+                **r.env,
+                wire.PROGRESS_ENV: str(PROGRESS_INTERVAL_S),
+                wire.STACKS_ENV: str(run_dir / f"stacks-rank-{r.rank}.txt"),
+            },
+        )
+        for r in plan.ranks
+    )
+    return dataclasses.replace(plan, ranks=ranks)
+
+
+def _start_live(session: StatsSession, stats: StatsOptions, options: SuperviseOptions, run_dir: Path) -> None:
+    """Hang detection, the metrics endpoint and the stats file, on the session (which closes them)."""
+    plan = session.plan
+    if stats.hang_timeout_s:
+        from openclaw_launch.stats.hang import HangMonitor, HangWatch
+
+        def log_path(rank: int) -> str | None:
+            if not options.log_dir:
+                return None
+            return f"{options.log_dir}/{plan.run_id}/attempt-{session.attempt}/rank-{rank}/stderr.log"
+
+        watch = HangWatch(stats.hang_timeout_s, [(r.rank, r.local_rank, r.node) for r in plan.ranks])
+        files = {r.rank: str(run_dir / f"stacks-rank-{r.rank}.txt") for r in plan.ranks}
+        session.hang = HangMonitor(watch, lambda text: _say(options, text), files, log_path)
+    if stats.stats_file:
+        from openclaw_launch.stats.metrics import StatsFile
+
+        session.stats_file = StatsFile(stats.stats_file)
+    if stats.metrics_port is not None:
+        from openclaw_launch.stats.metrics import MetricsServer
+
+        session.metrics = MetricsServer(stats.metrics_port)
+        session.publish()
+        _say(options, f"openclaw-launch: metrics on http://0.0.0.0:{session.metrics.port}/metrics")
+
+
+def _live_hooks(session: StatsSession) -> tuple[tuple[float, Callable[[], None]], ...]:
+    from openclaw_launch.stats.hang import CHECK_INTERVAL_S
+    from openclaw_launch.stats.metrics import REFRESH_S
+
+    out: list[tuple[float, Callable[[], None]]] = []
+    if session.hang is not None:
+        out.append((CHECK_INTERVAL_S, session.hang_tick))
+    if session.metrics is not None:
+        out.append((REFRESH_S, session.publish))
+    return tuple(out)
 
 
 def _start_stats(plan: LaunchPlan, socket_path: str, stats: StatsOptions, options: SuperviseOptions) -> StatsSession:

@@ -12,6 +12,7 @@ MAX_RANKS_PER_NODE = 4096  # --nproc-per-node, cpu_workers, ranks in --console-r
 MAX_WORLD_SIZE = 1 << 20
 MAX_RESTARTS = 1000  # --max-restarts
 MAX_SECONDS = 7 * 24 * 3600.0  # every duration option (grace period, backoff, intervals, timeouts)
+MIN_HANG_TIMEOUT_S = 2.0  # --hang-timeout-s / runtime.hang_timeout_s: progress is known to ~0.5 s
 MAX_PERCENT = 1000.0  # --straggler-threshold-pct
 MAX_ENV_VALUE = 131071  # the kernel's MAX_ARG_STRLEN (128 KiB) less the "\0"
 MAX_YAML_DEPTH = 32  # a config is 5 levels deep; nesting deeper is a mistake (or an attack)

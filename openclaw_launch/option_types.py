@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from openclaw_launch.limits import MAX_PERCENT, MAX_RESTARTS, MAX_SECONDS, MAX_WORLD_SIZE
+from openclaw_launch.limits import MAX_PERCENT, MAX_RESTARTS, MAX_SECONDS, MAX_WORLD_SIZE, MIN_HANG_TIMEOUT_S
 
 
 class _FiniteRange(click.FloatRange):
@@ -25,6 +25,11 @@ class _FiniteRange(click.FloatRange):
 def seconds() -> click.FloatRange:
     """A duration: 0 .. a week."""
     return _FiniteRange(0, MAX_SECONDS)
+
+
+def hang_timeout() -> click.FloatRange:
+    """--hang-timeout-s: MIN_HANG_TIMEOUT_S .. a week (runtime.hang_timeout_s has the same bounds)."""
+    return _FiniteRange(MIN_HANG_TIMEOUT_S, MAX_SECONDS)
 
 
 def percent() -> click.FloatRange:

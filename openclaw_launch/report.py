@@ -153,6 +153,7 @@ def build_report(
             "bad_datagrams": stats.get("bad_datagrams", 0),
         },
         "stragglers": [s.to_json() for s in stats.get("stragglers", ())],
+        "hang": stats.get("hang"),  # --hang-timeout-s fired (openclaw_launch/stats/hang.py); else null
         "preflight": None,  # `openclaw-launch preflight` fills it (docs/preflight.md)
         "ranks": ranks,
     }
@@ -221,10 +222,25 @@ def _step_columns(stats: Mapping[str, Any] | None) -> str:
     )
 
 
+def _hang_lines(report: Mapping[str, Any]) -> list[str]:
+    hang = report.get("hang")
+    if not isinstance(hang, dict):
+        return []
+    stuck = [r for r in hang.get("ranks", ()) if isinstance(r, dict) and r.get("stuck")]
+    what = ", ".join(
+        f"rank {r.get('rank')} in {r.get('collective') if r.get('phase') == 'collective' else r.get('phase')}"
+        for r in stuck
+    )
+    return [f"hang: no step for {hang.get('timeout_s')} s; stuck: {what or '?'} (exit code {hang.get('exit_code')})"]
+
+
 def _verdict_lines(report: Mapping[str, Any]) -> list[str]:
     stats = report.get("statistics")
     if stats is None:
-        return []
+        return _hang_lines(report)
+    hang = _hang_lines(report)
+    if hang:
+        return hang + _verdict_lines({**report, "hang": None})
     measured = [r["statistics"] for r in report["ranks"] if r.get("statistics") and r["statistics"]["measured_steps"]]
     if not measured:
         return ["statistics: no steps seen (telemetry.step(), or torch with an optimizer or DataLoader, gives them)"]

@@ -95,6 +95,10 @@ class SuperviseHooks:
     exempt_pids: Callable[[], Iterable[int]] | None = None  # never killed as leftovers (with their children)
     readers: Mapping[int, Callable[[], None]] = field(default_factory=dict)  # fd -> call when readable
     every: tuple[float, Callable[[], None]] | None = None  # (interval_s, callback) while workers run
+    periodic: tuple[tuple[float, Callable[[], None]], ...] = ()  # more of the same
+    # Asked after each loop step while workers run: an exit code to stop the job with (a hang,
+    # openclaw_launch/stats/hang.py), or None. The job then stops as on a failure, without restart.
+    stop_code: Callable[[], int | None] | None = None
     # Multi-node agents (openclaw_launch/agents): told when this node starts stopping for a reason of
     # its own (a failed worker, or a signal); asked after each reader whether to stop for another
     # node's reason; ``hold`` keeps an attempt open after its workers are gone until every node is
@@ -462,6 +466,7 @@ class _Supervisor:
         self.attempt_open = False
         self.killed = False
         self.gave_up = False
+        self.forced_code: int | None = None  # from hooks.stop_code
 
     # ---- top level -------------------------------------------------------------------------------
 
@@ -498,6 +503,7 @@ class _Supervisor:
                 self.hooks.after_attempt(attempt, results)
             succeeded = all(r.succeeded for r in results)
             restart = not succeeded and self.signal_received is None and attempt < self.opt.max_restarts
+            restart = restart and self.forced_code is None
             if self.hooks.decide_restart is not None:
                 restart = self.hooks.decide_restart(attempt, restart)
             if not restart:
@@ -526,6 +532,8 @@ class _Supervisor:
         return job
 
     def _exit_code(self, root_cause: WorkerResult | None, last: tuple[WorkerResult, ...]) -> int:
+        if self.forced_code is not None:
+            return self.forced_code
         if root_cause is not None:
             return root_cause.code if root_cause.code is not None else 1
         if self.signal_received is not None:
@@ -572,8 +580,8 @@ class _Supervisor:
                 _close_logs(rank_logs)
         if self.state is State.STARTING:
             self.state = State.RUNNING
-            if self.hooks.every is not None:
-                self._repeat(*self.hooks.every)
+            for interval_s, callback in (*((self.hooks.every,) if self.hooks.every else ()), *self.hooks.periodic):
+                self._repeat(interval_s, callback)
         self._loop(lambda: (not self.live and not (self.hooks.hold and self.hooks.hold())) or self.gave_up)
         return self._finish_attempt()
 
@@ -715,6 +723,10 @@ class _Supervisor:
         for reaped in self.os.reap():
             self._on_reaped(reaped)
         self._run_timers()
+        if self.state is State.RUNNING and self.hooks.stop_code is not None:
+            self.forced_code = self.hooks.stop_code()
+            if self.forced_code is not None:
+                self._stop(signal.SIGTERM)
         for stream in (self.stdout, self.stderr):
             if isinstance(stream, console.Console):
                 stream.flush()

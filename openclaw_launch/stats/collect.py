@@ -135,6 +135,9 @@ class Collector:
         if batch is None:
             self.bad_datagrams += 1
             return
+        self.add(batch)
+
+    def add(self, batch: wire.Batch) -> None:
         for table in (self._ranks, self._window):
             stats = table.get(batch.rank)
             if stats is None:

@@ -179,6 +179,7 @@ class GpuSampler:
         self._interval_s = interval_s
         self._pcie_every = pcie_every
         self._summaries = {u: GpuSummary() for u in self._uuids}
+        self._latest: dict[str, Sample] = {}  # the last sample per GPU (the live metrics)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="openclaw-gpu-sampler", daemon=True)
@@ -197,6 +198,7 @@ class GpuSampler:
                     if sample:
                         with self._lock:
                             self._summaries[uuid].add(sample)
+                            self._latest[uuid] = {**self._latest.get(uuid, {}), **sample}
                 tick += 1
                 if self._stop.wait(self._interval_s):
                     break
@@ -208,6 +210,10 @@ class GpuSampler:
         self._thread.join(timeout=5.0)
         with contextlib.suppress(Exception):
             self._source.close()
+
+    def latest(self) -> dict[str, Sample]:
+        with self._lock:
+            return {u: dict(s) for u, s in self._latest.items()}
 
     def summaries(self) -> dict[str, dict[str, object]]:
         with self._lock:

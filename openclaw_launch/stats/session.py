@@ -14,10 +14,13 @@ from typing import TYPE_CHECKING, Any
 from openclaw_launch.stats import verdict
 from openclaw_launch.stats.collect import Collector, RankSummary
 from openclaw_launch.stats.inbox import Inbox
+from openclaw_launch.telemetry import wire
 
 if TYPE_CHECKING:
     from openclaw_launch.plan import LaunchPlan
     from openclaw_launch.stats.gpu import GpuSampler, SampleSource
+    from openclaw_launch.stats.hang import HangMonitor
+    from openclaw_launch.stats.metrics import MetricsServer, StatsFile
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +41,11 @@ class StatsSession:
         self.inbox = Inbox(socket_path)
         self.sampler: GpuSampler | None = None
         self.gpu_error: str | None = None
+        self.hang: HangMonitor | None = None  # --hang-timeout-s
+        self.metrics: MetricsServer | None = None  # --metrics-port
+        self.stats_file: StatsFile | None = None  # --stats-file
+        self.attempt = 0
+        self.states: dict[int, str] = {}  # rank -> worker state for the live metrics
         uuids = sorted({r.gpu_uuid for r in plan.ranks if r.gpu_uuid})
         if uuids and gpu_source is not None:
             from openclaw_launch.stats.gpu import GpuSampler
@@ -52,14 +60,50 @@ class StatsSession:
 
     def drain(self) -> None:
         for datagram in self.inbox.receive():
-            self.collector.feed(datagram)
+            item = wire.decode_any(datagram)
+            if item is None:
+                self.collector.bad_datagrams += 1
+                continue
+            if isinstance(item, wire.Batch):
+                self.collector.add(item)
+                self.states[item.rank] = "finished" if item.final else "running"
+            elif self.states.get(item.rank) != "finished":
+                self.states[item.rank] = "running"
+            if self.hang is not None:
+                self.hang.on_datagram(item)
 
     def before_attempt(self, attempt: int) -> None:
         self.collector.reset()
+        self.attempt = attempt
+        self.states = {}
+        if self.hang is not None:
+            self.hang.before_attempt()
+
+    def hang_tick(self) -> None:
+        """Every hang.CHECK_INTERVAL_S while workers run."""
+        self.drain()
+        if self.hang is not None:
+            self.hang.tick()
+            if self.hang.verdict is not None:
+                self.states.update({h.rank: "hung" for h in self.hang.verdict.stuck})
+
+    def publish(self) -> None:
+        """Every metrics.REFRESH_S: the endpoint's numbers."""
+        self.drain()
+        if self.metrics is not None:
+            self.metrics.publish(self.snapshot())
+
+    def snapshot(self) -> dict[str, Any]:
+        from openclaw_launch.stats.metrics import snapshot
+
+        gpus = self.sampler.latest() if self.sampler is not None else {}
+        return snapshot(self.plan, self.attempt, self.collector.summaries(), self.states, gpus)
 
     def live_line(self) -> None:
-        """The one-line summary printed every --stats-interval-s."""
+        """The one-line summary printed every --stats-interval-s (and a line of --stats-file)."""
         self.drain()
+        if self.stats_file is not None:
+            self.stats_file.append(self.snapshot())
         window = self.collector.window()
         if not window:
             return
@@ -85,6 +129,8 @@ class StatsSession:
     def finish(self, binding_warnings: Mapping[int, str]) -> dict[str, Any]:
         """Stop sampling, read the last batches, judge. Returns the report's statistics part."""
         self.drain()
+        if self.stats_file is not None:  # the last line: the job's final numbers
+            self.stats_file.append(self.snapshot())
         self.close()
         summaries = self.collector.summaries()
         found = verdict.find_stragglers(summaries, self._facts(binding_warnings), self.threshold_pct)
@@ -93,6 +139,7 @@ class StatsSession:
         if found:
             log.info("straggler verdict: %s", [s.to_json() for s in found])
         return {
+            "hang": self.hang.to_json() if self.hang is not None else None,
             "summaries": summaries,
             "stragglers": found,
             "sync_bound_share": bound,
@@ -104,6 +151,12 @@ class StatsSession:
 
     def close(self) -> None:
         """Idempotent: the launcher calls it on every path, ``finish`` on the normal one."""
+        if self.metrics is not None:
+            self.metrics.close()
+            self.metrics = None
+        if self.stats_file is not None:
+            self.stats_file.close()
+            self.stats_file = None
         if self.sampler is not None:
             self.sampler.stop()
             self.gpu_error = self.gpu_error or self.sampler.error

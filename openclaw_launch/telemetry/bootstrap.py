@@ -67,9 +67,34 @@ def arm() -> None:
         sys.meta_path.insert(0, _AfterImport("torch", _install_torch_hooks))
 
 
+_stacks_file: object = None
+
+
+def arm_stack_dump() -> None:
+    """With hang detection on: ``wire.dump_signal()`` makes faulthandler write every thread's stack
+    to the file the launcher named (it reads it, shows it, and puts it in the rank's log). C-level
+    and GIL-free: it works while the main thread is blocked in a collective or a system call."""
+    path = os.environ.get(wire.STACKS_ENV)
+    if not path:
+        return
+    try:
+        import faulthandler
+
+        from openclaw_launch.telemetry import recorder
+
+        sig = wire.dump_signal()
+        global _stacks_file
+        _stacks_file = open(path, "w", buffering=1)  # noqa: SIM115 - faulthandler writes to it for the process's life
+        faulthandler.register(sig, file=_stacks_file, all_threads=True, chain=False)
+        recorder.DUMP_SIGNAL = sig
+    except (OSError, ValueError, RuntimeError, AttributeError) as exc:
+        sys.stderr.write(f"openclaw-launch: warning: no stack dump on hang in this rank ({exc!r})\n")
+
+
 def main(argv: list[str]) -> None:
     if not argv or argv[:1] == ["-m"] and len(argv) < 2:
         sys.exit("usage: python -m openclaw_launch.telemetry.bootstrap (SCRIPT | -m MODULE) [ARGS...]")
+    arm_stack_dump()
     arm()
     if argv[0] == "-m":
         sys.argv = [argv[1], *argv[2:]]

@@ -4,6 +4,11 @@ One per process, created on first use from the environment the launcher set. Pha
 belongs to the innermost active phase, so the phases of a step add up to at most the step.
 Calls from threads other than the one that created the recorder are ignored (the phase stack is
 the main loop's; DataLoader and autograd threads do not call these hooks).
+
+With hang detection on (``wire.PROGRESS_ENV``), a daemon thread wakes every interval and, when the
+step count or the innermost phase changed, sends one small progress datagram: the launcher then
+knows what a rank blocked inside a phase is doing and since when. ``enter``/``leave`` stay a few
+attribute writes; a rank blocked in a phase entered right after a flush is still reported.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from openclaw_launch.telemetry import wire
 
 FLUSH_INTERVAL_S = 0.5  # a batch goes out at least this often while steps happen
 MAX_BATCH_STEPS = 200  # ... or when it holds this many steps (keeps datagrams small)
+DUMP_SIGNAL: int | None = None  # set by the bootstrap once its faulthandler listens for it
 
 
 class Recorder:
@@ -32,7 +38,11 @@ class Recorder:
         self._batch = wire.Batch(rank=rank)
         self._last_step: float | None = None
         self._phases: dict[str, float] = {}
-        self._stack: list[list[object]] = []  # [name, start] of the active phases, innermost last
+        self._stack: list[list[object]] = []  # [name, start, entered] of the active phases, innermost last
+        self._boundaries = 0  # step() calls
+        self._enters = 0  # enter() calls: a phase entered again is news for the progress thread
+        self._idle_since = clock()  # when the phase stack last became empty
+        self.last_collective: str | None = None
         self._last_flush = clock()
         self.step_source = "none"
         self.sync_phases: set[str] = {wire.SYNC, wire.COLLECTIVE}
@@ -65,32 +75,83 @@ class Recorder:
             self._last_wall_ns = wall_ns
         self._phases = {}
         self._last_step = now
+        self._boundaries += 1
         if now - self._last_flush >= FLUSH_INTERVAL_S or len(self._batch.steps) >= MAX_BATCH_STEPS:
             self.flush()
 
-    def enter(self, name: str) -> bool:
-        """Start phase ``name``; False (and nothing to undo) off the recorder's thread."""
+    def enter(self, name: str, collective: str | None = None) -> bool:
+        """Start phase ``name``; False (and nothing to undo) off the recorder's thread.
+        ``collective``: the collective's name, when the phase is one."""
         if threading.get_ident() != self._thread:
             return False
         now = self._clock()
         if self._stack:
             top = self._stack[-1]
             self._add(str(top[0]), now - float(top[1]))  # type: ignore[arg-type]
-        self._stack.append([name, now])
+        if collective is not None:
+            self.last_collective = collective
+        self._enters += 1
+        self._stack.append([name, now, now])
         return True
 
     def leave(self) -> None:
         if not self._stack:
             return
         now = self._clock()
-        name, start = self._stack.pop()
+        name, start, _ = self._stack.pop()
         self._add(str(name), now - float(start))  # type: ignore[arg-type]
         if self._stack:
             self._stack[-1][1] = now
+        else:
+            self._idle_since = now
 
     def _add(self, name: str, seconds: float) -> None:
         if self._last_step is not None:  # before the first boundary there is no step to charge
             self._phases[name] = self._phases.get(name, 0.0) + seconds
+
+    # ---- progress (hang detection) ------------------------------------------------------------
+
+    def progress(self) -> wire.Progress:
+        """What this rank is doing now; safe to call from any thread (reads, never writes)."""
+        now = self._clock()
+        last = self._last_step
+        phase, entered = None, max(self._idle_since, last if last is not None else self._idle_since)
+        try:
+            top = self._stack[-1]
+            phase, entered = str(top[0]), float(top[2])  # type: ignore[arg-type]
+        except IndexError:  # no phase (or the main thread just left it)
+            pass
+        return wire.Progress(
+            rank=self._batch.rank,
+            steps=self._boundaries,
+            step_age_s=None if last is None else now - last,
+            phase=phase,
+            phase_age_s=now - entered,
+            collective=self.last_collective,
+            dump_signal=DUMP_SIGNAL,
+            pid=os.getpid(),
+        )
+
+    def start_progress(self, interval_s: float) -> None:
+        threading.Thread(target=self._progress_loop, args=(interval_s,), name="openclaw-progress", daemon=True).start()
+
+    def _progress_loop(self, interval_s: float) -> None:
+        sent: tuple[object, ...] | None = None
+        while self._sock is not None:
+            time.sleep(interval_s)
+            try:
+                p = self.progress()
+                key = (p.steps, p.phase, p.collective, self._enters, len(self._stack))
+                if key != sent:
+                    sock = self._sock
+                    if sock is None:
+                        return
+                    sock.sendto(wire.encode_progress(p), self._path)
+                    sent = key
+            except (BlockingIOError, InterruptedError):
+                continue  # the launcher is busy: the next change (or this one, again) goes later
+            except Exception:  # the launcher is gone, or we are exiting: never hurt the job
+                return
 
     # ---- sending ------------------------------------------------------------------------------
 
@@ -147,6 +208,9 @@ def get() -> Recorder | None:
         if path:
             try:
                 _recorder = Recorder(path, int(os.environ.get("RANK", "0")))
+                interval = float(os.environ.get(wire.PROGRESS_ENV) or 0)
+                if interval > 0:
+                    _recorder.start_progress(min(max(interval, 0.05), 60.0))
             except (OSError, ValueError):
                 _recorder = None
     return _recorder

@@ -42,7 +42,15 @@ def _timed(rec: recorder.Recorder, phase: str, fn: Callable[..., Any]) -> Callab
 
 def _timed_blocking(rec: recorder.Recorder, fn: Callable[..., Any]) -> Callable[..., Any]:
     """A collective is waiting time only when the call blocks (``async_op`` false)."""
-    timed = _timed(rec, wire.COLLECTIVE, fn)
+    name = getattr(fn, "__name__", "collective")
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        entered = rec.enter(wire.COLLECTIVE, name)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if entered:
+                rec.leave()
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:

@@ -14,6 +14,11 @@ from typing import Any
 
 SOCKET_ENV = "OPENCLAW_TELEMETRY_SOCKET"  # where to send; unset = telemetry off (the API is a no-op)
 HOOKS_ENV = "OPENCLAW_TELEMETRY_HOOKS"  # "0" = no zero-code torch hooks, only the API
+# Hang detection (--hang-timeout-s): PROGRESS_ENV = seconds between progress datagrams (what a rank
+# is doing now); STACKS_ENV = a file per rank where the bootstrap's faulthandler writes every
+# thread's stack when the launcher sends DUMP_SIGNAL.
+PROGRESS_ENV = "OPENCLAW_PROGRESS_INTERVAL_S"
+STACKS_ENV = "OPENCLAW_STACKS_FILE"
 # --telemetry levels: full = hooks + NCCL's flight recorder (the GPU wait signal), hooks = zero-code
 # hooks only, api = only telemetry.step()/section(), off = no statistics at all.
 TELEMETRY_MODES = ("full", "hooks", "api", "off")
@@ -61,6 +66,77 @@ class Batch:
     gpu_collectives: int = 0
     dropped_batches: int = 0  # batches this rank could not send (launcher busy or gone)
     final: bool = False  # sent at the worker's exit
+
+
+def dump_signal() -> int:
+    """The signal that makes a worker's faulthandler write its stacks: SIGRTMIN+7. Not SIGUSR1/2
+    (forwarded to workers for checkpoints), not SIGQUIT/SIGTERM (they stop a job), not one glibc or
+    common libraries use (SIGRTMIN+0..2 are taken by threading/timer implementations)."""
+    import signal
+
+    return int(signal.SIGRTMIN) + 7
+
+
+@dataclass
+class Progress:
+    """What a rank is doing now, sent by the recorder's progress thread when it changed.
+
+    ``steps``: step boundaries so far; ``step_age_s``: seconds since the last one (None before
+    the first); ``phase``: the innermost active phase (None: none, i.e. "other"); ``phase_age_s``:
+    seconds in it; ``collective``: the last blocking collective called from Python, when known;
+    ``dump_signal``: the stack-dump signal the bootstrap registered (None: do not send it).
+    Ages, not timestamps: the launcher subtracts them from its own clock.
+    """
+
+    rank: int
+    steps: int
+    step_age_s: float | None
+    phase: str | None
+    phase_age_s: float
+    collective: str | None = None
+    dump_signal: int | None = None
+    pid: int | None = None  # the worker process itself (under numactl: after its exec)
+
+
+def encode_progress(p: Progress) -> bytes:
+    return json.dumps(
+        {
+            "v": VERSION,
+            "kind": "progress",
+            "rank": p.rank,
+            "steps": p.steps,
+            "step_age_s": None if p.step_age_s is None else round(p.step_age_s, 4),
+            "phase": p.phase,
+            "phase_age_s": round(p.phase_age_s, 4),
+            "collective": p.collective,
+            "dump_signal": p.dump_signal,
+            "pid": p.pid,
+        },
+        separators=(",", ":"),
+    ).encode()
+
+
+def decode_any(data: bytes) -> Batch | Progress | None:
+    """A batch or a progress datagram; None for anything else."""
+    try:
+        raw: Any = json.loads(data)
+        if isinstance(raw, dict) and raw.get("v") == VERSION and raw.get("kind") == "progress":
+            age = raw.get("step_age_s")
+            sig = raw.get("dump_signal")
+            phase, coll = raw.get("phase"), raw.get("collective")
+            return Progress(
+                rank=int(raw["rank"]),
+                steps=int(raw["steps"]),
+                step_age_s=None if age is None else max(float(age), 0.0),
+                phase=None if phase is None else str(phase)[:64],
+                phase_age_s=max(float(raw.get("phase_age_s", 0.0)), 0.0),
+                collective=None if coll is None else str(coll)[:64],
+                dump_signal=None if sig is None else int(sig),
+                pid=None if raw.get("pid") is None else int(raw["pid"]),
+            )
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+    return decode(data)
 
 
 def encode(batch: Batch) -> bytes:

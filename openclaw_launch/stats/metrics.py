@@ -1,0 +1,177 @@
+"""Live numbers while the job runs: a Prometheus endpoint (``--metrics-port``) and a JSON-lines file
+(``--stats-file``). Both read a snapshot the supervision loop builds (``snapshot``) and hands over
+by one reference assignment; the HTTP server and the file writer are threads of their own, so a
+slow scraper or a slow disk never delays supervision. Metric names and labels:
+docs/hangs-and-metrics.md.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from openclaw_launch.errors import LaunchError
+
+if TYPE_CHECKING:
+    from openclaw_launch.plan import LaunchPlan
+    from openclaw_launch.stats.collect import RankSummary
+
+REFRESH_S = 1.0  # the endpoint's numbers are at most this old
+WORKER_STATES = ("starting", "running", "finished", "hung")
+_QUANTILES = (("0.5", "step_p50_s"), ("0.9", "step_p90_s"), ("0.99", "step_p99_s"))
+_RANK_LABELS = ("run_id", "node", "rank", "local_rank", "gpu_uuid")
+
+
+def snapshot(
+    plan: LaunchPlan,
+    attempt: int,
+    summaries: list[RankSummary],
+    states: Mapping[int, str],
+    gpus: Mapping[str, Mapping[str, float]],
+) -> dict[str, Any]:
+    """One JSON-able picture of the job now (a line of --stats-file; the endpoint's source)."""
+    by_rank = {s.rank: s for s in summaries}
+    ranks = []
+    for r in plan.ranks:
+        s = by_rank.get(r.rank)
+        entry: dict[str, Any] = {
+            "rank": r.rank,
+            "local_rank": r.local_rank,
+            "gpu_uuid": r.gpu_uuid,
+            "state": states.get(r.rank, "starting"),
+            "steps": s.steps if s else 0,
+        }
+        if s is not None and s.measured_steps:
+            entry.update(
+                step_p50_s=round(s.step_p50_s, 6),
+                step_p90_s=round(s.step_p90_s, 6),
+                step_p99_s=round(s.step_p99_s, 6),
+                step_mean_s=round(s.step_mean_s, 6),
+                phase_share={name: round(p.share, 4) for name, p in s.phases.items()},
+            )
+        ranks.append(entry)
+    return {
+        "time": round(time.time(), 3),
+        "run_id": plan.run_id,
+        "node": plan.node,
+        "restarts": attempt,
+        "ranks": ranks,
+        "gpus": {u: {k: round(v, 3) for k, v in sample.items()} for u, sample in gpus.items()},
+    }
+
+
+class _Collector:
+    """prometheus-client's custom-collector protocol over the latest snapshot."""
+
+    def __init__(self) -> None:
+        self.latest: dict[str, Any] | None = None
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        snap = self.latest
+        if snap is None:
+            return
+        job = [str(snap["run_id"]), str(snap["node"])]
+        restarts = GaugeMetricFamily("openclaw_restarts", "Restarts of the job so far", labels=["run_id", "node"])
+        restarts.add_metric(job, snap["restarts"])
+        yield restarts
+        steps = CounterMetricFamily("openclaw_steps", "Steps done in this attempt", labels=list(_RANK_LABELS))
+        step_time = GaugeMetricFamily(
+            "openclaw_step_time_seconds", "Step time quantile (after warm-up)", labels=[*_RANK_LABELS, "quantile"]
+        )
+        share = GaugeMetricFamily(
+            "openclaw_phase_share", "Share of the mean step spent in a phase", labels=[*_RANK_LABELS, "phase"]
+        )
+        state = GaugeMetricFamily(
+            "openclaw_worker_state", "1 for the worker's current state", labels=[*_RANK_LABELS, "state"]
+        )
+        for r in snap["ranks"]:
+            labels = [*job, str(r["rank"]), str(r["local_rank"]), r["gpu_uuid"] or ""]
+            steps.add_metric(labels, r["steps"])
+            for q, key in _QUANTILES:
+                if key in r:
+                    step_time.add_metric([*labels, q], r[key])
+            for phase, value in r.get("phase_share", {}).items():
+                share.add_metric([*labels, phase], value)
+            for name in WORKER_STATES:
+                state.add_metric([*labels, name], 1.0 if r["state"] == name else 0.0)
+        yield from (steps, step_time, share, state)
+        gpu_families: dict[str, Any] = {}
+        for uuid, sample in snap["gpus"].items():
+            for key, value in sample.items():
+                fam = gpu_families.get(key)
+                if fam is None:
+                    fam = gpu_families[key] = GaugeMetricFamily(
+                        f"openclaw_gpu_{key}", f"NVML: {key} (latest sample)", labels=["run_id", "node", "gpu_uuid"]
+                    )
+                fam.add_metric([*job, uuid], value)
+        yield from gpu_families.values()
+
+
+class MetricsServer:
+    """``--metrics-port``: prometheus-client's HTTP server on a thread of its own."""
+
+    def __init__(self, port: int) -> None:
+        try:
+            from prometheus_client import start_http_server
+            from prometheus_client.core import CollectorRegistry
+        except ImportError:
+            raise LaunchError(
+                "--metrics-port needs prometheus-client: pip install 'openclaw-launch[metrics]'"
+            ) from None
+        self._collector = _Collector()
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(self._collector)
+        try:
+            started = start_http_server(port, addr="0.0.0.0", registry=registry)
+        except OSError as exc:
+            raise LaunchError(f"--metrics-port {port}: cannot listen: {exc}") from exc
+        self._server = started[0] if isinstance(started, tuple) else None
+        self.port = self._server.server_address[1] if self._server is not None else port
+
+    def publish(self, snap: dict[str, Any]) -> None:
+        self._collector.latest = snap  # one reference: the server thread sees the old or the new one
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+
+class StatsFile:
+    """``--stats-file``: one JSON line per interval, appended by a writer thread (a slow or full
+    disk drops lines, counted in ``dropped``, instead of delaying supervision)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.dropped = 0
+        self.error: str | None = None
+        self._queue: queue.Queue[str | None] = queue.Queue(maxsize=64)
+        self._thread = threading.Thread(target=self._run, name="openclaw-stats-file", daemon=True)
+        self._thread.start()
+
+    def append(self, snap: dict[str, Any]) -> None:
+        try:
+            self._queue.put_nowait(json.dumps(snap, separators=(",", ":")) + "\n")
+        except queue.Full:
+            self.dropped += 1
+
+    def _run(self) -> None:
+        while (line := self._queue.get()) is not None:
+            try:
+                with open(self.path, "a", encoding="utf-8") as f:
+                    f.write(line)
+            except OSError as exc:
+                self.error = self.error or f"cannot append to {self.path}: {exc}"
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        try:
+            self._queue.put(None, timeout=timeout_s)
+        except queue.Full:
+            return
+        self._thread.join(timeout=timeout_s)
