@@ -55,6 +55,29 @@ def allowed_cpus(topology: Topology) -> tuple[int, ...]:
     return tuple(sorted(known))
 
 
+def uses_numactl(policy: str) -> bool:
+    """Whether ``run`` starts workers under numactl for ``runtime.binding`` ``policy``: every policy
+    but ``none`` (which also leaves ``mem_policy`` unapplied). ``plan`` and ``validate`` both ask this."""
+    return policy != "none"
+
+
+def numactl_missing(policy: str, numactl: str | None) -> str | None:
+    """What ``run`` does differently for want of numactl (None: nothing). The plan's warning and
+    ``validate``'s numactl check are this one text."""
+    if numactl is not None or not uses_numactl(policy):
+        return None
+    return (
+        f"numactl is not installed: binding {policy} is not applied (workers run on all allowed CPUs "
+        "and memory is not bound); install numactl, or set binding: none"
+    )
+
+
+def unbound(topology: Topology, n: int) -> tuple[Binding, ...]:
+    """``n`` workers that run where the launcher may (binding ``none``, or no numactl)."""
+    allowed = allowed_cpus(topology)
+    return tuple(Binding(allowed, (), applied=False) for _ in range(n))
+
+
 def cores_of(topology: Topology, cpus: Iterable[int]) -> list[tuple[int, ...]]:
     """Group ``cpus`` into physical cores (hyperthread siblings together), ordered by core.
 
@@ -100,7 +123,7 @@ def bind_gpu_workers(topology: Topology, slots: Sequence[Slot], policy: str) -> 
     allowed = allowed_cpus(topology)
     warnings: list[str] = []
     if policy == "none":
-        return BindingResult(tuple(Binding(allowed, (), applied=False) for _ in slots))
+        return BindingResult(unbound(topology, len(slots)))
     _require_cpus(allowed, topology, policy)
     no_numa = [s.label for s in slots if s.numa_node is None]
     if no_numa:
@@ -130,7 +153,7 @@ def bind_cpu_workers(topology: Topology, n: int, policy: str) -> BindingResult:
     """
     allowed = allowed_cpus(topology)
     if policy == "none":
-        return BindingResult(tuple(Binding(allowed, (), applied=False) for _ in range(n)))
+        return BindingResult(unbound(topology, n))
     _require_cpus(allowed, topology, policy)
     cores = cores_of(topology, allowed)
     if n > len(cores):
