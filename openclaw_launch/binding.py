@@ -143,6 +143,7 @@ def bind_gpu_workers(topology: Topology, slots: Sequence[Slot], policy: str) -> 
         bindings = [_explicit(topology, s, allowed, warnings) for s in slots]
     else:
         raise PlanError(f"unknown binding policy {policy!r}; use one of: node, exclusive, socket, explicit, none")
+    bindings = _within_allowed_mems(topology, bindings, [s.label for s in slots], warnings)
     return BindingResult(tuple(bindings), tuple(dict.fromkeys(warnings)))
 
 
@@ -157,13 +158,43 @@ def bind_cpu_workers(topology: Topology, n: int, policy: str) -> BindingResult:
     _require_cpus(allowed, topology, policy)
     cores = cores_of(topology, allowed)
     if n > len(cores):
-        shared = Binding(allowed, _single_node(topology, allowed))
-        warning = (
+        warnings = [
             f"{n} CPU workers but only {len(cores)} cores allowed: all workers share CPUs {format_cpulist(allowed)}"
+        ]
+        shared = _within_allowed_mems(
+            topology, [Binding(allowed, _single_node(topology, allowed))], ["the CPU workers"], warnings
         )
-        return BindingResult(tuple(shared for _ in range(n)), (warning,))
+        return BindingResult(tuple(shared[0] for _ in range(n)), tuple(warnings))
     blocks = [tuple(sorted(c for core in part for c in core)) for part in _split(cores, n)]
-    return BindingResult(tuple(Binding(b, _single_node(topology, b)) for b in blocks))
+    warnings: list[str] = []
+    labels = [f"CPU worker {i}" for i in range(n)]
+    bindings = _within_allowed_mems(topology, [Binding(b, _single_node(topology, b)) for b in blocks], labels, warnings)
+    return BindingResult(tuple(bindings), tuple(dict.fromkeys(warnings)))
+
+
+def _within_allowed_mems(
+    topology: Topology, bindings: Sequence[Binding], labels: Sequence[str], warnings: list[str]
+) -> list[Binding]:
+    """Memory nodes the cpuset does not allow (``Mems_allowed``) are left out before they reach
+    ``--membind``/``--preferred`` (numactl would fail there and the worker never start); a warning
+    names them. Unknown allowed nodes (an old snapshot, nvidia-smi text): nothing is changed."""
+    allowed = set(topology.allowed_mems)
+    if not allowed:
+        return list(bindings)
+    out: list[Binding] = []
+    for label, b in zip(labels, bindings, strict=True):
+        kept = tuple(n for n in b.mem_nodes if n in allowed)
+        if kept == b.mem_nodes:
+            out.append(b)
+            continue
+        dropped = sorted(set(b.mem_nodes) - set(kept))
+        then = f"memory goes to node(s) {_join(kept)}" if kept else "its memory is not bound"
+        warnings.append(
+            f"{label}: NUMA node(s) {_join(dropped)} are not among the memory nodes this launcher's cpuset "
+            f"allows (Mems_allowed: {format_cpulist(sorted(allowed))}); {then}"
+        )
+        out.append(Binding(b.cpus, kept, b.cpu_nodes if kept else (), b.applied))
+    return out
 
 
 def _join(nodes: Iterable[int]) -> str:

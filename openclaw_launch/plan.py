@@ -498,7 +498,9 @@ def _ranks(
     sharing = Counter(b.cpus for b in result.bindings)
     devices_mode = "isolated" if options.virtual_local_rank else rt.visible_devices
     for local, binding in enumerate(result.bindings):
-        mem_policy = rt.mem_policy if binding.applied else "none"
+        # bind/preferred with no memory node (unknown, or not allowed by the cpuset) binds nothing
+        nodes_needed = rt.mem_policy in ("bind", "preferred")
+        mem_policy = rt.mem_policy if binding.applied and (binding.mem_nodes or not nodes_needed) else "none"
         gpu = resolved[local // k] if resolved else None
         uuid = uuids[local // k] if gpu else None
         cvd, index = visible_devices(devices_mode, uuids, uuid) if uuid else ("", None)

@@ -21,7 +21,7 @@ from openclaw_launch.config import (
     procs_per_gpu_problem,
 )
 from openclaw_launch.errors import ConfigError, LaunchError, PlanError
-from openclaw_launch.mps import MpsDaemon, _FIX_HINT, check_client_limit, start_mps, validate_pinned_limit
+from openclaw_launch.mps import _FIX_HINT, MpsDaemon, check_client_limit, start_mps, validate_pinned_limit
 from openclaw_launch.parallel import PARALLEL_DIMS
 from openclaw_launch.plan import Entry, LaunchPlan, MpsPlan, PlanOptions, RankPlan, build_plan
 from openclaw_launch.topology.model import GpuInfo, Topology
@@ -102,9 +102,7 @@ def test_procs_per_gpu_rule_is_the_same_in_config_plan_and_mps(procs: int, mps: 
             build_plan(cfg, topo, options)
     # the MPS daemon's client count: the same message for the same numbers
     if mps and limit is not None and procs > limit:
-        ranks = tuple(
-            RankPlan(i, i, "n0", 0, UUID0, 0, None, None, (), "none", (), ("x",), {}) for i in range(procs)
-        )
+        ranks = tuple(RankPlan(i, i, "n0", 0, UUID0, 0, None, None, (), "none", (), ("x",), {}) for i in range(procs))
         mps_plan = MpsPlan(limit, None, None, "error", (UUID0,))
         plan = LaunchPlan("r", "n0", 0, 1, procs, "127.0.0.1", 1, "nccl", ranks, mps=mps_plan)
         with pytest.raises(PlanError, match=re.escape(problem)):
@@ -136,3 +134,71 @@ def test_mps_start_failure_hint_is_printed_once(tmp_path: Path) -> None:
     with pytest.raises(LaunchError) as info:
         start_mps(plan, tmp_path / "run2", control=str(tmp_path / "no-such-mps-control"))
     assert str(info.value).count(_FIX_HINT) == 1
+
+
+# --- the cpuset's memory nodes (Mems_allowed) -----------------------------------------------------
+
+
+def _two_node_host(allowed_mems: tuple[int, ...]) -> Topology:
+    gpus = tuple(
+        GpuInfo(
+            i, f"GPU-0000000{i}-0000-4000-8000-000000000000", numa_node=i, cpu_affinity=tuple(range(8 * i, 8 * i + 8))
+        )
+        for i in range(2)
+    )
+    return Topology(
+        gpus=gpus,
+        numa_nodes={0: tuple(range(8)), 1: tuple(range(8, 16))},
+        allowed_cpus=tuple(range(16)),
+        allowed_mems=allowed_mems,
+        source="test",
+    )
+
+
+def _gpu_plan(topo: Topology, **runtime: object) -> LaunchPlan:
+    specs = tuple(config_module.GpuSpec(uuid=g.uuid or "") for g in topo.gpus)
+    cfg = Config(nodes=(NodeSpec(name="n0", gpus=specs),), runtime=Runtime(**runtime))  # type: ignore[arg-type]
+    return build_plan(cfg, topo, PlanOptions(entry=Entry("script", "t.py"), numactl="numactl"))
+
+
+def test_memory_nodes_outside_mems_allowed_never_reach_membind() -> None:
+    plan = _gpu_plan(_two_node_host(allowed_mems=(0,)))
+    r0, r1 = plan.ranks
+    assert (r0.mem_policy, r0.mem_nodes) == ("bind", (0,)) and "--membind=0" in r0.argv
+    assert (r1.mem_policy, r1.mem_nodes) == ("none", ()) and not any("--membind" in a for a in r1.argv)
+    assert r1.cpus == tuple(range(8, 16))  # the CPUs stay where they were planned
+    assert any("NUMA node(s) 1 are not among the memory nodes" in w and "Mems_allowed: 0" in w for w in plan.warnings)
+    preferred = _gpu_plan(_two_node_host(allowed_mems=(0,)), mem_policy="preferred").ranks[1]
+    assert not any(a.startswith("--preferred") for a in preferred.argv)
+
+
+def test_allowed_mems_unknown_or_wide_enough_changes_nothing() -> None:
+    for mems in ((), (0, 1)):
+        plan = _gpu_plan(_two_node_host(allowed_mems=mems))
+        assert [r.mem_nodes for r in plan.ranks] == [(0,), (1,)]
+        assert not any("Mems_allowed" in w for w in plan.warnings)
+
+
+def test_cpu_workers_memory_nodes_checked_too() -> None:
+    topo = _two_node_host(allowed_mems=(1,))
+    cfg = Config(nodes=(NodeSpec(name="n0", cpu_workers=2),))
+    plan = build_plan(cfg, topo, PlanOptions(entry=Entry("script", "t.py"), numactl="numactl"))
+    assert [r.mem_nodes for r in plan.ranks] == [(), (1,)]
+    assert any("CPU worker 0: NUMA node(s) 0" in w for w in plan.warnings)
+
+
+def test_allowed_mems_read_from_the_injected_root_and_kept_in_snapshots(tmp_path: Path) -> None:
+    from openclaw_launch.topology.snapshot import dump_snapshot, topology_from_snapshot
+    from openclaw_launch.topology.sysfs import read_allowed_mems
+
+    status = tmp_path / "proc" / "self" / "status"
+    status.parent.mkdir(parents=True)
+    status.write_text("Name:\tpython3\nMems_allowed:\t00000000,00000005\nMems_allowed_list:\t0,2\n")
+    assert read_allowed_mems(tmp_path) == (0, 2)
+    assert read_allowed_mems(tmp_path / "nowhere") == ()
+    topo = _two_node_host(allowed_mems=(0, 2))
+    doc = dump_snapshot(topo)
+    assert doc["allowed_mems"] == "0,2"
+    assert topology_from_snapshot(doc).allowed_mems == (0, 2)
+    del doc["allowed_mems"]  # a snapshot from before the field: unknown
+    assert topology_from_snapshot(doc).allowed_mems == ()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from openclaw_launch.topology.model import GpuInfo, Topology, normalize_bus_id
 from openclaw_launch.topology.nvml import NvmlProvider, NvmlUnavailable, PynvmlProvider, no_gpus, nvml_available
-from openclaw_launch.topology.sysfs import SysfsFacts, read_sysfs
+from openclaw_launch.topology.sysfs import SysfsFacts, read_allowed_mems, read_sysfs
 
 __all__ = ["discover_topology", "nvml_available"]
 
@@ -110,6 +110,7 @@ def _discover(root: Path, nvml: NvmlProvider, allowed_cpus: Iterable[int] | None
         gpus=gpus,
         numa_nodes=facts.numa_nodes,
         allowed_cpus=allowed,
+        allowed_mems=read_allowed_mems(root),
         core_of=facts.core_of,
         socket_of=facts.socket_of,
         links=_links(gpus, nvml),

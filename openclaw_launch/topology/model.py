@@ -91,6 +91,7 @@ class Topology:
     gpus: tuple[GpuInfo, ...] = ()
     numa_nodes: Mapping[int, tuple[int, ...]] = field(default_factory=dict)  # node -> cpus
     allowed_cpus: tuple[int, ...] = ()  # this process's affinity (cgroup / Slurm cpuset)
+    allowed_mems: tuple[int, ...] = ()  # the cpuset's memory nodes (Mems_allowed_list); () = unknown
     core_of: Mapping[int, int] = field(default_factory=dict)  # cpu -> first cpu of its core
     socket_of: Mapping[int, int] = field(default_factory=dict)  # cpu -> physical package
     links: Mapping[tuple[int, int], str] = field(default_factory=dict)  # (gpu i, gpu j) -> NV18/PHB/...
