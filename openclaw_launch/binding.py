@@ -218,6 +218,13 @@ def _home(
         local: tuple[int, ...] = topology.numa_nodes[slot.numa_node]
     elif slot.gpu.cpu_affinity:
         local = slot.gpu.cpu_affinity
+    elif slot.numa_node is not None:  # the node is known, but no CPU of it is (a Slurm cgroup, a VM)
+        warnings.append(
+            f"{slot.label}: this job has no CPUs on its NUMA node {slot.numa_node} (its CPU affinity is empty "
+            f"within the cgroup/Slurm cpuset; allowed: {format_cpulist(allowed)}); its worker runs on the "
+            "allowed CPUs and crosses the socket link"
+        )
+        return allowed, mem
     else:
         return allowed, mem
     cpus = tuple(sorted(set(local) & set(allowed)))
