@@ -157,16 +157,16 @@ def bind_cpu_workers(topology: Topology, n: int, policy: str) -> BindingResult:
         return BindingResult(unbound(topology, n))
     _require_cpus(allowed, topology, policy)
     cores = cores_of(topology, allowed)
+    warnings: list[str] = []
     if n > len(cores):
-        warnings = [
+        warnings.append(
             f"{n} CPU workers but only {len(cores)} cores allowed: all workers share CPUs {format_cpulist(allowed)}"
-        ]
+        )
         shared = _within_allowed_mems(
             topology, [Binding(allowed, _single_node(topology, allowed))], ["the CPU workers"], warnings
         )
         return BindingResult(tuple(shared[0] for _ in range(n)), tuple(warnings))
     blocks = [tuple(sorted(c for core in part for c in core)) for part in _split(cores, n)]
-    warnings: list[str] = []
     labels = [f"CPU worker {i}" for i in range(n)]
     bindings = _within_allowed_mems(topology, [Binding(b, _single_node(topology, b)) for b in blocks], labels, warnings)
     return BindingResult(tuple(bindings), tuple(dict.fromkeys(warnings)))
