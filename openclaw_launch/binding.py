@@ -55,6 +55,29 @@ def allowed_cpus(topology: Topology) -> tuple[int, ...]:
     return tuple(sorted(known))
 
 
+def uses_numactl(policy: str) -> bool:
+    """Whether ``run`` starts workers under numactl for ``runtime.binding`` ``policy``: every policy
+    but ``none`` (which also leaves ``mem_policy`` unapplied). ``plan`` and ``validate`` both ask this."""
+    return policy != "none"
+
+
+def numactl_missing(policy: str, numactl: str | None) -> str | None:
+    """What ``run`` does differently for want of numactl (None: nothing). The plan's warning and
+    ``validate``'s numactl check are this one text."""
+    if numactl is not None or not uses_numactl(policy):
+        return None
+    return (
+        f"numactl is not installed: binding {policy} is not applied (workers run on all allowed CPUs "
+        "and memory is not bound); install numactl, or set binding: none"
+    )
+
+
+def unbound(topology: Topology, n: int) -> tuple[Binding, ...]:
+    """``n`` workers that run where the launcher may (binding ``none``, or no numactl)."""
+    allowed = allowed_cpus(topology)
+    return tuple(Binding(allowed, (), applied=False) for _ in range(n))
+
+
 def cores_of(topology: Topology, cpus: Iterable[int]) -> list[tuple[int, ...]]:
     """Group ``cpus`` into physical cores (hyperthread siblings together), ordered by core.
 
@@ -100,7 +123,7 @@ def bind_gpu_workers(topology: Topology, slots: Sequence[Slot], policy: str) -> 
     allowed = allowed_cpus(topology)
     warnings: list[str] = []
     if policy == "none":
-        return BindingResult(tuple(Binding(allowed, (), applied=False) for _ in slots))
+        return BindingResult(unbound(topology, len(slots)))
     _require_cpus(allowed, topology, policy)
     no_numa = [s.label for s in slots if s.numa_node is None]
     if no_numa:
@@ -120,6 +143,7 @@ def bind_gpu_workers(topology: Topology, slots: Sequence[Slot], policy: str) -> 
         bindings = [_explicit(topology, s, allowed, warnings) for s in slots]
     else:
         raise PlanError(f"unknown binding policy {policy!r}; use one of: node, exclusive, socket, explicit, none")
+    bindings = _within_allowed_mems(topology, bindings, [s.label for s in slots], warnings)
     return BindingResult(tuple(bindings), tuple(dict.fromkeys(warnings)))
 
 
@@ -130,17 +154,47 @@ def bind_cpu_workers(topology: Topology, n: int, policy: str) -> BindingResult:
     """
     allowed = allowed_cpus(topology)
     if policy == "none":
-        return BindingResult(tuple(Binding(allowed, (), applied=False) for _ in range(n)))
+        return BindingResult(unbound(topology, n))
     _require_cpus(allowed, topology, policy)
     cores = cores_of(topology, allowed)
+    warnings: list[str] = []
     if n > len(cores):
-        shared = Binding(allowed, _single_node(topology, allowed))
-        warning = (
+        warnings.append(
             f"{n} CPU workers but only {len(cores)} cores allowed: all workers share CPUs {format_cpulist(allowed)}"
         )
-        return BindingResult(tuple(shared for _ in range(n)), (warning,))
+        shared = _within_allowed_mems(
+            topology, [Binding(allowed, _single_node(topology, allowed))], ["the CPU workers"], warnings
+        )
+        return BindingResult(tuple(shared[0] for _ in range(n)), tuple(warnings))
     blocks = [tuple(sorted(c for core in part for c in core)) for part in _split(cores, n)]
-    return BindingResult(tuple(Binding(b, _single_node(topology, b)) for b in blocks))
+    labels = [f"CPU worker {i}" for i in range(n)]
+    bindings = _within_allowed_mems(topology, [Binding(b, _single_node(topology, b)) for b in blocks], labels, warnings)
+    return BindingResult(tuple(bindings), tuple(dict.fromkeys(warnings)))
+
+
+def _within_allowed_mems(
+    topology: Topology, bindings: Sequence[Binding], labels: Sequence[str], warnings: list[str]
+) -> list[Binding]:
+    """Memory nodes the cpuset does not allow (``Mems_allowed``) are left out before they reach
+    ``--membind``/``--preferred`` (numactl would fail there and the worker never start); a warning
+    names them. Unknown allowed nodes (an old snapshot, nvidia-smi text): nothing is changed."""
+    allowed = set(topology.allowed_mems)
+    if not allowed:
+        return list(bindings)
+    out: list[Binding] = []
+    for label, b in zip(labels, bindings, strict=True):
+        kept = tuple(n for n in b.mem_nodes if n in allowed)
+        if kept == b.mem_nodes:
+            out.append(b)
+            continue
+        dropped = sorted(set(b.mem_nodes) - set(kept))
+        then = f"memory goes to node(s) {_join(kept)}" if kept else "its memory is not bound"
+        warnings.append(
+            f"{label}: NUMA node(s) {_join(dropped)} are not among the memory nodes this launcher's cpuset "
+            f"allows (Mems_allowed: {format_cpulist(sorted(allowed))}); {then}"
+        )
+        out.append(Binding(b.cpus, kept, b.cpu_nodes if kept else (), b.applied))
+    return out
 
 
 def _join(nodes: Iterable[int]) -> str:
@@ -164,6 +218,13 @@ def _home(
         local: tuple[int, ...] = topology.numa_nodes[slot.numa_node]
     elif slot.gpu.cpu_affinity:
         local = slot.gpu.cpu_affinity
+    elif slot.numa_node is not None:  # the node is known, but no CPU of it is (a Slurm cgroup, a VM)
+        warnings.append(
+            f"{slot.label}: this job has no CPUs on its NUMA node {slot.numa_node} (its CPU affinity is empty "
+            f"within the cgroup/Slurm cpuset; allowed: {format_cpulist(allowed)}); its worker runs on the "
+            "allowed CPUs and crosses the socket link"
+        )
+        return allowed, mem
     else:
         return allowed, mem
     cpus = tuple(sorted(set(local) & set(allowed)))

@@ -734,7 +734,14 @@ def validate(config_path: str, node: str | None, topology_path: str | None, as_j
         node_name = _node_name(config, node)
         topology = _topology(topology_path, not config.node(node_name).is_cpu)
         mps = _mps_status(config, node_name)
-        results = checks.run_checks(config, topology, node_name, numactl_path=shutil.which("numactl"), mps=mps)
+        results = checks.run_checks(
+            config,
+            topology,
+            node_name,
+            numactl_path=shutil.which("numactl"),
+            mps=mps,
+            mps_pipe_dir=_mps_pipe_dir() if mps is not None else None,
+        )
     except OpenclawError as e:
         _fail(e)
     for w in config.warnings:
@@ -755,8 +762,12 @@ def _mps_status(config: Config, node_name: str) -> MpsStatus | None:
         return None
     from openclaw_launch.mps import mps_status
 
-    pipe_dir = os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")
-    return mps_status(pipe_dir, None, gpu_uuids=[g.uuid for g in node.gpus])
+    return mps_status(_mps_pipe_dir(), None, gpu_uuids=[g.uuid for g in node.gpus])
+
+
+def _mps_pipe_dir() -> str:
+    """The system MPS daemon's pipe directory, the one `validate` checks."""
+    return os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")
 
 
 @cli.command()

@@ -77,7 +77,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Literal
 
 from openclaw_launch.parallel import ParallelSpec
@@ -145,6 +145,44 @@ class Runtime:
     master_port: int | None = None
     strictness: Strictness = "fail"  # bus-id / NUMA / NVLink-peer mismatches
     hang_timeout_s: float | None = None  # --hang-timeout-s; None = off
+
+
+#: The ``runtime:`` keys: the fields of ``Runtime``, the one definition. Config loading reads
+#: exactly these (``config_yaml``), and tests hold the reference in this module's docstring to them.
+RUNTIME_KEYS: tuple[str, ...] = tuple(f.name for f in fields(Runtime))
+
+#: ``runtime.mps_active_thread_percentage``: CUDA takes 1..100.
+MPS_ACTIVE_THREAD_RANGE = (1, 100)
+
+
+def procs_per_gpu_problem(procs_per_gpu: int, enable_mps: bool, max_clients_per_gpu: int | None) -> str | None:
+    """The procs-per-GPU / MPS-client rule, the one copy config loading, ``plan`` and the MPS
+    daemon all apply: more than one process per GPU needs MPS, and at most its client limit."""
+    if procs_per_gpu > 1 and not enable_mps:
+        return (
+            f"procs_per_gpu: {procs_per_gpu} needs enable_mps: true (several processes share a GPU well "
+            "only under MPS); set runtime.enable_mps: true or runtime.procs_per_gpu: 1"
+        )
+    if max_clients_per_gpu is not None and procs_per_gpu > max_clients_per_gpu:
+        return (
+            f"procs_per_gpu: {procs_per_gpu} exceeds mps_max_clients_per_gpu: {max_clients_per_gpu}; lower "
+            f"runtime.procs_per_gpu to at most {max_clients_per_gpu} or raise runtime.mps_max_clients_per_gpu"
+        )
+    return None
+
+
+def pinned_limit_problem(value: str) -> str | None:
+    """The pinned-memory rule (config loading and the MPS daemon): what
+    ``set_default_device_pinned_mem_limit`` accepts, an integer followed by M or G."""
+    if PINNED_MEM_LIMIT_RE.fullmatch(value):
+        return None
+    return f'{value!r} is not a size MPS accepts: expected an integer followed by M or G, e.g. "40G" or "512M"'
+
+
+def active_thread_percentage_problem(value: int) -> str | None:
+    """``mps_active_thread_percentage`` outside what CUDA takes."""
+    low, high = MPS_ACTIVE_THREAD_RANGE
+    return None if low <= value <= high else f"{value} is out of range; use an integer from {low} to {high}"
 
 
 #: Preflight tier kinds: the keys of ``preflight.expect_busbw_gbps`` and the tiers' ``kind``.

@@ -19,11 +19,12 @@ import yaml
 from openclaw_launch.config import (
     BINDING_POLICIES,
     MEM_POLICIES,
+    MPS_ACTIVE_THREAD_RANGE,
     MPS_START_FAILURE_MODES,
     NCCL_DEPRECATED,
     NCCL_NAMED_LEVELS,
-    PINNED_MEM_LIMIT_RE,
     PREFLIGHT_TIER_KINDS,
+    RUNTIME_KEYS,
     STRICTNESS_MODES,
     VISIBLE_DEVICES_MODES,
     Config,
@@ -31,6 +32,8 @@ from openclaw_launch.config import (
     NodeSpec,
     PreflightSettings,
     Runtime,
+    pinned_limit_problem,
+    procs_per_gpu_problem,
 )
 from openclaw_launch.errors import ConfigError, Problem
 from openclaw_launch.limits import (
@@ -53,25 +56,7 @@ _PREFLIGHT_KEYS = ("expect_busbw_gbps", "size_mib", "iters")
 _CLUSTER_KEYS = ("nodes",)
 _NODE_KEYS = ("name", "ip", "gpus", "cpu_workers")
 _GPU_KEYS = ("uuid", "numa_node", "pci_bus_id", "nvlink_peers", "cpus")
-_RUNTIME_KEYS = (
-    "enable_mps",
-    "mps_max_clients_per_gpu",
-    "mps_active_thread_percentage",
-    "mps_pinned_device_mem_limit",
-    "mps_on_start_failure",
-    "nccl_socket_nthreads",
-    "nccl_nthreads",
-    "nccl_env",
-    "env",
-    "binding",
-    "mem_policy",
-    "visible_devices",
-    "procs_per_gpu",
-    "master_addr",
-    "master_port",
-    "strictness",
-    "hang_timeout_s",
-)
+_RUNTIME_KEYS = RUNTIME_KEYS  # the fields of config.Runtime: one definition
 _HOME: Mapping[str, str] = {
     **{k: "the top level" for k in _TOP_KEYS},
     **{k: "cluster" for k in _CLUSTER_KEYS},
@@ -653,25 +638,7 @@ class _Checker:
         m = self.mapping(entry.value, entry.path, entry.line, _RUNTIME_KEYS)
         if m is None:
             return Runtime(), None
-        readers: dict[str, Callable[[_Entry], Any]] = {
-            "enable_mps": self.boolean,
-            "mps_max_clients_per_gpu": lambda e: self.integer(e, 1, MAX_RANKS_PER_NODE),
-            "mps_active_thread_percentage": lambda e: self.integer(e, 1, 100),
-            "mps_pinned_device_mem_limit": self.mem_limit,
-            "mps_on_start_failure": lambda e: self.choice(e, MPS_START_FAILURE_MODES),
-            "nccl_socket_nthreads": lambda e: self.integer(e, 1, MAX_RANKS_PER_NODE),
-            "nccl_nthreads": lambda e: self.integer(e, 1, MAX_RANKS_PER_NODE),
-            "nccl_env": lambda e: self.env_mapping(e, nccl=True),
-            "env": lambda e: self.env_mapping(e, nccl=False),
-            "binding": lambda e: self.choice(e, BINDING_POLICIES),
-            "mem_policy": lambda e: self.choice(e, MEM_POLICIES),
-            "visible_devices": lambda e: self.choice(e, VISIBLE_DEVICES_MODES),
-            "procs_per_gpu": lambda e: self.integer(e, 1, MAX_RANKS_PER_NODE),
-            "master_addr": self.host,
-            "master_port": lambda e: self.integer(e, 1, 65535),
-            "strictness": lambda e: self.choice(e, STRICTNESS_MODES),
-            "hang_timeout_s": lambda e: self.seconds(e, MIN_HANG_TIMEOUT_S),
-        }
+        readers = self.runtime_readers()
         values: dict[str, Any] = {}
         invalid: set[str] = set()
         for key, entry_ in m.items():
@@ -687,16 +654,35 @@ class _Checker:
         self.check_mps(runtime, m, invalid)
         return runtime, None if "binding" in invalid else runtime.binding
 
+    def runtime_readers(self) -> dict[str, Callable[[_Entry], Any]]:
+        """One reader per ``RUNTIME_KEYS`` key (a test holds the two equal)."""
+        return {
+            "enable_mps": self.boolean,
+            "mps_max_clients_per_gpu": lambda e: self.integer(e, 1, MAX_RANKS_PER_NODE),
+            "mps_active_thread_percentage": lambda e: self.integer(e, *MPS_ACTIVE_THREAD_RANGE),
+            "mps_pinned_device_mem_limit": self.mem_limit,
+            "mps_on_start_failure": lambda e: self.choice(e, MPS_START_FAILURE_MODES),
+            "nccl_socket_nthreads": lambda e: self.integer(e, 1, MAX_RANKS_PER_NODE),
+            "nccl_nthreads": lambda e: self.integer(e, 1, MAX_RANKS_PER_NODE),
+            "nccl_env": lambda e: self.env_mapping(e, nccl=True),
+            "env": lambda e: self.env_mapping(e, nccl=False),
+            "binding": lambda e: self.choice(e, BINDING_POLICIES),
+            "mem_policy": lambda e: self.choice(e, MEM_POLICIES),
+            "visible_devices": lambda e: self.choice(e, VISIBLE_DEVICES_MODES),
+            "procs_per_gpu": lambda e: self.integer(e, 1, MAX_RANKS_PER_NODE),
+            "master_addr": self.host,
+            "master_port": lambda e: self.integer(e, 1, 65535),
+            "strictness": lambda e: self.choice(e, STRICTNESS_MODES),
+            "hang_timeout_s": lambda e: self.seconds(e, MIN_HANG_TIMEOUT_S),
+        }
+
     def mem_limit(self, e: _Entry) -> str | None:
         text = self.text(e, 'a size like "40G" or "512M"')
         if text is None:
             return None
-        if not PINNED_MEM_LIMIT_RE.fullmatch(text):
-            self.error(
-                e.path,
-                e.line,
-                f'{text!r} is not a size MPS accepts: expected an integer followed by M or G, e.g. "40G" or "512M"',
-            )
+        problem = pinned_limit_problem(text)
+        if problem is not None:
+            self.error(e.path, e.line, problem)
             return None
         return text
 
@@ -822,21 +808,9 @@ class _Checker:
 
     def check_mps(self, rt: Runtime, m: dict[str, _Entry], invalid: set[str]) -> None:
         """Processes per GPU need MPS; MPS settings without MPS do nothing."""
-        if "procs_per_gpu" in m and rt.procs_per_gpu > 1 and "enable_mps" not in invalid:
-            e = m["procs_per_gpu"]
-            if not rt.enable_mps:
-                self.error(
-                    e.path,
-                    e.line,
-                    f"procs_per_gpu: {rt.procs_per_gpu} needs enable_mps: true "
-                    "(several processes share a GPU well only under MPS)",
-                )
-            elif rt.mps_max_clients_per_gpu is not None and rt.procs_per_gpu > rt.mps_max_clients_per_gpu:
-                self.error(
-                    e.path,
-                    e.line,
-                    f"procs_per_gpu: {rt.procs_per_gpu} exceeds mps_max_clients_per_gpu: {rt.mps_max_clients_per_gpu}",
-                )
+        problem = procs_per_gpu_problem(rt.procs_per_gpu, rt.enable_mps, rt.mps_max_clients_per_gpu)
+        if problem is not None and "procs_per_gpu" in m and "enable_mps" not in invalid:
+            self.error(m["procs_per_gpu"].path, m["procs_per_gpu"].line, problem)
         if rt.enable_mps or "enable_mps" in invalid:
             return
         for key in _MPS_KEYS:

@@ -37,7 +37,7 @@ from types import TracebackType
 
 import psutil
 
-from openclaw_launch.config import PINNED_MEM_LIMIT_RE
+from openclaw_launch.config import active_thread_percentage_problem, pinned_limit_problem, procs_per_gpu_problem
 from openclaw_launch.errors import LaunchError, PlanError
 from openclaw_launch.plan import LaunchPlan, MpsPlan
 
@@ -234,12 +234,10 @@ def _daemon_from_pid_file(pipe_dir: Path, control: str) -> psutil.Process | None
 
 
 def validate_pinned_limit(value: str) -> str:
-    """``set_default_device_pinned_mem_limit`` takes an integer followed by M or G."""
-    if not PINNED_MEM_LIMIT_RE.fullmatch(value):
-        raise PlanError(
-            f"runtime.mps_pinned_device_mem_limit {value!r} is not a memory size MPS accepts; "
-            "write an integer followed by M or G, e.g. 512M or 40G"
-        )
+    """``set_default_device_pinned_mem_limit`` takes an integer followed by M or G (``config``'s rule)."""
+    problem = pinned_limit_problem(value)
+    if problem is not None:
+        raise PlanError(f"runtime.mps_pinned_device_mem_limit {problem}")
     return value
 
 
@@ -259,11 +257,12 @@ def check_client_limit(plan: LaunchPlan) -> dict[str, int]:
     if limit is None:
         return counts
     over = {uuid: n for uuid, n in counts.items() if n > limit}
-    if over:
+    problem = procs_per_gpu_problem(max(over.values()), True, limit) if over else None
+    if problem is not None:
         listed = ", ".join(f"{uuid}: {n}" for uuid, n in over.items())
         raise PlanError(
             f"runtime.mps_max_clients_per_gpu is {limit} but the plan puts more ranks on these GPUs "
-            f"({listed}); lower runtime.procs_per_gpu to at most {limit} or raise mps_max_clients_per_gpu"
+            f"({listed}): {problem}"
         )
     return counts
 
@@ -379,7 +378,8 @@ class MpsDaemon:
         except LaunchError as e:
             tail = self._log_tail() if self._started else ""
             self.stop()
-            raise LaunchError(f"{e}\n{tail}{_FIX_HINT}") from None
+            hint = "" if _FIX_HINT in str(e) else _FIX_HINT  # once, even when the cause already gave it
+            raise LaunchError(f"{e}\n{tail}{hint}") from None
         except BaseException:
             self.stop()
             raise
@@ -387,8 +387,9 @@ class MpsDaemon:
 
     def _check_settings(self) -> None:
         pct = self.mps.active_thread_percentage
-        if pct is not None and not 1 <= pct <= 100:
-            raise PlanError(f"runtime.mps_active_thread_percentage is {pct}; use an integer from 1 to 100")
+        problem = active_thread_percentage_problem(pct) if pct is not None else None
+        if problem is not None:
+            raise PlanError(f"runtime.mps_active_thread_percentage: {problem}")
         if self.mps.pinned_device_mem_limit is not None:
             validate_pinned_limit(self.mps.pinned_device_mem_limit)
 

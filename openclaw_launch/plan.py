@@ -21,8 +21,10 @@ from openclaw_launch.binding import (
     bind_gpu_workers,
     core_count,
     numactl_argv,
+    numactl_missing,
+    unbound,
 )
-from openclaw_launch.config import Config, GpuSpec, NodeSpec
+from openclaw_launch.config import Config, GpuSpec, NodeSpec, procs_per_gpu_problem
 from openclaw_launch.env import JobEnv, RankSlot, overridden_user_vars, rank_env, visible_devices
 from openclaw_launch.errors import PlanError, TopologyError
 from openclaw_launch.parallel import (
@@ -191,6 +193,8 @@ def build_plan(config: Config, topology: Topology, options: PlanOptions) -> Laun
         warnings += found
         result = bind_gpu_workers(topology, _slots(resolved, runtime.procs_per_gpu), runtime.binding)
     warnings += result.warnings
+    if numactl_missing(runtime.binding, options.numactl):  # run cannot apply it: the plan says so
+        result = BindingResult(unbound(topology, len(result.bindings)))
     warnings += _policy_warnings(config, node, options)
     job = JobEnv(
         run_id=options.run_id,
@@ -329,16 +333,9 @@ def _workers(config: Config, node: NodeSpec) -> int:
 
 def _check_procs_per_gpu(config: Config) -> None:
     rt = config.runtime
-    if rt.procs_per_gpu > 1 and not rt.enable_mps:
-        raise PlanError(
-            f"runtime.procs_per_gpu is {rt.procs_per_gpu} but MPS is off; set runtime.enable_mps: true "
-            "or procs_per_gpu: 1"
-        )
-    if rt.mps_max_clients_per_gpu is not None and rt.procs_per_gpu > rt.mps_max_clients_per_gpu:
-        raise PlanError(
-            f"runtime.procs_per_gpu ({rt.procs_per_gpu}) is more than runtime.mps_max_clients_per_gpu "
-            f"({rt.mps_max_clients_per_gpu}); lower one or raise the other"
-        )
+    problem = procs_per_gpu_problem(rt.procs_per_gpu, rt.enable_mps, rt.mps_max_clients_per_gpu)
+    if problem is not None:
+        raise PlanError(f"runtime.{problem}")
 
 
 def _where(node_rank: int, index: int, spec: GpuSpec) -> str:
@@ -419,22 +416,18 @@ def _numa(where: str, spec: GpuSpec, gpu: GpuInfo) -> tuple[int | None, list[str
 
 
 def _nvlink_mismatches(where: str, spec: GpuSpec, gpu: GpuInfo, topology: Topology) -> list[str]:
+    """Configured peers that are not NVLinked. A link the topology knows nothing about is not a
+    mismatch (validate warns about it): the rule is ``Topology.link_between``, as in validate."""
     out: list[str] = []
     for peer_uuid in spec.nvlink_peers:
         peer = topology.gpu_by_uuid(peer_uuid)
         if peer is None:
             out.append(f"{where}: NVLink peer {peer_uuid} is not on this host")
-        elif not _nvlinked(topology, gpu, peer):
-            link = topology.links.get((gpu.index, peer.index)) or topology.links.get((peer.index, gpu.index))
-            out.append(
-                f"{where}: {spec.uuid} is not NVLinked to its configured peer {peer_uuid} "
-                f"(link found: {link or 'unknown'})"
-            )
+            continue
+        link = topology.link_between(gpu, peer)
+        if link is not None and not topology.nvlinked(gpu, peer):
+            out.append(f"{where}: {spec.uuid} is not NVLinked to its configured peer {peer_uuid} (link found: {link})")
     return out
-
-
-def _nvlinked(topology: Topology, a: GpuInfo, b: GpuInfo) -> bool:
-    return topology.nvlinked(a, b)
 
 
 def _slots(resolved: Sequence[_ResolvedGpu], procs_per_gpu: int) -> list[Slot]:
@@ -449,11 +442,9 @@ def _slots(resolved: Sequence[_ResolvedGpu], procs_per_gpu: int) -> list[Slot]:
 def _policy_warnings(config: Config, node: NodeSpec, options: PlanOptions) -> list[str]:
     rt = config.runtime
     out: list[str] = []
-    if options.numactl is None and rt.binding != "none":
-        out.append(
-            f"numactl is not installed: binding {rt.binding} is planned but not applied "
-            "(install numactl, or set binding: none)"
-        )
+    missing = numactl_missing(rt.binding, options.numactl)
+    if missing:
+        out.append(missing)
     ignored = overridden_user_vars(rt)
     if ignored:
         out.append(f"the launcher sets {', '.join(ignored)} itself; the config's values are ignored")
@@ -507,7 +498,9 @@ def _ranks(
     sharing = Counter(b.cpus for b in result.bindings)
     devices_mode = "isolated" if options.virtual_local_rank else rt.visible_devices
     for local, binding in enumerate(result.bindings):
-        mem_policy = rt.mem_policy if binding.applied else "none"
+        # bind/preferred with no memory node (unknown, or not allowed by the cpuset) binds nothing
+        nodes_needed = rt.mem_policy in ("bind", "preferred")
+        mem_policy = rt.mem_policy if binding.applied and (binding.mem_nodes or not nodes_needed) else "none"
         gpu = resolved[local // k] if resolved else None
         uuid = uuids[local // k] if gpu else None
         cvd, index = visible_devices(devices_mode, uuids, uuid) if uuid else ("", None)

@@ -13,8 +13,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Literal, Protocol
 
+from openclaw_launch.binding import numactl_missing, uses_numactl
 from openclaw_launch.config import Config, GpuSpec, NodeSpec, Runtime, Strictness
-from openclaw_launch.topology.model import GpuInfo, IbPort, PcieLink, Topology
+from openclaw_launch.topology.model import INACTIVE_NVLINK, GpuInfo, IbPort, PcieLink, Topology
 
 Status = Literal["pass", "warn", "fail"]
 
@@ -112,8 +113,12 @@ def run_checks(
     mps: MpsStatusLike | None = None,
     thresholds: Thresholds | None = None,
     strictness: Strictness | None = None,
+    mps_pipe_dir: str | None = None,
 ) -> list[CheckResult]:
     """Every check for ``node`` of ``config`` against ``topology``, node checks first.
+
+    ``mps`` is what the host's own (system) MPS daemon on ``mps_pipe_dir`` answered: the private
+    daemon ``run`` starts for the job does not exist yet, and the results say which one was checked.
 
     ``strictness`` overrides ``runtime.strictness`` for bus-id / NUMA / NVLink-peer mismatches.
     Raises PlanError (via ``Config.node``) when ``node`` is not in the config.
@@ -126,7 +131,7 @@ def run_checks(
     if spec.is_cpu:
         results.append(_check_cpu_workers(spec, topology))
     elif rt.enable_mps:
-        results += _mps_node_checks(spec, rt, mps)
+        results += _mps_node_checks(spec, rt, mps, mps_pipe_dir)
     for gpu_spec in spec.gpus:
         results += _gpu_checks(gpu_spec, topology, rt, th, mismatch, mps)
     results += _check_unconfigured(spec, topology)
@@ -186,33 +191,17 @@ def _format_line(r: CheckResult, width: int) -> str:
 # --- node checks -------------------------------------------------------------
 
 
-def _needs_numactl(rt: Runtime) -> bool:
-    return rt.binding != "none" or rt.mem_policy in ("bind", "preferred")
-
-
 def _check_numactl(spec: NodeSpec, rt: Runtime, numactl_path: str | None) -> CheckResult:
-    needed = _needs_numactl(rt)
-    policy = f"binding {rt.binding}, mem_policy {rt.mem_policy}"
-    expected = "installed" if needed else "optional"
+    """What ``run`` would do here: numactl is used for every binding but ``none`` (the plan's rule)."""
+    needed = uses_numactl(rt.binding)
+    expected = "installed" if needed else f"not needed (binding {rt.binding})"
     if numactl_path:
         return CheckResult("numactl", "pass", spec.name, numactl_path, expected)
-    if needed:
-        return CheckResult(
-            "numactl",
-            "fail",
-            spec.name,
-            "not found",
-            expected,
-            f"{policy} starts workers under numactl; install it (e.g. apt-get install numactl) "
-            "or set runtime.binding: none and runtime.mem_policy: none",
-        )
+    missing = numactl_missing(rt.binding, numactl_path)
+    if missing:
+        return CheckResult("numactl", "warn", spec.name, "not found", expected, missing)
     return CheckResult(
-        "numactl",
-        "warn",
-        spec.name,
-        "not found",
-        expected,
-        f"not needed for {policy}, but no binding is possible",
+        "numactl", "pass", spec.name, "not found", expected, "workers start without numactl; mem_policy is not applied"
     )
 
 
@@ -235,8 +224,15 @@ def _check_cpu_workers(spec: NodeSpec, topology: Topology) -> CheckResult:
     return CheckResult("cpu_workers", "pass", spec.name, found, expected)
 
 
-def _mps_node_checks(spec: NodeSpec, rt: Runtime, mps: MpsStatusLike | None) -> list[CheckResult]:
-    """The daemon answers, and its clients fit in ``mps_max_clients_per_gpu`` on every GPU together."""
+_SYSTEM_DAEMON = "the host's MPS daemon, not the private one `run` starts for this job"
+
+
+def _mps_node_checks(spec: NodeSpec, rt: Runtime, mps: MpsStatusLike | None, pipe_dir: str | None) -> list[CheckResult]:
+    """The system daemon answers, and its clients fit in ``mps_max_clients_per_gpu`` on every GPU together.
+
+    ``run`` starts a private daemon of its own (in its run directory) when the job starts; what can be
+    checked before is the host's daemon, whose clients share these GPUs with the job."""
+    which = f"system daemon ({pipe_dir})" if pipe_dir else "system daemon"
     if mps is None:
         return [CheckResult("mps_daemon", "warn", spec.name, "not available", "answering", "MPS state unknown")]
     if not mps.answering:
@@ -246,18 +242,22 @@ def _mps_node_checks(spec: NodeSpec, rt: Runtime, mps: MpsStatusLike | None) -> 
                 "mps_daemon",
                 "warn",
                 spec.name,
-                "not answering",
+                f"{which} not answering",
                 "answering",
-                f"{why}the launcher starts its own daemon, but while a job runs its clients cannot connect",
+                f"{why}checked {_SYSTEM_DAEMON}: that one is started with the job",
             )
         ]
-    results = [CheckResult("mps_daemon", "pass", spec.name, "answering", "answering")]
+    results = [
+        CheckResult("mps_daemon", "pass", spec.name, f"{which} answering", "answering", f"checked {_SYSTEM_DAEMON}")
+    ]
     if rt.mps_max_clients_per_gpu is not None:
         limit = rt.mps_max_clients_per_gpu * len(spec.gpus)
         status: Status = "fail" if mps.client_count > limit else "pass"
-        why = "more MPS clients than the node's GPUs allow: another job shares them" if status == "fail" else ""
+        why = f"more clients of {_SYSTEM_DAEMON} than the node's GPUs allow: another job shares them"
         found = f"{mps.client_count} clients"
-        results.append(CheckResult("mps_clients_total", status, spec.name, found, f"<= {limit}", why))
+        results.append(
+            CheckResult("mps_clients_total", status, spec.name, found, f"<= {limit}", why if status == "fail" else "")
+        )
     return results
 
 
@@ -373,35 +373,25 @@ def _check_numa(subject: str, spec: GpuSpec, gpu: GpuInfo, mismatch: Status) -> 
     )
 
 
-def _nvlink_state(gpu: GpuInfo, peer: GpuInfo, topology: Topology) -> str | None:
-    """The link type between two GPUs ("NV18", "PHB", ...), "NV" when only NVML says so, None if unknown."""
-    kind = topology.links.get((gpu.index, peer.index)) or topology.links.get((peer.index, gpu.index))
-    if kind is not None and kind.upper().startswith("NV"):
-        return kind
-    remotes = {link.remote_bus_id for link in gpu.nvlinks}
-    if peer.pci_bus_id is not None and peer.pci_bus_id in remotes:
-        return "NV"
-    return kind
-
-
 def _check_peer(subject: str, gpu: GpuInfo, peer_uuid: str, topology: Topology, mismatch: Status) -> CheckResult:
     expected = f"NVLink to {peer_uuid}"
     peer = topology.gpu_by_uuid(peer_uuid)
     if peer is None:
         return CheckResult("nvlink_peer", mismatch, subject, "peer not on this host", expected)
-    kind = _nvlink_state(gpu, peer, topology)
+    kind = topology.link_between(gpu, peer)  # the rule plan uses too
     found = f"{kind or 'unknown'} to GPU {peer.index}"
     if kind is None:
         return CheckResult("nvlink_peer", "warn", subject, found, expected, "link type not available")
-    if kind.upper().startswith("NV"):
+    if topology.nvlinked(gpu, peer):
         return CheckResult("nvlink_peer", "pass", subject, found, expected)
+    why = "its NVLinks to this peer are down: reset the GPU or drain the node" if kind == INACTIVE_NVLINK else ""
     return CheckResult(
         "nvlink_peer",
         mismatch,
         subject,
         found,
         expected,
-        "traffic to this peer goes over PCIe; check nvlink_peers",
+        f"traffic to this peer goes over PCIe; {why or 'check nvlink_peers'}",
     )
 
 

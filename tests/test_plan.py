@@ -356,6 +356,17 @@ def test_without_numactl_or_with_binding_none_there_is_no_prefix() -> None:
     assert plan.warnings == ()
 
 
+def test_without_numactl_the_plan_claims_no_binding_it_cannot_apply() -> None:
+    """No numactl: run starts the workers unbound, so the plan says mem_policy none and all allowed CPUs
+    (the supervisor's read-back then agrees with it), whatever binding/mem_policy the config asks."""
+    topo = dgx(n=2)
+    for binding in ("node", "exclusive", "socket"):
+        plan = plan_for(config(node_from(topo), binding=binding, mem_policy="bind"), topo, numactl=None)
+        for r in plan.ranks:
+            assert (r.mem_policy, r.mem_nodes, r.cpus, r.argv[0]) == ("none", (), tuple(range(128)), "python3")
+        assert sum("numactl is not installed: binding" in w for w in plan.warnings) == 1
+
+
 def test_memory_policies_in_argv() -> None:
     topo = dgx(n=1)
     for policy, flag in (("preferred", "--preferred=0"), ("local", "--localalloc")):
@@ -369,10 +380,11 @@ def test_plan_is_deterministic_and_printable() -> None:
     first, second = plan_for(cfg, topo, error_file_dir="/e"), plan_for(cfg, topo, error_file_dir="/e")
     assert json.dumps(first.to_json()) == json.dumps(second.to_json())
     assert first.ranks[3].env["TORCHELASTIC_ERROR_FILE"] == "/e/rank-3/error.json"
-    table = format_plan_table(plan_for(cfg, topo, numactl=None))
-    lines = table.splitlines()
+    lines = format_plan_table(plan_for(cfg, topo)).splitlines()
     assert lines[1].split()[:8] == ["rank", "local", "node", "gpu", "bus", "numa", "cpus", "mem"]
     assert lines[2].split()[:8] == ["0", "0", "n0", "0:GPU-00000000", bus(0), "0", "0-7,64-71", "bind:0"]
+    lines = format_plan_table(plan_for(cfg, topo, numactl=None)).splitlines()
+    assert lines[2].split()[:8] == ["0", "0", "n0", "0:GPU-00000000", bus(0), "0", "0-127", "none"]
     assert lines[-1].startswith("warning: numactl is not installed")
     assert "warning" not in format_plan_table(plan_for(cfg, topo, numactl=None), warnings=False)
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import pytest
 
-from openclaw_launch.config import Config, GpuSpec, NodeSpec, Runtime
-from openclaw_launch.errors import PlanError
+from openclaw_launch.config import Config, GpuSpec, NodeSpec, Runtime, load_config
+from openclaw_launch.errors import PlanError, TopologyError
+from openclaw_launch.plan import Entry, PlanOptions, build_plan
 from openclaw_launch.topology.model import GpuInfo, IbPort, NvLink, PcieLink, Topology
 from openclaw_launch.validate import (
     CheckResult,
@@ -26,6 +28,7 @@ UUID1 = "GPU-593502f1-407a-3b77-45a0-032830195d52"
 UUID2 = "GPU-11111111-2222-3333-4444-555555555555"
 BUS0, BUS1, BUS2 = "0000:00:06.0", "0000:00:07.0", "0000:00:08.0"
 NUMACTL = "/usr/bin/numactl"
+REPO = Path(__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True)
@@ -186,6 +189,21 @@ def test_nvlink_peer_from_link_matrix() -> None:
     assert (r.status, r.found) == ("pass", "NV18 to GPU 1")
 
 
+def test_inactive_nvlink_to_the_peer_fails_validate_as_it_fails_plan() -> None:
+    """NVML sees GPU 0's links to GPU 1's bus, all down; the link matrix of an older reading says NV18.
+    validate and plan judge it with the one rule (Topology.link_between)."""
+    down = tuple(NvLink(link=i, active=False, remote_bus_id=BUS1, remote_type="gpu") for i in range(18))
+    topo = h200_topology(h200_gpu(0, UUID0, BUS0, nvlinks=down), h200_gpu(1, UUID1, BUS1))
+    r = check(run(topology=topo), "nvlink_peer", UUID0)
+    assert (r.status, r.found) == ("fail", "inactive NVLink to GPU 1") and "down" in r.message
+    with pytest.raises(TopologyError, match="not NVLinked to its configured peer .*inactive NVLink"):
+        build_plan(h200_config(), topo, PlanOptions(entry=Entry("script", "t.py"), numactl=NUMACTL))
+    up = tuple(NvLink(link=i, active=i > 0, remote_bus_id=BUS1, remote_type="gpu") for i in range(18))
+    topo = h200_topology(h200_gpu(0, UUID0, BUS0, nvlinks=up), h200_gpu(1, UUID1, BUS1), links={})
+    assert check(run(topology=topo), "nvlink_peer", UUID0).status == "pass"
+    build_plan(h200_config(), topo, PlanOptions(entry=Entry("script", "t.py"), numactl=NUMACTL))
+
+
 def test_nvlink_peer_over_pcie_follows_strictness() -> None:
     topo = h200_topology(links={(0, 1): "PHB", (1, 0): "PHB"})
     r = check(run(topology=topo), "nvlink_peer", UUID0)
@@ -232,18 +250,26 @@ def test_numactl_present_passes() -> None:
     assert (r.status, r.found, r.subject) == ("pass", NUMACTL, "node0")
 
 
-def test_numactl_missing_fails_when_binding_needs_it() -> None:
+def test_numactl_missing_warns_as_the_plan_does_when_binding_needs_it() -> None:
+    """run starts the workers unbound (the plan warns); validate says the same, it does not fail."""
     r = check(run(numactl_path=None), "numactl")
-    assert r.status == "fail" and "install" in r.message
-    cfg = h200_config(binding="none", mem_policy="preferred")
-    assert check(run(cfg, numactl_path=None), "numactl").status == "fail"
+    assert r.status == "warn" and "install numactl" in r.message
+    plan = build_plan(h200_config(), h200_topology(), PlanOptions(entry=Entry("script", "t.py"), numactl=None))
+    assert r.message in plan.warnings
 
 
-def test_numactl_missing_warns_when_not_needed() -> None:
-    cfg = h200_config(binding="none", mem_policy="local")
-    results = run(cfg, numactl_path=None)
-    assert check(results, "numactl").status == "warn"
-    assert exit_code(results) == 0
+def test_numactl_missing_passes_with_binding_none_whatever_the_mem_policy() -> None:
+    """configs/cpu-only.yaml (binding none, mem_policy bind by default): run never uses numactl."""
+    for mem_policy in ("bind", "preferred", "local"):
+        results = run(h200_config(binding="none", mem_policy=mem_policy), numactl_path=None)
+        assert check(results, "numactl").status == "pass"
+        assert exit_code(results) == 0
+
+
+def test_validate_of_the_shipped_cpu_only_config_without_numactl() -> None:
+    cfg = load_config(REPO / "configs" / "cpu-only.yaml")
+    r = check(run_checks(cfg, h200_topology(), "localhost", numactl_path=None), "numactl")
+    assert (r.status, r.found) == ("pass", "not found")
 
 
 # --- PCIe, AER, memory ----------------------------------------------------------------
@@ -370,6 +396,14 @@ def test_mps_daemon_states() -> None:
     assert r.status == "warn" and "no daemon on /tmp/nvidia-mps" in r.message
     r = check(run(cfg, mps=None), "mps_daemon")
     assert (r.status, r.found) == ("warn", "not available")
+
+
+def test_mps_check_says_it_checked_the_system_daemon_not_the_private_one() -> None:
+    cfg = h200_config(enable_mps=True, mps_max_clients_per_gpu=2)
+    for answering in (True, False):
+        r = check(run(cfg, mps=FakeMps(answering=answering), mps_pipe_dir="/tmp/nvidia-mps"), "mps_daemon")
+        assert r.found.startswith("system daemon (/tmp/nvidia-mps)")
+        assert "not the private one `run` starts for this job" in r.message
 
 
 def test_real_mps_status_fits_the_protocol() -> None:

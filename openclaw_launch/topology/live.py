@@ -2,21 +2,25 @@
 
 sysfs is the source of truth for where a GPU sits (NVML's NUMA query is often
 NotSupported, as on the H200 host). Without a driver the host is read as
-GPU-less, with its CPUs and NUMA nodes: the CPU-worker path, silently.
+GPU-less, with its CPUs and NUMA nodes: the CPU-worker path, silently. With a
+driver whose NVML does not start (a driver/library mismatch) nothing is planned:
+``NvmlBroken`` says why, and CPU mode has to be asked for.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
+from openclaw_launch.errors import TopologyError
 from openclaw_launch.topology.model import GpuInfo, Topology, normalize_bus_id
 from openclaw_launch.topology.nvml import NvmlProvider, NvmlUnavailable, PynvmlProvider, no_gpus, nvml_available
-from openclaw_launch.topology.sysfs import SysfsFacts, read_sysfs
+from openclaw_launch.topology.sysfs import SysfsFacts, read_allowed_mems, read_sysfs
 
-__all__ = ["discover_topology", "nvml_available"]
+__all__ = ["NvmlBroken", "discover_topology", "nvml_available"]
 
 _ROOT = Path("/")
 
@@ -110,6 +114,7 @@ def _discover(root: Path, nvml: NvmlProvider, allowed_cpus: Iterable[int] | None
         gpus=gpus,
         numa_nodes=facts.numa_nodes,
         allowed_cpus=allowed,
+        allowed_mems=read_allowed_mems(root),
         core_of=facts.core_of,
         socket_of=facts.socket_of,
         links=_links(gpus, nvml),
@@ -124,17 +129,34 @@ def driver_present(root: Path = _ROOT) -> bool:
     return (root / "proc/driver/nvidia").exists() or (root / "dev/nvidiactl").exists()
 
 
+class NvmlBroken(TopologyError):
+    """The NVIDIA driver is there but NVML does not start (e.g. a driver/library version mismatch
+    after an upgrade): planning CPU workers with gloo instead would hide it, so nothing starts."""
+
+
+def broken_nvml_message(root: Path, reason: str) -> str:
+    where = "this host" if root == _ROOT else f"the host at {root}"
+    return (
+        f"{where} has the NVIDIA driver but NVML does not start: {reason}. Fix the driver (after a "
+        "driver upgrade, a 'Driver/library version mismatch' needs a reboot or a reload of the nvidia "
+        "kernel modules; check with nvidia-smi), or ask for CPU workers explicitly: --nproc-per-node cpu, "
+        "or a config node with cpu_workers"
+    )
+
+
 def discover_topology(
     sysfs_root: Path = _ROOT,
     nvml: NvmlProvider | None = None,
     allowed_cpus: Iterable[int] | None = None,
+    open_nvml: Callable[[], NvmlProvider] | None = None,
 ) -> Topology:
     """This host (or the sysfs tree at ``sysfs_root``) as a ``Topology``.
 
-    ``nvml`` None means the real NVML; if it cannot start the result has no GPUs.
-    Pass ``nvml.no_gpus()`` to leave NVML alone. A provider passed in stays open.
-    ``allowed_cpus`` None means this process's affinity on the live root, and all
-    CPUs of the tree for any other root.
+    ``nvml`` None means NVML as ``open_nvml`` (default: the real NVML) starts it: a host without
+    the NVIDIA driver has no GPUs; a host with the driver whose NVML does not start raises
+    ``NvmlBroken`` with NVML's reason (CPU mode must be asked for: pass ``nvml.no_gpus()``).
+    A provider passed in stays open. ``allowed_cpus`` None means this process's affinity on the
+    live root, and all CPUs of the tree for any other root.
     """
     root = Path(sysfs_root)
     if nvml is not None:
@@ -142,8 +164,11 @@ def discover_topology(
     if not driver_present(root):  # skip pynvml's import and library search: start-up time
         return _discover(root, no_gpus(), allowed_cpus)
     try:
-        provider = PynvmlProvider()
-    except NvmlUnavailable:
-        return _discover(root, no_gpus(), allowed_cpus)
-    with provider:
+        provider = (open_nvml or PynvmlProvider)()
+    except NvmlUnavailable as e:
+        raise NvmlBroken(broken_nvml_message(root, str(e))) from None
+    with contextlib.ExitStack() as stack:
+        close = getattr(provider, "close", None)
+        if close is not None:
+            stack.callback(close)
         return _discover(root, provider, allowed_cpus)

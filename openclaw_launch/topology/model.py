@@ -22,6 +22,10 @@ def normalize_bus_id(bus_id: str) -> str:
     return f"{domain_i:04x}:{bus.lower()}:{dev.lower()}.{fn}"
 
 
+#: ``Topology.link_between`` for GPUs whose direct NVLinks are all down.
+INACTIVE_NVLINK = "inactive NVLink"
+
+
 @dataclass(frozen=True)
 class NvLink:
     link: int
@@ -87,6 +91,7 @@ class Topology:
     gpus: tuple[GpuInfo, ...] = ()
     numa_nodes: Mapping[int, tuple[int, ...]] = field(default_factory=dict)  # node -> cpus
     allowed_cpus: tuple[int, ...] = ()  # this process's affinity (cgroup / Slurm cpuset)
+    allowed_mems: tuple[int, ...] = ()  # the cpuset's memory nodes (Mems_allowed_list); () = unknown
     core_of: Mapping[int, int] = field(default_factory=dict)  # cpu -> first cpu of its core
     socket_of: Mapping[int, int] = field(default_factory=dict)  # cpu -> physical package
     links: Mapping[tuple[int, int], str] = field(default_factory=dict)  # (gpu i, gpu j) -> NV18/PHB/...
@@ -100,12 +105,31 @@ class Topology:
                 return g
         return None
 
+    def link_between(self, a: GpuInfo, b: GpuInfo) -> str | None:
+        """The link between two GPUs, as ``plan`` and ``validate`` both judge it (one rule).
+
+        NVML links between ``a`` and ``b``'s buses (either side's) that are all down -> ``INACTIVE_NVLINK``
+        (whatever an older link matrix says); else ``NV<n>`` from the link matrix; else ``"NV"``
+        when an active NVML link reaches ``b``; else the matrix's PCIe level (PHB, SYS, ...) or None.
+        """
+        direct = [
+            nv
+            for x, y in ((a, b), (b, a))
+            for nv in x.nvlinks
+            if nv.remote_bus_id is not None and nv.remote_bus_id == y.pci_bus_id
+        ]
+        if direct and not any(nv.active for nv in direct):
+            return INACTIVE_NVLINK
+        kind = self.links.get((a.index, b.index)) or self.links.get((b.index, a.index))
+        if kind is not None and kind.upper().startswith("NV"):
+            return kind
+        if direct:
+            return "NV"
+        return kind
+
     def nvlinked(self, a: GpuInfo, b: GpuInfo) -> bool:
-        """Joined by NVLink: ``NV<n>`` in the link matrix, or an active NVML link to b's bus."""
-        link = self.links.get((a.index, b.index)) or self.links.get((b.index, a.index)) or ""
-        if link.upper().startswith("NV"):
-            return True
-        return any(nv.active and nv.remote_bus_id is not None and nv.remote_bus_id == b.pci_bus_id for nv in a.nvlinks)
+        """Joined by an NVLink that is up (``link_between`` is ``NV...``)."""
+        return (self.link_between(a, b) or "").upper().startswith("NV")
 
     def describe_gpus(self) -> str:
         """One line per GPU, for errors that must list what is there."""

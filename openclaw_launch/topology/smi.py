@@ -33,12 +33,17 @@ _NIC_LEGEND_RE = re.compile(r"^\s*(NIC\d+):\s*(\S+)\s*$")
 
 @dataclass(frozen=True)
 class SmiGpuRow:
-    """One GPU row of ``topo -m``. None: the column is absent or says N/A (or a range of nodes)."""
+    """One GPU row of ``topo -m``. None: the column is absent, empty or says N/A.
+
+    ``numa_nodes`` is the NUMA Affinity column as written: one node, or on Grace-Blackwell-style
+    hosts the CPU node together with GPU memory nodes (``0,3-9,11-17``); ``numa_affinity`` is the
+    column when it names one node (``topology_from_smi`` picks the CPU-side node of a list)."""
 
     index: int
     cpu_affinity: tuple[int, ...] | None
     numa_affinity: int | None
     gpu_numa_id: int | None
+    numa_nodes: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -91,6 +96,27 @@ def _opt_cpus(cell: str | None, row: str) -> tuple[int, ...] | None:
         raise _bad("nvidia-smi topo -m", f"row {row}: CPU Affinity {cell!r}: {e}") from e
 
 
+def _opt_nodes(cell: str | None, row: str) -> tuple[int, ...]:
+    if cell is None or cell == "N/A":
+        return ()
+    try:
+        return parse_cpulist(cell)
+    except ValueError as e:
+        raise _bad("nvidia-smi topo -m", f"row {row}: NUMA Affinity {cell!r}: {e}") from e
+
+
+def _row_columns(line: str, n_devices: int, affinity: tuple[str, ...]) -> list[str]:
+    """The affinity columns this row has values for, in order. nvidia-smi separates cells with
+    tabs: an empty first cell after the matrix is an empty CPU Affinity (a Slurm cgroup or VM
+    without CPUs near that GPU), which whitespace splitting alone would lose, shifting the NUMA
+    node into the CPU column. Pasted text without tabs is read positionally."""
+    columns = [_AFFINITY_COLUMNS[a] for a in affinity]
+    cells = line.split("\t")
+    if columns[:1] == ["cpu"] and len(cells) > 1 + n_devices and not cells[1 + n_devices].strip():
+        return columns[1:]
+    return columns
+
+
 def _header_tokens(header: str) -> list[str]:
     for title in _AFFINITY_COLUMNS:
         header = re.sub(r"\s+".join(title.split()), f"\0{title}\0", header)
@@ -126,13 +152,15 @@ def parse_topo_matrix(text: str) -> SmiTopo:
             matrix[(name, col)] = "SYS" if cell == "SOC" else cell
         m = _GPU_RE.match(name)
         if m:
-            vals = dict(zip((_AFFINITY_COLUMNS[a] for a in affinity), rest, strict=False))  # empty cells: absent
+            vals = dict(zip(_row_columns(line, len(devices), affinity), rest, strict=False))  # empty: absent
+            nodes = _opt_nodes(vals.get("numa"), name)
             gpus.append(
                 SmiGpuRow(
                     index=int(m.group(1)),
                     cpu_affinity=_opt_cpus(vals.get("cpu"), name),
-                    numa_affinity=_opt_int(vals.get("numa")),
+                    numa_affinity=nodes[0] if len(nodes) == 1 else None,
                     gpu_numa_id=_opt_int(vals.get("gpu_numa")),
+                    numa_nodes=nodes,
                 )
             )
     if not gpus:
@@ -222,12 +250,39 @@ def infer_core_of(cpu_groups: Iterable[Iterable[int]], threads_per_core: int | N
     return core_of
 
 
-def _gpu_nodes(rows: Iterable[SmiGpuRow]) -> dict[int, tuple[int, ...]]:
+def _gpu_nodes(rows: Iterable[SmiGpuRow], home: Mapping[int, int | None]) -> dict[int, tuple[int, ...]]:
     nodes: dict[int, set[int]] = {}
     for g in rows:
-        if g.numa_affinity is not None and g.cpu_affinity:
-            nodes.setdefault(g.numa_affinity, set()).update(g.cpu_affinity)
+        node = home[g.index]
+        if node is not None and g.cpu_affinity:
+            nodes.setdefault(node, set()).update(g.cpu_affinity)
     return {n: tuple(sorted(c)) for n, c in sorted(nodes.items())}
+
+
+def _cpu_side_nodes(
+    rows: Iterable[SmiGpuRow], cpu_nodes: Mapping[int, tuple[int, ...]] | None
+) -> dict[int, int | None]:
+    """GPU index -> the NUMA node of its CPUs. A NUMA Affinity list (Grace-Blackwell: the CPU node
+    with the GPUs' own memory nodes, ``0,3-9,11-17``) is cut to nodes that are nobody's
+    ``GPU NUMA ID`` and, where ``numactl``/``lscpu`` say which nodes have CPUs, to those; several
+    left: the one holding the GPU's CPU affinity. Without numactl/lscpu the lowest is taken (the
+    kernel numbers CPU nodes before the memory-only nodes of GPU memory). None when unsettled."""
+    rows = list(rows)
+    memory_nodes = {g.gpu_numa_id for g in rows if g.gpu_numa_id is not None}
+    out: dict[int, int | None] = {}
+    for g in rows:
+        if len(g.numa_nodes) <= 1:
+            out[g.index] = g.numa_affinity
+            continue
+        left = [n for n in g.numa_nodes if n not in memory_nodes]
+        if cpu_nodes:
+            left = [n for n in left if n in cpu_nodes]
+        if len(left) > 1 and cpu_nodes and g.cpu_affinity:
+            left = [n for n in left if set(cpu_nodes[n]) & set(g.cpu_affinity)]
+        if len(left) > 1 and not cpu_nodes:
+            left = left[:1]  # Linux numbers the CPU nodes before the memory-only nodes GPUs add
+        out[g.index] = left[0] if len(left) == 1 else None
+    return out
 
 
 def topology_from_smi(
@@ -256,10 +311,13 @@ def topology_from_smi(
     lscpu = parse_lscpu(lscpu_text) if lscpu_text is not None else None
     if numactl_text is not None:
         numa_nodes = parse_numactl_hardware(numactl_text)
+        home = _cpu_side_nodes(topo.gpus, numa_nodes)
     elif lscpu is not None and lscpu.numa_nodes:
         numa_nodes = dict(lscpu.numa_nodes)
+        home = _cpu_side_nodes(topo.gpus, numa_nodes)
     else:
-        numa_nodes = _gpu_nodes(topo.gpus)
+        home = _cpu_side_nodes(topo.gpus, None)
+        numa_nodes = _gpu_nodes(topo.gpus, home)
     gpu_cpus = {c for g in topo.gpus for c in g.cpu_affinity or ()}
     node_cpus = {c for cs in numa_nodes.values() for c in cs}
     allowed = tuple(sorted(gpu_cpus or node_cpus))
@@ -272,7 +330,7 @@ def topology_from_smi(
             index=g.index,
             uuid=listing[g.index].uuid if listing else None,
             name=listing[g.index].name if listing else None,
-            numa_node=g.numa_affinity,
+            numa_node=home[g.index],
             cpu_affinity=g.cpu_affinity,
         )
         for g in topo.gpus

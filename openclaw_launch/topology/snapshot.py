@@ -68,6 +68,7 @@ def dump_snapshot(topo: Topology) -> dict[str, Any]:
         "gpus": [_gpu_out(g) for g in topo.gpus],
         "numa_nodes": {str(n): format_cpulist(c) for n, c in sorted(topo.numa_nodes.items())},
         "allowed_cpus": format_cpulist(topo.allowed_cpus),
+        "allowed_mems": format_cpulist(topo.allowed_mems),
         "core_of": {str(c): k for c, k in sorted(topo.core_of.items())},
         "socket_of": {str(c): s for c, s in sorted(topo.socket_of.items())},
         "links": {f"{i},{j}": v for (i, j), v in sorted(topo.links.items())},
@@ -241,6 +242,8 @@ def topology_from_snapshot(data: Mapping[str, Any], where: str = "<snapshot>") -
                 n: _cpus(c, f"numa_nodes.{n}") for n, c in _int_keys(_get(data, "numa_nodes", ""), "numa_nodes").items()
             },
             allowed_cpus=_cpus(_get(data, "allowed_cpus", ""), "allowed_cpus"),
+            # absent in snapshots from before it was recorded: unknown, nothing is checked against it
+            allowed_mems=_cpus(data.get("allowed_mems", ""), "allowed_mems"),
             core_of={
                 c: _int(k, f"core_of.{c}", hi=MAX_CPU_ID)
                 for c, k in _int_keys(_get(data, "core_of", ""), "core_of").items()

@@ -219,6 +219,19 @@ def read_infiniband(root: Path) -> tuple[IbPort, ...]:
     return tuple(ports)
 
 
+def read_allowed_mems(root: Path) -> tuple[int, ...]:
+    """The memory nodes this process's cpuset allows (``Mems_allowed_list`` of ``proc/self/status``
+    under ``root``); () when unknown (no such file, e.g. a recorded tree without it)."""
+    for line in (_read(root / "proc/self/status") or "").splitlines():
+        key, _, value = line.partition(":")
+        if key == "Mems_allowed_list":
+            try:
+                return parse_cpulist(value.strip())
+            except ValueError:
+                return ()
+    return ()
+
+
 def read_sysfs(root: Path = Path("/"), bus_ids: Iterable[str] = ()) -> SysfsFacts:
     """Everything above in one read; ``bus_ids`` are the PCI devices (GPUs) to look at."""
     cpus = read_cpus(root)

@@ -1,0 +1,204 @@
+"""Issue 8, "every rule in one place": each rule has one definition that config loading, ``plan``,
+``validate`` and the MPS daemon all use, and the documented key reference is held to it."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+import openclaw_launch.config as config_module
+from openclaw_launch import config_yaml
+from openclaw_launch.config import (
+    RUNTIME_KEYS,
+    Config,
+    NodeSpec,
+    Runtime,
+    parse_config,
+    pinned_limit_problem,
+    procs_per_gpu_problem,
+)
+from openclaw_launch.errors import ConfigError, LaunchError, PlanError
+from openclaw_launch.mps import _FIX_HINT, MpsDaemon, check_client_limit, start_mps, validate_pinned_limit
+from openclaw_launch.parallel import PARALLEL_DIMS
+from openclaw_launch.plan import Entry, LaunchPlan, MpsPlan, PlanOptions, RankPlan, build_plan
+from openclaw_launch.topology.model import GpuInfo, Topology
+
+UUID0 = "GPU-584f87b1-e561-d9a3-aa91-5ea20ea584ee"
+
+
+def _reference() -> dict[str, list[str]]:
+    """The key reference of ``config``'s docstring: section path -> its keys, in order."""
+    doc = config_module.__doc__ or ""
+    block = doc.split("Reference (every key; ``*`` = required)::", 1)[1].split("\n\n", 2)[1]
+    sections: dict[str, list[str]] = {}
+    stack: list[tuple[int, str]] = []
+    for line in block.splitlines():
+        m = re.match(r"^( *)(- )?([a-z_]+):", line)
+        if not m:
+            continue
+        indent = len(m.group(1)) + (2 if m.group(2) else 0)
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        parent = ".".join(k for _, k in stack)
+        sections.setdefault(parent, []).append(m.group(3))
+        stack.append((indent, m.group(3)))
+    return sections
+
+
+def test_documented_runtime_keys_are_the_runtime_fields() -> None:
+    ref = _reference()
+    assert ref["runtime"] == [f.name for f in fields(Runtime)] == list(RUNTIME_KEYS)
+
+
+def test_documented_keys_are_the_keys_config_loading_reads() -> None:
+    ref = _reference()
+    assert tuple(ref[""]) == config_yaml._TOP_KEYS
+    assert tuple(ref["cluster"]) == config_yaml._CLUSTER_KEYS
+    assert tuple(ref["cluster.nodes"]) == config_yaml._NODE_KEYS
+    assert tuple(ref["cluster.nodes.gpus"]) == config_yaml._GPU_KEYS
+    assert tuple(ref["parallel"]) == PARALLEL_DIMS
+    assert tuple(ref["preflight"]) == config_yaml._PREFLIGHT_KEYS
+
+
+def test_every_runtime_key_has_one_reader_and_is_read() -> None:
+    checker = config_yaml._Checker()
+    assert list(checker.runtime_readers()) == list(RUNTIME_KEYS)
+    assert config_yaml._RUNTIME_KEYS is RUNTIME_KEYS
+
+
+def _cfg(**runtime: object) -> Config:
+    return Config(nodes=(NodeSpec(name="n0", gpus=()),), runtime=Runtime(**runtime))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("procs", "mps", "limit"),
+    [(2, False, None), (3, True, 2), (1, False, None), (2, True, 2), (4, True, None)],
+)
+def test_procs_per_gpu_rule_is_the_same_in_config_plan_and_mps(procs: int, mps: bool, limit: int | None) -> None:
+    problem = procs_per_gpu_problem(procs, mps, limit)
+    text = f"cluster:\n  nodes:\n    - name: n0\n      gpus:\n        - uuid: {UUID0}\nruntime:\n"
+    text += f"  procs_per_gpu: {procs}\n  enable_mps: {str(mps).lower()}\n"
+    text += f"  mps_max_clients_per_gpu: {limit}\n" if limit is not None else ""
+    if problem is None:
+        parse_config(text)
+    else:
+        with pytest.raises(ConfigError) as info:
+            parse_config(text)
+        assert problem in str(info.value) and "runtime.procs_per_gpu (line 7)" in str(info.value)
+    # plan: a Config built in code (not loaded) is held to the same rule
+    cfg = Config(
+        nodes=(NodeSpec(name="n0", gpus=(config_module.GpuSpec(uuid=UUID0),)),),
+        runtime=Runtime(procs_per_gpu=procs, enable_mps=mps, mps_max_clients_per_gpu=limit),
+    )
+    topo = Topology(gpus=(GpuInfo(0, UUID0),), allowed_cpus=tuple(range(8)))
+    options = PlanOptions(entry=Entry("script", "t.py"), numactl=None)
+    if problem is None:
+        build_plan(cfg, topo, options)
+    else:
+        with pytest.raises(PlanError, match=re.escape(problem)):
+            build_plan(cfg, topo, options)
+    # the MPS daemon's client count: the same message for the same numbers
+    if mps and limit is not None and procs > limit:
+        ranks = tuple(RankPlan(i, i, "n0", 0, UUID0, 0, None, None, (), "none", (), ("x",), {}) for i in range(procs))
+        mps_plan = MpsPlan(limit, None, None, "error", (UUID0,))
+        plan = LaunchPlan("r", "n0", 0, 1, procs, "127.0.0.1", 1, "nccl", ranks, mps=mps_plan)
+        with pytest.raises(PlanError, match=re.escape(problem)):
+            check_client_limit(plan)
+
+
+@pytest.mark.parametrize("value", ["40G", "512M", "10GB", "0G", "1.5G", "40g", "G"])
+def test_pinned_memory_rule_is_the_same_in_config_and_mps(value: str) -> None:
+    problem = pinned_limit_problem(value)
+    text = f"cluster:\n  nodes:\n    - name: n0\n      gpus:\n        - uuid: {UUID0}\nruntime:\n"
+    text += f"  enable_mps: true\n  mps_pinned_device_mem_limit: '{value}'\n"
+    if problem is None:
+        assert parse_config(text).runtime.mps_pinned_device_mem_limit == value
+        assert validate_pinned_limit(value) == value
+    else:
+        with pytest.raises(ConfigError, match=re.escape(problem)):
+            parse_config(text)
+        with pytest.raises(PlanError, match=re.escape(problem)):
+            validate_pinned_limit(value)
+
+
+def test_mps_start_failure_hint_is_printed_once(tmp_path: Path) -> None:
+    mps_plan = MpsPlan(None, None, None, "error", (UUID0,))
+    with pytest.raises(LaunchError) as info:
+        MpsDaemon(mps_plan, tmp_path / "run", control=str(tmp_path / "no-such-mps-control")).start()
+    assert str(info.value).count(_FIX_HINT) == 1
+    ranks = (RankPlan(0, 0, "n0", 0, UUID0, 0, None, None, (), "none", (), ("x",), {}),)
+    plan = LaunchPlan("r", "n0", 0, 1, 1, "127.0.0.1", 1, "nccl", ranks, mps=mps_plan)
+    with pytest.raises(LaunchError) as info:
+        start_mps(plan, tmp_path / "run2", control=str(tmp_path / "no-such-mps-control"))
+    assert str(info.value).count(_FIX_HINT) == 1
+
+
+# --- the cpuset's memory nodes (Mems_allowed) -----------------------------------------------------
+
+
+def _two_node_host(allowed_mems: tuple[int, ...]) -> Topology:
+    gpus = tuple(
+        GpuInfo(
+            i, f"GPU-0000000{i}-0000-4000-8000-000000000000", numa_node=i, cpu_affinity=tuple(range(8 * i, 8 * i + 8))
+        )
+        for i in range(2)
+    )
+    return Topology(
+        gpus=gpus,
+        numa_nodes={0: tuple(range(8)), 1: tuple(range(8, 16))},
+        allowed_cpus=tuple(range(16)),
+        allowed_mems=allowed_mems,
+        source="test",
+    )
+
+
+def _gpu_plan(topo: Topology, **runtime: object) -> LaunchPlan:
+    specs = tuple(config_module.GpuSpec(uuid=g.uuid or "") for g in topo.gpus)
+    cfg = Config(nodes=(NodeSpec(name="n0", gpus=specs),), runtime=Runtime(**runtime))  # type: ignore[arg-type]
+    return build_plan(cfg, topo, PlanOptions(entry=Entry("script", "t.py"), numactl="numactl"))
+
+
+def test_memory_nodes_outside_mems_allowed_never_reach_membind() -> None:
+    plan = _gpu_plan(_two_node_host(allowed_mems=(0,)))
+    r0, r1 = plan.ranks
+    assert (r0.mem_policy, r0.mem_nodes) == ("bind", (0,)) and "--membind=0" in r0.argv
+    assert (r1.mem_policy, r1.mem_nodes) == ("none", ()) and not any("--membind" in a for a in r1.argv)
+    assert r1.cpus == tuple(range(8, 16))  # the CPUs stay where they were planned
+    assert any("NUMA node(s) 1 are not among the memory nodes" in w and "Mems_allowed: 0" in w for w in plan.warnings)
+    preferred = _gpu_plan(_two_node_host(allowed_mems=(0,)), mem_policy="preferred").ranks[1]
+    assert not any(a.startswith("--preferred") for a in preferred.argv)
+
+
+def test_allowed_mems_unknown_or_wide_enough_changes_nothing() -> None:
+    for mems in ((), (0, 1)):
+        plan = _gpu_plan(_two_node_host(allowed_mems=mems))
+        assert [r.mem_nodes for r in plan.ranks] == [(0,), (1,)]
+        assert not any("Mems_allowed" in w for w in plan.warnings)
+
+
+def test_cpu_workers_memory_nodes_checked_too() -> None:
+    topo = _two_node_host(allowed_mems=(1,))
+    cfg = Config(nodes=(NodeSpec(name="n0", cpu_workers=2),))
+    plan = build_plan(cfg, topo, PlanOptions(entry=Entry("script", "t.py"), numactl="numactl"))
+    assert [r.mem_nodes for r in plan.ranks] == [(), (1,)]
+    assert any("CPU worker 0: NUMA node(s) 0" in w for w in plan.warnings)
+
+
+def test_allowed_mems_read_from_the_injected_root_and_kept_in_snapshots(tmp_path: Path) -> None:
+    from openclaw_launch.topology.snapshot import dump_snapshot, topology_from_snapshot
+    from openclaw_launch.topology.sysfs import read_allowed_mems
+
+    status = tmp_path / "proc" / "self" / "status"
+    status.parent.mkdir(parents=True)
+    status.write_text("Name:\tpython3\nMems_allowed:\t00000000,00000005\nMems_allowed_list:\t0,2\n")
+    assert read_allowed_mems(tmp_path) == (0, 2)
+    assert read_allowed_mems(tmp_path / "nowhere") == ()
+    topo = _two_node_host(allowed_mems=(0, 2))
+    doc = dump_snapshot(topo)
+    assert doc["allowed_mems"] == "0,2"
+    assert topology_from_snapshot(doc).allowed_mems == (0, 2)
+    del doc["allowed_mems"]  # a snapshot from before the field: unknown
+    assert topology_from_snapshot(doc).allowed_mems == ()
