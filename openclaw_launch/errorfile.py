@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 
 from openclaw_launch.files import write_atomic
-from openclaw_launch.supervise import JobResult, format_root_cause, signal_name
+from openclaw_launch.results import JobResult, format_root_cause, signal_name
 
 
 def parent_error_data(result: JobResult, worker_file_text: str | None) -> dict[str, object]:

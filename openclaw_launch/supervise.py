@@ -13,17 +13,17 @@ explicit state machine::
 Every OS call goes through an ``OsLayer`` (``osproc.RealOs``) so the state
 machine can be driven by a fake in tests. Call ``supervise`` from the main thread:
 it installs signal handlers and reaps every child of this process while it runs.
+
+Worker output (log files, console lines, the stderr tail) is ``worker_output``'s; the result
+types and the root-cause text are ``results``' (re-exported here).
 """
 
 from __future__ import annotations
 
-import codecs
-import contextlib
 import enum
 import heapq
 import itertools
 import os
-import re
 import signal
 import sys
 from collections import deque
@@ -35,7 +35,16 @@ from openclaw_launch import console
 from openclaw_launch.errors import LaunchError
 from openclaw_launch.guard import Guardian
 from openclaw_launch.osproc import OsLayer, RealOs, Reaped
+from openclaw_launch.results import (
+    JobResult,
+    WorkerResult,
+    format_root_cause,
+    read_error_file,
+    signal_name,
+    why_ended,
+)
 from openclaw_launch.topology.cpulist import format_cpulist, parse_cpulist
+from openclaw_launch.worker_output import ConsoleLine, WorkerStream
 
 if TYPE_CHECKING:  # plan.py pulls in config/yaml; the supervisor only needs the shapes
     from openclaw_launch.plan import LaunchPlan, RankPlan
@@ -49,7 +58,6 @@ FORWARDED_SIGNALS = (
     signal.SIGUSR2,
 )
 ESCALATING_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # a second one while stopping means "SIGKILL now"
-_MAX_PARTIAL_LINE = 65536  # a "line" longer than this is emitted in pieces
 _MAX_DRAIN = 16 << 20  # bytes read from a pipe after its worker is gone, at most
 _CONSOLE_RETRY_S = 0.05  # a console that did not take everything is retried this often
 
@@ -109,90 +117,6 @@ class SuperviseHooks:
     decide_restart: Callable[[int, bool], bool] | None = None
 
 
-@dataclass(frozen=True)
-class WorkerResult:
-    rank: int
-    local_rank: int
-    node: str
-    attempt: int
-    pid: int | None  # None when the spawn itself failed
-    exit_code: int | None  # None when killed by a signal or never reaped
-    signal: int | None
-    start_s: float  # wall clock (time.time()), for the record
-    end_s: float | None
-    cpu_s: float | None
-    max_rss_kib: int | None
-    bound_cpus: tuple[int, ...] | None  # read back from /proc/PID/status
-    bound_mems: tuple[int, ...] | None
-    binding_warning: str | None
-    stderr_tail: tuple[str, ...]
-    error_file: str | None  # TORCHELASTIC_ERROR_FILE when the worker wrote it
-    error: str | None  # its message and traceback
-    wall_s: float | None = None  # run time on the monotonic clock (a clock step does not change it)
-
-    @property
-    def succeeded(self) -> bool:
-        return self.exit_code == 0
-
-    @property
-    def code(self) -> int | None:
-        """Exit code as a shell reports it: the code, or 128+signal."""
-        if self.signal is not None:
-            return 128 + self.signal
-        return self.exit_code
-
-
-@dataclass(frozen=True)
-class JobResult:
-    exit_code: int
-    root_cause: WorkerResult | None
-    attempts: int
-    results: tuple[tuple[WorkerResult, ...], ...]  # per attempt, in rank order
-    signal_received: int | None
-    unkillable: tuple[int, ...]  # pids still alive after SIGKILL and kill_timeout_s
-    root_causes: tuple[WorkerResult | None, ...] = ()  # per attempt (the last one is root_cause)
-    log_errors: tuple[str, ...] = ()  # worker log files that could not be written (the job went on)
-    guardian_lost: str | None = None  # the guardian died or stopped taking messages: why
-
-
-def _why(cause: WorkerResult | None) -> str:
-    """``rank 1 exited 3``: why an attempt ended, for the restart line."""
-    if cause is None:
-        return "a failure"
-    if cause.signal is not None:
-        return f"rank {cause.rank} was killed by {signal_name(cause.signal)}"
-    return f"rank {cause.rank} exited {cause.exit_code}"
-
-
-def signal_name(sig: int) -> str:
-    try:
-        return signal.Signals(sig).name
-    except ValueError:
-        return f"signal {sig}"
-
-
-def format_root_cause(result: WorkerResult, error_file_kept: bool = True) -> str:
-    """What a user needs to see first: which rank, how it ended, its last words. The error file is
-    named only when it outlives the job."""
-    if result.signal is not None:
-        how = f"was killed by {signal_name(result.signal)} (signal {result.signal}, exit code {result.code})"
-    elif result.exit_code is not None:
-        how = f"exited with code {result.exit_code}"
-    else:
-        how = "did not exit even after SIGKILL"
-    lines = [
-        f"root cause: rank {result.rank} (local rank {result.local_rank}) on node {result.node}, "
-        f"pid {result.pid}, attempt {result.attempt}: {how}"
-    ]
-    if result.stderr_tail:
-        lines.append(f"  last {len(result.stderr_tail)} line(s) of its stderr:")
-        lines += [f"    {line}" for line in result.stderr_tail]
-    if result.error:
-        lines.append(f"  error file {result.error_file}:" if error_file_kept else "  its error file said:")
-        lines += [f"    {line}" for line in result.error.splitlines()]
-    return "\n".join(lines)
-
-
 def supervise(
     plan: LaunchPlan,
     options: SuperviseOptions | None = None,
@@ -218,24 +142,6 @@ def supervise(
             guardian.close()
 
 
-def read_error_file(text: str) -> str:
-    """Message and traceback from torch's ``@record`` error file (or the raw text)."""
-    import json
-
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return text.strip()
-    message = data.get("message") if isinstance(data, dict) else None
-    if isinstance(message, str):
-        return message
-    if isinstance(message, dict):
-        extra = message.get("extraInfo") or {}
-        parts = [str(message.get("message") or ""), str(extra.get("py_callstack") or "")]
-        return "\n".join(p.rstrip() for p in parts if p)
-    return text.strip()
-
-
 def _close_logs(logs: dict[str, BinaryIO | None]) -> None:
     for log in logs.values():
         if log is not None:
@@ -247,141 +153,6 @@ def _parse_cpulist(text: str) -> tuple[int, ...] | None:
         return parse_cpulist(text)
     except ValueError:
         return None
-
-
-class _ConsoleLine:
-    """Which stream's line is open (written without its end yet) on one console stream."""
-
-    owner: _Stream | None = None
-
-
-class _Stream:
-    """One worker pipe: raw bytes to the log file, prefixed text to the console, whole lines to the
-    stderr tail.
-
-    The console gets whole lines, so ranks flooding it at once never cut each other's lines; but a
-    line being redrawn with ``\\r`` (a progress bar) is shown as it is written, and a last line
-    without a newline at EOF. Another rank writing while such a line is open ends it first.
-    """
-
-    def __init__(
-        self,
-        fd: int,
-        prefix: str,
-        console: TextIO | None,
-        log: BinaryIO | None,
-        tail: deque[str] | None,
-        line: _ConsoleLine | None = None,
-        on_log_error: Callable[[OSError], None] | None = None,
-    ) -> None:
-        self.fd = fd
-        self._on_log_error = on_log_error
-        self._prefix = prefix
-        self._console = console
-        self._log = log
-        self._tail = tail
-        self._partial = b""
-        self._line = line or _ConsoleLine()
-        self._open = False  # our console line has text and no end yet
-        self._redrawing = False  # the current line has had a \\r: show its text as it comes
-        self._pending = ""  # console text of a line not ended yet (and not being redrawn)
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-
-    def feed(self, data: bytes) -> None:
-        if self._log is not None:
-            try:
-                self._log.write(data)
-            except OSError as exc:  # full disk, quota, I/O error: the job and the console go on
-                self._drop_log(exc)
-        if self._console is not None:
-            self._show(self._decoder.decode(data))
-        if self._tail is None:
-            return
-        *lines, self._partial = (self._partial + data).split(b"\n")
-        if len(self._partial) > _MAX_PARTIAL_LINE:
-            lines.append(self._partial)
-            self._partial = b""
-        self._tail.extend(_last_redraw(line.decode(errors="replace")) for line in lines)
-
-    def finish(self) -> None:
-        """EOF: a last line without a newline is still a line."""
-        if self._console is not None:
-            self._show(self._decoder.decode(b"", final=True))
-            rest = self._pending.rstrip("\r")
-            self._pending = ""
-            if rest or self._open:
-                self._write("".join(self._text(rest)) + "\n", still_open=False)
-        if self._partial and self._tail is not None:
-            self._tail.append(_last_redraw(self._partial.decode(errors="replace")))
-        self._partial = b""
-        if self._log is not None:
-            try:
-                self._log.close()
-            except OSError as exc:
-                self._drop_log(exc)
-            self._log = None
-
-    def _drop_log(self, exc: OSError) -> None:
-        log, self._log = self._log, None
-        if log is not None:
-            with contextlib.suppress(OSError):
-                log.close()
-        if self._on_log_error is not None:
-            self._on_log_error(exc)
-
-    def _text(self, segment: str) -> list[str]:
-        """``segment`` continuing our line: the prefix first when the line is new."""
-        return [segment] if self._open else [self._prefix, segment]
-
-    def _show(self, text: str) -> None:
-        text, self._pending = self._pending + text, ""
-        held = ""
-        if text.endswith("\r"):  # maybe half of \r\n: decide with the next chunk
-            text, held = text[:-1], "\r"
-        parts = _LINE_ENDS.split(text)
-        out: list[str] = []
-        for segment, end in zip(parts[:-2:2], parts[1::2], strict=True):
-            if end == "\r":  # a redraw: back to the line's start, the next text brings the prefix
-                if segment or self._open:
-                    out += [*self._text(segment), "\r"]
-                self._redrawing = True
-            else:
-                out += [*self._text(segment), "\n"]
-                self._redrawing = False
-            self._open = False
-        last = parts[-1]
-        if last and (self._redrawing or held):
-            out += self._text(last)
-            self._open = True
-        elif len(last) > _MAX_PARTIAL_LINE:
-            out += [*self._text(last), "\n"]
-        else:
-            self._pending = last
-        self._pending += held
-        if out:
-            self._write("".join(out), still_open=self._open)
-
-    def _write(self, text: str, still_open: bool) -> None:
-        owner = self._line.owner
-        if owner is not None and owner is not self and owner._open:  # end the other rank's line first
-            owner._open = False
-            text = "\n" + text
-        self._line.owner = self if still_open else None
-        if self._console is None:
-            return
-        try:
-            self._console.write(text)
-            self._console.flush()
-        except (OSError, ValueError):  # console gone (closed pipe): keep supervising
-            self._console = None
-
-
-_LINE_ENDS = re.compile("(\r\n|\n|\r)")
-
-
-def _last_redraw(line: str) -> str:
-    """A line redrawn with ``\\r`` (a progress bar) as the terminal shows it: its last drawing."""
-    return next((part for part in reversed(line.split("\r")) if part), "")
 
 
 @dataclass
@@ -457,11 +228,11 @@ class _Supervisor:
         self.wakeup_fd = -1
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
-        self._console_lines: dict[str, _ConsoleLine] = {}  # per console stream: whose line is open
+        self._console_lines: dict[str, ConsoleLine] = {}  # per console stream: whose line is open
         # per attempt
         self.workers: list[_Worker] = []
         self.live: dict[int, _Worker] = {}
-        self.streams: dict[int, _Stream] = {}
+        self.streams: dict[int, WorkerStream] = {}
         self.failure: _Worker | None = None
         self.attempt_open = False
         self.killed = False
@@ -513,7 +284,7 @@ class _Supervisor:
                 break
             attempt += 1
             self._console_err(
-                f"openclaw-launch: attempt {attempt + 1}/{self.opt.max_restarts + 1} after {_why(root_cause)}"
+                f"openclaw-launch: attempt {attempt + 1}/{self.opt.max_restarts + 1} after {why_ended(root_cause)}"
             )
         self.state = State.DONE
         job = JobResult(
@@ -697,9 +468,9 @@ class _Supervisor:
         prefix = self.opt.prefix_template.format(rank=r.rank, local_rank=r.local_rank, node=r.node, attempt=w.attempt)
         shown = (self.stdout if name == "stdout" else self.stderr) if show else None
         tail = w.tail if name == "stderr" else None
-        line = self._console_lines.setdefault(name, _ConsoleLine())
+        line = self._console_lines.setdefault(name, ConsoleLine())
         label = f"rank {r.rank} {name} log"
-        self.streams[fd] = _Stream(fd, prefix, shown, log, tail, line, lambda exc: self._log_error(label, exc))
+        self.streams[fd] = WorkerStream(fd, prefix, shown, log, tail, line, lambda exc: self._log_error(label, exc))
         self.os.watch_fd(fd)
 
     # ---- event loop ------------------------------------------------------------------------------
@@ -754,7 +525,7 @@ class _Supervisor:
         while self._timers and self._timers[0][0] <= self.os.monotonic():
             heapq.heappop(self._timers)[2]()
 
-    def _read(self, stream: _Stream) -> None:
+    def _read(self, stream: WorkerStream) -> None:
         data = self.os.read_fd(stream.fd)
         if data is None:
             return
@@ -763,7 +534,7 @@ class _Supervisor:
         else:
             self._close_stream(stream)
 
-    def _drain(self, stream: _Stream) -> None:
+    def _drain(self, stream: WorkerStream) -> None:
         """What is in the pipe now, without blocking (an unkillable process may still hold it) and
         bounded (a writer we could not kill, e.g. exempt, may keep it full)."""
         left = _MAX_DRAIN
@@ -772,7 +543,7 @@ class _Supervisor:
             left -= len(data)
         self._close_stream(stream)
 
-    def _close_stream(self, stream: _Stream) -> None:
+    def _close_stream(self, stream: WorkerStream) -> None:
         stream.finish()
         self.os.unwatch_fd(stream.fd)
         self.os.close_fd(stream.fd)
