@@ -1,16 +1,16 @@
 """YAML text -> validated ``Config`` (the format is documented in ``config``).
 
 Walks PyYAML's node tree (safe composer only) so every problem carries its key
-path and line, and reports all problems at once.
+path and line, and reports all problems at once. The generic node reading (mappings, lists,
+scalars, their messages) is ``yaml_nodes``'; the config's sections and their rules are here.
 """
 
 from __future__ import annotations
 
-import difflib
 import ipaddress
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,8 +41,6 @@ from openclaw_launch.limits import (
     MAX_CPU_ID,
     MAX_ENV_VALUE,
     MAX_RANKS_PER_NODE,
-    MAX_SECONDS,
-    MAX_YAML_DEPTH,
     MIN_HANG_TIMEOUT_S,
     host_problem,
 )
@@ -50,6 +48,23 @@ from openclaw_launch.parallel import PARALLEL_DIMS, ParallelSpec, node_rank_coun
 from openclaw_launch.safe_read import InputFileError, read_input
 from openclaw_launch.topology.cpulist import parse_cpulist
 from openclaw_launch.topology.model import normalize_bus_id
+from openclaw_launch.yaml_nodes import (
+    NAME_RE,
+    TAG,
+    Y_CONSTRUCT,
+    BoundedLoader,
+    Entry,
+    NodeReader,
+    first_use,
+    given,
+    is_null,
+    join_path,
+    kind_of,
+    line_of,
+    mistyped,
+    short_tag,
+    syntax_problem,
+)
 
 _TOP_KEYS = ("cluster", "runtime", "parallel", "preflight")
 _PREFLIGHT_KEYS = ("expect_busbw_gbps", "size_mib", "iters")
@@ -69,40 +84,7 @@ _HOME: Mapping[str, str] = {
 _MPS_KEYS = tuple(k for k in _RUNTIME_KEYS if k.startswith("mps_"))
 
 _UUID_RE = re.compile(r"^(GPU|MIG)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.I)
-_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HOST_LABEL_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
-
-_TAG = "tag:yaml.org,2002:"
-_KINDS = {
-    "null": "null (an empty value)",
-    "bool": "a boolean",
-    "int": "an integer",
-    "float": "a number",
-    "str": "a string",
-    "map": "a mapping",
-    "seq": "a list",
-    "timestamp": "a date",
-    "binary": "binary data",
-}
-_Y_CONSTRUCT = yaml.constructor.SafeConstructor()
-
-
-class _BoundedLoader(yaml.SafeLoader):
-    """SafeLoader that refuses nesting deeper than ``MAX_YAML_DEPTH`` (PyYAML composes recursively:
-    a few hundred levels are a RecursionError)."""
-
-    _depth = 0
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        self._depth += 1
-        try:
-            if self._depth > MAX_YAML_DEPTH:
-                raise yaml.composer.ComposerError(
-                    None, None, f"nested deeper than {MAX_YAML_DEPTH} levels", self.peek_event().start_mark
-                )
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
 
 
 def load_config_file(path: str | os.PathLike[str]) -> Config:
@@ -119,72 +101,14 @@ def load_config_file(path: str | os.PathLike[str]) -> Config:
 def parse_config_text(text: str, source: str = "<config>") -> Config:
     """Validate YAML ``text``; ``source`` names it in messages. Raises ConfigError."""
     try:
-        root = yaml.compose(text, Loader=_BoundedLoader)
+        root = yaml.compose(text, Loader=BoundedLoader)
     except yaml.YAMLError as e:
-        raise ConfigError(source, [_syntax_problem(e, text)]) from None
+        raise ConfigError(source, [syntax_problem(e, text)]) from None
     checker = _Checker()
     config = checker.config(root, source)
     if checker.problems:
         raise ConfigError(source, sorted(checker.problems, key=lambda p: p.line or 0))
     return config
-
-
-def _syntax_problem(e: yaml.YAMLError, text: str) -> Problem:
-    """A YAML parse error as one Problem, with the line where the parser stopped."""
-    if isinstance(e, yaml.MarkedYAMLError):
-        mark = e.problem_mark or e.context_mark
-        line = mark.line + 1 if mark is not None else None
-        what = e.problem or "invalid YAML"
-        if e.context:
-            what = f"{what} ({e.context})"
-        col = f", column {mark.column + 1}" if mark is not None else ""
-        return Problem("yaml", line, f"YAML syntax error{col}: {what}")
-    if isinstance(e, yaml.reader.ReaderError):
-        line = text.count("\n", 0, e.position) + 1
-        return Problem("yaml", line, f"YAML syntax error: character {e.character!r} is not allowed")
-    return Problem("yaml", None, f"YAML syntax error: {e}")
-
-
-def _line(node: yaml.Node) -> int:
-    return int(node.start_mark.line) + 1
-
-
-def _short_tag(node: yaml.Node) -> str:
-    return node.tag[len(_TAG) :] if node.tag.startswith(_TAG) else node.tag
-
-
-def _kind(node: yaml.Node) -> str:
-    """What the user wrote, for "expected X, got Y" messages."""
-    kind = _KINDS.get(_short_tag(node), f"tag {node.tag}")
-    if isinstance(node, yaml.ScalarNode) and _short_tag(node) not in ("null", "str"):
-        return f"{kind} ({node.value})"
-    if isinstance(node, yaml.ScalarNode) and _short_tag(node) == "str":
-        return f"{kind} ({node.value!r})"
-    return kind
-
-
-def _is_null(node: yaml.Node | None) -> bool:
-    return node is None or (isinstance(node, yaml.ScalarNode) and node.tag == _TAG + "null")
-
-
-def _join(path: str, key: str) -> str:
-    """Key path syntax: ``a.b``, ``a['odd key']``."""
-    if not _ENV_NAME_RE.match(key):
-        return f"{path}[{key!r}]"
-    return f"{path}.{key}" if path else key
-
-
-@dataclass(frozen=True)
-class _Entry:
-    """One ``key: value`` pair of a mapping; errors about the value point at the key's line."""
-
-    key: yaml.Node
-    value: yaml.Node
-    path: str
-
-    @property
-    def line(self) -> int:
-        return _line(self.key)
 
 
 @dataclass
@@ -195,183 +119,26 @@ class _NodeScope:
     bus_ids: dict[str, str] = field(default_factory=dict)  # bus id -> "path (line N)"
 
 
-def _first_use(seen: dict[Any, str], key: Any, e: _Entry) -> str | None:
-    """Where ``key`` was first seen ("path (line N)"), or None after recording this as the first."""
-    if key in seen:
-        return seen[key]
-    seen[key] = f"{e.path} (line {e.line})"
-    return None
-
-
-class _Checker:
+class _Checker(NodeReader):
     """Walks the composed node tree once, collecting every problem and warning."""
 
     def __init__(self) -> None:
-        self.problems: list[Problem] = []
-        self.warnings: list[Problem] = []
+        super().__init__()
         self.uuids: dict[str, str] = {}  # lower-case UUID -> where first seen
         self.names: dict[str, str] = {}
         self.ips: dict[ipaddress.IPv4Address | ipaddress.IPv6Address, str] = {}
 
-    def error(self, path: str, line: int | None, message: str) -> None:
-        self.problems.append(Problem(path, line, message))
-
-    def warn(self, path: str, line: int | None, message: str) -> None:
-        self.warnings.append(Problem(path, line, message))
-
-    # -- structure -------------------------------------------------------------------------
-
-    def safe(self, node: yaml.Node, path: str, line: int) -> bool:
-        """Only plain YAML: an explicit foreign tag (``!!python/...``, ``!foo``) is an error."""
-        tag = _short_tag(node)
-        if node.tag.startswith(_TAG) and tag in _KINDS:
-            return True
-        self.error(path, line, f"YAML tag {node.tag!r} is not allowed (safe YAML only); remove it")
-        return False
-
-    def mapping(
-        self,
-        node: yaml.Node,
-        path: str,
-        line: int,
-        valid: Sequence[str],
-        required: Sequence[str] = (),
-    ) -> dict[str, _Entry] | None:
-        """The known keys of a mapping. Unknown, duplicate and missing keys are reported."""
-        if not self.safe(node, path, line):
-            return None
-        if not isinstance(node, yaml.MappingNode):
-            self.error(
-                path or "(top level)", line, f"expected a mapping with keys {_listing(valid)}, got {_kind(node)}"
-            )
-            return None
-        out: dict[str, _Entry] = {}
-        first_line: dict[str, int] = {}
-        suggested: set[str] = set()
-        for key_node, value in node.value:
-            key_line = _line(key_node)
-            if key_node.tag == _TAG + "merge":
-                first_line["<<"] = key_line
-                self.error(
-                    _join(path, "<<"),
-                    key_line,
-                    "YAML merge keys ('<<') are not supported; "
-                    "write the keys out (anchors and aliases of whole values are fine)",
-                )
-                continue
-            if not isinstance(key_node, yaml.ScalarNode) or not self.safe(key_node, path, key_line):
-                self.error(path or "(top level)", key_line, "keys must be plain names")
-                continue
-            key = str(key_node.value)
-            kpath = _join(path, key)
-            if key in first_line:
-                self.error(
-                    kpath,
-                    key_line,
-                    f"duplicate key {key!r} (first at line {first_line[key]}); "
-                    "YAML would silently keep only the last one",
-                )
-                continue
-            first_line[key] = key_line
-            if key not in valid:
-                close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
-                suggested.update(close)
-                mean = f"; did you mean {close[0]!r}?" if close else "."
-                extra = "" if close else _misplaced_hint(key)
-                self.error(kpath, key_line, f"unknown key {key!r}{mean}{extra} Valid keys: {_listing(valid)}")
-                continue
-            out[key] = _Entry(key_node, value, kpath)
-        for key in required:
-            if key not in out and key not in suggested and "<<" not in first_line and key not in first_line:
-                self.error(_join(path, key), _line(node), f"required key {key!r} is missing")
-        return out
-
-    def sequence(self, entry: _Entry, what: str) -> list[yaml.Node] | None:
-        if not self.safe(entry.value, entry.path, entry.line):
-            return None
-        if not isinstance(entry.value, yaml.SequenceNode):
-            self.error(entry.path, entry.line, f"expected {what}, got {_kind(entry.value)}")
-            return None
-        return list(entry.value.value)
-
-    # -- scalars ---------------------------------------------------------------------------
-
-    def scalar(
-        self, node: yaml.Node, path: str, line: int, expected: str, tags: Sequence[str]
-    ) -> yaml.ScalarNode | None:
-        """``node`` when it is a safe scalar with one of ``tags``; otherwise report it."""
-        if not self.safe(node, path, line):
-            return None
-        if isinstance(node, yaml.ScalarNode) and _short_tag(node) in tags:
-            return node
-        quoted = ""
-        if isinstance(node, yaml.ScalarNode) and node.style in ("'", '"') and "str" not in tags:
-            quoted = " (remove the quotes)"
-        self.error(path, line, f"expected {expected}, got {_kind(node)}{quoted}")
-        return None
-
-    def boolean(self, e: _Entry) -> bool | None:
-        node = self.scalar(e.value, e.path, e.line, "a boolean (true or false)", ("bool",))
-        return None if node is None else bool(_Y_CONSTRUCT.construct_yaml_bool(node))
-
-    def integer(self, e: _Entry, lo: int, hi: int | None = None) -> int | None:
-        what = f"an integer >= {lo}" if hi is None else f"an integer from {lo} to {hi}"
-        node = self.scalar(e.value, e.path, e.line, what, ("int",))
-        if node is None:
-            return None
-        try:
-            value = int(_Y_CONSTRUCT.construct_yaml_int(node))
-        except ValueError:
-            self.error(e.path, e.line, f"expected {what}, got {node.value!r}")
-            return None
-        if value < lo or (hi is not None and value > hi):
-            self.error(e.path, e.line, f"{value} is out of range: expected {what}")
-            return None
-        return value
-
-    def seconds(self, e: _Entry, lo: float) -> float | None:
-        """A duration in seconds, ``lo`` .. limits.MAX_SECONDS."""
-        what = f"a number of seconds from {lo:g} to {MAX_SECONDS:g}"
-        node = self.scalar(e.value, e.path, e.line, what, ("int", "float"))
-        if node is None:
-            return None
-        try:
-            value = float(str(node.value).replace("_", ""))
-        except ValueError:
-            self.error(e.path, e.line, f"expected {what}, got {node.value!r}")
-            return None
-        if not lo <= value <= MAX_SECONDS:  # also nan
-            self.error(e.path, e.line, f"{node.value} is out of range: expected {what}")
-            return None
-        return value
-
-    def text(self, e: _Entry, what: str = "a string") -> str | None:
-        """A plain scalar's text exactly as written: YAML 1.1 turns ``0000:00:06.0`` into a
-        number and ``010`` into 8, but an identifier must stay what the operator typed."""
-        node = self.scalar(e.value, e.path, e.line, what, ("str", "int", "float"))
-        return None if node is None else str(node.value)
-
-    def choice(self, e: _Entry, choices: Sequence[str]) -> str | None:
-        what = f"one of {_listing(choices)}"
-        node = self.scalar(e.value, e.path, e.line, what, ("str",))
-        if node is None:
-            return None
-        value = str(node.value)
-        if value not in choices:
-            close = difflib.get_close_matches(value, choices, n=1)
-            mean = f" (did you mean {close[0]!r}?)" if close else ""
-            self.error(e.path, e.line, f"{value!r} is not valid{mean}: expected {what}")
-            return None
-        return value
+    def misplaced_hint(self, key: str) -> str:
+        return _misplaced_hint(key)
 
     # -- the document ----------------------------------------------------------------------
 
     def config(self, root: yaml.Node | None, source: str) -> Config:
-        if _is_null(root):
+        if is_null(root):
             self.error("cluster", 1, "the config is empty; it needs 'cluster' with 'nodes'")
             return Config(nodes=(), source=source)
         assert root is not None
-        top = self.mapping(root, "", _line(root), _TOP_KEYS, required=("cluster",)) or {}
+        top = self.mapping(root, "", line_of(root), _TOP_KEYS, required=("cluster",)) or {}
         runtime, binding = self.runtime(top.get("runtime"))
         nodes = self.cluster(top.get("cluster"), binding)
         parallel = self.parallel(top.get("parallel"), nodes, runtime)
@@ -381,14 +148,14 @@ class _Checker:
             nodes=nodes, runtime=runtime, parallel=parallel, preflight=preflight, source=source, warnings=warnings
         )
 
-    def parallel(self, entry: _Entry | None, nodes: tuple[NodeSpec, ...], rt: Runtime) -> ParallelSpec:
+    def parallel(self, entry: Entry | None, nodes: tuple[NodeSpec, ...], rt: Runtime) -> ParallelSpec:
         """``parallel: {tp, pp, dp}``; the sizes are checked against the nodes with the plan's rule."""
-        if entry is None or _is_null(entry.value):
+        if entry is None or is_null(entry.value):
             return ParallelSpec()
         m = self.mapping(entry.value, entry.path, entry.line, PARALLEL_DIMS)
         if m is None:
             return ParallelSpec()
-        sizes = {k: self.integer(e, 1) for k, e in m.items() if not _is_null(e.value)}
+        sizes = {k: self.integer(e, 1) for k, e in m.items() if not is_null(e.value)}
         spec = ParallelSpec(**sizes, where={k: f"parallel.{k}" for k in PARALLEL_DIMS})
         if self.problems or any(v is None for v in sizes.values()):
             return spec  # the nodes or sizes are already wrong: a size check would only add noise
@@ -397,33 +164,31 @@ class _Checker:
             self.error(entry.path, entry.line, problem)
         return spec
 
-    def preflight(self, entry: _Entry | None) -> PreflightSettings:
-        if entry is None or _is_null(entry.value):
+    def preflight(self, entry: Entry | None) -> PreflightSettings:
+        if entry is None or is_null(entry.value):
             return PreflightSettings()
         m = self.mapping(entry.value, entry.path, entry.line, _PREFLIGHT_KEYS)
         if m is None:
             return PreflightSettings()
         expect: dict[str, float] = {}
-        if _given(m, "expect_busbw_gbps"):
+        if given(m, "expect_busbw_gbps"):
             e = m["expect_busbw_gbps"]
             kinds = self.mapping(e.value, e.path, e.line, PREFLIGHT_TIER_KINDS) or {}
             for kind, ke in kinds.items():
                 node = self.scalar(ke.value, ke.path, ke.line, "a bandwidth in GB/s (a number > 0)", ("int", "float"))
                 if node is None:
                     continue
-                read = (
-                    _Y_CONSTRUCT.construct_yaml_int if _short_tag(node) == "int" else _Y_CONSTRUCT.construct_yaml_float
-                )
+                read = Y_CONSTRUCT.construct_yaml_int if short_tag(node) == "int" else Y_CONSTRUCT.construct_yaml_float
                 value = float(read(node))
                 if not 0 < value < float("inf"):
                     self.error(ke.path, ke.line, f"{node.value} is not a bandwidth: expected GB/s > 0")
                 else:
                     expect[kind] = value
-        size = self.integer(m["size_mib"], 1) if _given(m, "size_mib") else None
-        iters = self.integer(m["iters"], 1) if _given(m, "iters") else None
+        size = self.integer(m["size_mib"], 1) if given(m, "size_mib") else None
+        iters = self.integer(m["iters"], 1) if given(m, "iters") else None
         return PreflightSettings(expect_busbw_gbps=expect, size_mib=size, iters=iters)
 
-    def cluster(self, entry: _Entry | None, binding: str | None) -> tuple[NodeSpec, ...]:
+    def cluster(self, entry: Entry | None, binding: str | None) -> tuple[NodeSpec, ...]:
         if entry is None:
             return ()
         m = self.mapping(entry.value, entry.path, entry.line, _CLUSTER_KEYS, required=("nodes",))
@@ -437,22 +202,22 @@ class _Checker:
         return tuple(self.node(item, f"cluster.nodes[{i}]", binding) for i, item in enumerate(items))
 
     def node(self, item: yaml.Node, path: str, binding: str | None) -> NodeSpec:
-        m = self.mapping(item, path, _line(item), _NODE_KEYS, required=("name",))
+        m = self.mapping(item, path, line_of(item), _NODE_KEYS, required=("name",))
         if m is None:
             return NodeSpec(name="")
         name = self.node_name(m["name"]) if "name" in m else None
-        ip = self.ip(m["ip"]) if _given(m, "ip") else None
-        has_gpus, has_cpu = _given(m, "gpus"), _given(m, "cpu_workers")
+        ip = self.ip(m["ip"]) if given(m, "ip") else None
+        has_gpus, has_cpu = given(m, "gpus"), given(m, "cpu_workers")
         if has_gpus and has_cpu:
             e = m["cpu_workers"]
             self.error(e.path, e.line, "a node has either gpus or cpu_workers, not both; remove one")
-        elif not has_gpus and not has_cpu and not _mistyped(item, ("gpus", "cpu_workers"), _NODE_KEYS):
-            self.error(path, _line(item), "a node needs gpus (a list of GPUs) or cpu_workers: N")
+        elif not has_gpus and not has_cpu and not mistyped(item, ("gpus", "cpu_workers"), _NODE_KEYS):
+            self.error(path, line_of(item), "a node needs gpus (a list of GPUs) or cpu_workers: N")
         cpu_workers = self.integer(m["cpu_workers"], 1, MAX_RANKS_PER_NODE) if has_cpu else None
         gpus = self.gpus(m["gpus"], binding) if has_gpus else ()
-        return NodeSpec(name=name or "", ip=ip, gpus=gpus, cpu_workers=cpu_workers, line=_line(item))
+        return NodeSpec(name=name or "", ip=ip, gpus=gpus, cpu_workers=cpu_workers, line=line_of(item))
 
-    def node_name(self, e: _Entry) -> str | None:
+    def node_name(self, e: Entry) -> str | None:
         name = self.text(e, "a node name")
         if name is None:
             return None
@@ -464,11 +229,11 @@ class _Checker:
                 "(it names log files and is given to --node)",
             )
             return None
-        if first := _first_use(self.names, name, e):
+        if first := first_use(self.names, name, e):
             self.error(e.path, e.line, f"duplicate node name {name!r}; {first} already uses it")
         return name
 
-    def ip(self, e: _Entry) -> str | None:
+    def ip(self, e: Entry) -> str | None:
         text = self.text(e, "an IP address")
         if text is None:
             return None
@@ -481,7 +246,7 @@ class _Checker:
                 f"{text!r} is not an IP address (e.g. 10.10.1.10 or fd00::1); hostnames are not allowed here",
             )
             return None
-        if first := _first_use(self.ips, addr, e):
+        if first := first_use(self.ips, addr, e):
             self.warn(
                 e.path,
                 e.line,
@@ -490,7 +255,7 @@ class _Checker:
             )
         return text.strip()
 
-    def gpus(self, e: _Entry, binding: str | None) -> tuple[GpuSpec, ...]:
+    def gpus(self, e: Entry, binding: str | None) -> tuple[GpuSpec, ...]:
         items = self.sequence(e, "a list of GPUs")
         if items is None:
             return ()
@@ -505,24 +270,24 @@ class _Checker:
         return specs
 
     def gpu(self, item: yaml.Node, path: str, binding: str | None, scope: _NodeScope) -> GpuSpec:
-        m = self.mapping(item, path, _line(item), _GPU_KEYS, required=("uuid",))
+        m = self.mapping(item, path, line_of(item), _GPU_KEYS, required=("uuid",))
         if m is None:
             return GpuSpec(uuid="")
         uuid = self.uuid(m["uuid"]) if "uuid" in m else None
-        if uuid is not None and (first := _first_use(self.uuids, uuid.lower(), m["uuid"])):
+        if uuid is not None and (first := first_use(self.uuids, uuid.lower(), m["uuid"])):
             self.error(m["uuid"].path, m["uuid"].line, f"duplicate GPU UUID {uuid}; {first} already names it")
-        numa = self.numa_node(m["numa_node"]) if _given(m, "numa_node") else None
-        bus = self.bus_id(m["pci_bus_id"]) if _given(m, "pci_bus_id") else None
-        if bus is not None and (first := _first_use(scope.bus_ids, bus, m["pci_bus_id"])):
+        numa = self.numa_node(m["numa_node"]) if given(m, "numa_node") else None
+        bus = self.bus_id(m["pci_bus_id"]) if given(m, "pci_bus_id") else None
+        if bus is not None and (first := first_use(scope.bus_ids, bus, m["pci_bus_id"])):
             e = m["pci_bus_id"]
             self.error(e.path, e.line, f"bus id {bus} is already used by {first} on this node")
-        peer_list = self.nvlink_peers(m["nvlink_peers"], uuid) if _given(m, "nvlink_peers") else ()
+        peer_list = self.nvlink_peers(m["nvlink_peers"], uuid) if given(m, "nvlink_peers") else ()
         scope.peers.extend(peer_list)
-        cpus = self.cpus(m["cpus"], binding) if _given(m, "cpus") else None
-        if binding == "explicit" and not _given(m, "cpus"):
+        cpus = self.cpus(m["cpus"], binding) if given(m, "cpus") else None
+        if binding == "explicit" and not given(m, "cpus"):
             self.error(
-                _join(path, "cpus"),
-                _line(item),
+                join_path(path, "cpus"),
+                line_of(item),
                 "runtime.binding is 'explicit': every GPU needs "
                 'cpus (a cpulist like "0-7,64-71" or a list of CPU numbers)',
             )
@@ -532,10 +297,10 @@ class _Checker:
             pci_bus_id=bus,
             nvlink_peers=tuple(u for u, _, _ in peer_list),
             cpus=cpus,
-            line=_line(item),
+            line=line_of(item),
         )
 
-    def uuid(self, e: _Entry) -> str | None:
+    def uuid(self, e: Entry) -> str | None:
         text = self.text(e, "a GPU UUID")
         if text is None:
             return None
@@ -551,9 +316,9 @@ class _Checker:
             return None
         return text
 
-    def numa_node(self, e: _Entry) -> int | None:
+    def numa_node(self, e: Entry) -> int | None:
         v = e.value
-        if isinstance(v, yaml.ScalarNode) and v.tag == _TAG + "int" and v.value.strip().startswith("-"):
+        if isinstance(v, yaml.ScalarNode) and v.tag == TAG + "int" and v.value.strip().startswith("-"):
             self.error(
                 e.path,
                 e.line,
@@ -563,7 +328,7 @@ class _Checker:
             return None
         return self.integer(e, 0, MAX_CPU_ID)
 
-    def bus_id(self, e: _Entry) -> str | None:
+    def bus_id(self, e: Entry) -> str | None:
         text = self.text(e, 'a PCI bus id like "0000:0a:00.0"')
         if text is None:
             return None
@@ -578,13 +343,13 @@ class _Checker:
             )
             return None
 
-    def nvlink_peers(self, e: _Entry, own: str | None) -> tuple[tuple[str, str, int], ...]:
+    def nvlink_peers(self, e: Entry, own: str | None) -> tuple[tuple[str, str, int], ...]:
         items = self.sequence(e, "a list of GPU UUIDs")
         if items is None:
             return ()
         out = []
         for i, item in enumerate(items):
-            pe = _Entry(item, item, f"{e.path}[{i}]")
+            pe = Entry(item, item, f"{e.path}[{i}]")
             uuid = self.uuid(pe)
             if uuid is None:
                 continue
@@ -594,7 +359,7 @@ class _Checker:
             out.append((uuid, pe.path, pe.line))
         return tuple(out)
 
-    def cpus(self, e: _Entry, binding: str | None) -> tuple[int, ...] | None:
+    def cpus(self, e: Entry, binding: str | None) -> tuple[int, ...] | None:
         if binding not in (None, "explicit"):
             self.error(
                 e.path,
@@ -618,22 +383,22 @@ class _Checker:
             return None
         return cpus
 
-    def cpu_items(self, e: _Entry) -> tuple[int, ...] | None:
+    def cpu_items(self, e: Entry) -> tuple[int, ...] | None:
         items = self.sequence(e, "a list of CPU numbers")
         if not items:
             if items is not None:
                 self.error(e.path, e.line, "the CPU list is empty")
             return None
-        cpus = [self.integer(_Entry(n, n, f"{e.path}[{i}]"), 0, MAX_CPU_ID) for i, n in enumerate(items)]
+        cpus = [self.integer(Entry(n, n, f"{e.path}[{i}]"), 0, MAX_CPU_ID) for i, n in enumerate(items)]
         if any(c is None for c in cpus):
             return None
         return tuple(sorted({c for c in cpus if c is not None}))
 
     # -- runtime ---------------------------------------------------------------------------
 
-    def runtime(self, entry: _Entry | None) -> tuple[Runtime, str | None]:
+    def runtime(self, entry: Entry | None) -> tuple[Runtime, str | None]:
         """The Runtime and the binding policy the GPUs are checked against (None: invalid)."""
-        if entry is None or _is_null(entry.value):
+        if entry is None or is_null(entry.value):
             return Runtime(), "node"
         m = self.mapping(entry.value, entry.path, entry.line, _RUNTIME_KEYS)
         if m is None:
@@ -642,7 +407,7 @@ class _Checker:
         values: dict[str, Any] = {}
         invalid: set[str] = set()
         for key, entry_ in m.items():
-            if _is_null(entry_.value):
+            if is_null(entry_.value):
                 continue
             value = readers[key](entry_)
             if value is None:
@@ -654,7 +419,7 @@ class _Checker:
         self.check_mps(runtime, m, invalid)
         return runtime, None if "binding" in invalid else runtime.binding
 
-    def runtime_readers(self) -> dict[str, Callable[[_Entry], Any]]:
+    def runtime_readers(self) -> dict[str, Callable[[Entry], Any]]:
         """One reader per ``RUNTIME_KEYS`` key (a test holds the two equal)."""
         return {
             "enable_mps": self.boolean,
@@ -676,7 +441,7 @@ class _Checker:
             "hang_timeout_s": lambda e: self.seconds(e, MIN_HANG_TIMEOUT_S),
         }
 
-    def mem_limit(self, e: _Entry) -> str | None:
+    def mem_limit(self, e: Entry) -> str | None:
         text = self.text(e, 'a size like "40G" or "512M"')
         if text is None:
             return None
@@ -686,7 +451,7 @@ class _Checker:
             return None
         return text
 
-    def host(self, e: _Entry) -> str | None:
+    def host(self, e: Entry) -> str | None:
         text = self.text(e, "an IP address or hostname")
         if text is None:
             return None
@@ -696,23 +461,23 @@ class _Checker:
             return None
         return text
 
-    def env_mapping(self, e: _Entry, nccl: bool) -> dict[str, str] | None:
+    def env_mapping(self, e: Entry, nccl: bool) -> dict[str, str] | None:
         """``nccl_env`` / ``env``: names checked, values kept as the literal YAML text."""
         v = e.value
         if not self.safe(v, e.path, e.line):
             return None
         if not isinstance(v, yaml.MappingNode):
-            self.error(e.path, e.line, f"expected a mapping of NAME: value, got {_kind(v)}")
+            self.error(e.path, e.line, f"expected a mapping of NAME: value, got {kind_of(v)}")
             return None
         out: dict[str, str] = {}
         first_line: dict[str, int] = {}
         for key_node, value_node in v.value:
-            key_line = _line(key_node)
+            key_line = line_of(key_node)
             if not isinstance(key_node, yaml.ScalarNode) or not self.safe(key_node, e.path, key_line):
                 self.error(e.path, key_line, "keys must be plain variable names")
                 continue
             name = str(key_node.value)
-            ve = _Entry(key_node, value_node, _join(e.path, name))
+            ve = Entry(key_node, value_node, join_path(e.path, name))
             if name in first_line:
                 self.error(ve.path, key_line, f"duplicate key {name!r} (first at line {first_line[name]})")
                 continue
@@ -724,8 +489,8 @@ class _Checker:
                     self.check_deprecated(ve, name, value)
         return out
 
-    def env_name(self, e: _Entry, name: str, nccl: bool) -> bool:
-        if not _ENV_NAME_RE.match(name):
+    def env_name(self, e: Entry, name: str, nccl: bool) -> bool:
+        if not NAME_RE.match(name):
             self.error(
                 e.path,
                 e.line,
@@ -737,13 +502,13 @@ class _Checker:
             return False
         return True
 
-    def env_value(self, e: _Entry) -> str | None:
+    def env_value(self, e: Entry) -> str | None:
         v = e.value
         if not self.safe(v, e.path, e.line):
             return None
-        if not isinstance(v, yaml.ScalarNode) or _is_null(v):
-            empty = "; write '' for an empty value" if _is_null(v) else ""
-            self.error(e.path, e.line, f"expected a single value (string or number), got {_kind(v)}{empty}")
+        if not isinstance(v, yaml.ScalarNode) or is_null(v):
+            empty = "; write '' for an empty value" if is_null(v) else ""
+            self.error(e.path, e.line, f"expected a single value (string or number), got {kind_of(v)}{empty}")
             return None
         value = str(v.value)
         if "\0" in value:
@@ -758,7 +523,7 @@ class _Checker:
             return None
         return value
 
-    def check_deprecated(self, e: _Entry, name: str, value: str) -> None:
+    def check_deprecated(self, e: Entry, name: str, value: str) -> None:
         if name in NCCL_DEPRECATED:
             self.warn(e.path, e.line, f"{name} is deprecated: {NCCL_DEPRECATED[name]}")
         elif name in NCCL_NAMED_LEVELS and value.strip().isdigit():
@@ -769,7 +534,7 @@ class _Checker:
                 f"changed between NCCL versions); use {NCCL_NAMED_LEVELS[name]}",
             )
 
-    def check_nccl(self, rt: Runtime, m: dict[str, _Entry]) -> None:
+    def check_nccl(self, rt: Runtime, m: dict[str, Entry]) -> None:
         """Operator keys vs ``nccl_env``/``env``; values NCCL itself would replace."""
         for key, var in (("nccl_socket_nthreads", "NCCL_SOCKET_NTHREADS"), ("nccl_nthreads", "NCCL_NTHREADS")):
             ours = getattr(rt, key)
@@ -806,7 +571,7 @@ class _Checker:
                 "(CUDA threads per block) and will replace this value",
             )
 
-    def check_mps(self, rt: Runtime, m: dict[str, _Entry], invalid: set[str]) -> None:
+    def check_mps(self, rt: Runtime, m: dict[str, Entry], invalid: set[str]) -> None:
         """Processes per GPU need MPS; MPS settings without MPS do nothing."""
         problem = procs_per_gpu_problem(rt.procs_per_gpu, rt.enable_mps, rt.mps_max_clients_per_gpu)
         if problem is not None and "procs_per_gpu" in m and "enable_mps" not in invalid:
@@ -814,30 +579,8 @@ class _Checker:
         if rt.enable_mps or "enable_mps" in invalid:
             return
         for key in _MPS_KEYS:
-            if _given(m, key):
+            if given(m, key):
                 self.warn(m[key].path, m[key].line, f"{key} has no effect without enable_mps: true")
-
-
-def _given(m: dict[str, _Entry], key: str) -> bool:
-    """Present with a non-null value (``key:`` alone means "not set")."""
-    return key in m and not _is_null(m[key].value)
-
-
-def _listing(choices: Sequence[str]) -> str:
-    return ", ".join(repr(c) for c in choices)
-
-
-def _mistyped(node: yaml.Node, wanted: Sequence[str], valid: Sequence[str]) -> bool:
-    """A key of ``node`` already reported (a typo of one of ``wanted``, or a merge key) may have
-    been meant to supply ``wanted``: saying they are missing too would only add noise."""
-    keys = [str(k.value) for k, _ in node.value if isinstance(k, yaml.ScalarNode)]
-    if "<<" in keys:
-        return True
-    for key in keys:
-        close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6) if key not in valid else []
-        if close and close[0] in wanted:
-            return True
-    return False
 
 
 def _misplaced_hint(key: str) -> str:
@@ -846,6 +589,6 @@ def _misplaced_hint(key: str) -> str:
         return f" {key!r} belongs in {_HOME[key]}; check the indentation."
     if key.startswith("NCCL_"):
         return f" NCCL variables go under runtime.nccl_env ({key}: ...)."
-    if _ENV_NAME_RE.match(key) and key.isupper():
+    if NAME_RE.match(key) and key.isupper():
         return f" Environment variables go under runtime.env ({key}: ...)."
     return ""
