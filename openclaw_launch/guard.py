@@ -6,8 +6,9 @@ of the launcher (a fork costs about a millisecond; a fresh interpreter ~80 ms of
 CPU on a small box) in its own session, so a signal to the launcher's process
 group does not reach it. The launcher tells it over a pipe, one JSON object per
 line, what to clean. When the pipe reaches EOF without a ``done`` message the
-launcher is dead: the guardian runs the registered commands, SIGKILLs the
-registered process groups, removes the registered paths, and exits.
+launcher is dead: the guardian runs the registered commands, kills the
+registered job cgroups (cgroup.py: a worker's setsid'd grandchild too) and
+process groups, removes the cgroups and the registered paths, and exits.
 """
 
 from __future__ import annotations
@@ -87,6 +88,10 @@ class Guardian:
     def watch_path(self, path: str) -> None:
         self._send({"op": "watch_path", "path": path})
 
+    def watch_cgroup(self, path: str) -> None:
+        """The job cgroup: ``cgroup.kill`` then rmdir if the launcher dies."""
+        self._send({"op": "watch_cgroup", "path": path})
+
     def watch_command(
         self,
         argv: Sequence[str],
@@ -155,6 +160,7 @@ def _guard(fd: int) -> None:
     pgids: dict[int, None] = {}
     paths: dict[str, None] = {}
     commands: dict[int, dict[str, Any]] = {}
+    cgroups: dict[str, None] = {}
     buffer = b""
     while True:
         chunk = os.read(fd, 65536)
@@ -173,17 +179,23 @@ def _guard(fd: int) -> None:
                 pgids.pop(msg["pgid"], None)
             elif op == "watch_path":
                 paths[msg["path"]] = None
+            elif op == "watch_cgroup":
+                cgroups[msg["path"]] = None
             elif op == "watch_command":
                 commands[msg["id"]] = msg
             elif op == "unwatch_command":
                 commands.pop(msg["id"], None)
-    _cleanup(commands.values(), pgids, paths)
+    _cleanup(commands.values(), pgids, paths, cgroups)
 
 
-def _cleanup(commands: Iterable[dict[str, Any]], pgids: Iterable[int], paths: Iterable[str]) -> None:
-    """Commands first (they may need the processes, e.g. MPS quit), then groups, then paths."""
+def _cleanup(
+    commands: Iterable[dict[str, Any]], pgids: Iterable[int], paths: Iterable[str], cgroups: Iterable[str] = ()
+) -> None:
+    """Commands first (they may need the processes, e.g. MPS quit), then cgroups and groups, then paths."""
     import shutil
     import subprocess
+
+    from openclaw_launch.cgroup import JobCgroup
 
     for cmd in commands:
         with contextlib.suppress(OSError, subprocess.SubprocessError):
@@ -196,8 +208,13 @@ def _cleanup(commands: Iterable[dict[str, Any]], pgids: Iterable[int], paths: It
                 timeout=cmd["timeout_s"],
                 check=False,
             )
+    jobs = [JobCgroup(path) for path in cgroups]
+    for job in jobs:
+        job.kill()
     for pgid in pgids:
         with contextlib.suppress(OSError):
             os.killpg(pgid, signal.SIGKILL)
+    for job in jobs:
+        job.remove()  # waits (bounded) for it to empty
     for path in paths:
         shutil.rmtree(path, ignore_errors=True)

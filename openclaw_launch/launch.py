@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from openclaw_launch import console
+from openclaw_launch import cgroup, console
 from openclaw_launch.errorfile import write_parent_error_file
 from openclaw_launch.errors import LaunchError
 from openclaw_launch.files import write_atomic
@@ -29,7 +29,7 @@ from openclaw_launch.guard import Guardian
 from openclaw_launch.osproc import RealOs
 from openclaw_launch.parallel import PARALLEL_FILE_NAME
 from openclaw_launch.plan import LaunchPlan
-from openclaw_launch.report import build_report, format_report, write_report
+from openclaw_launch.report import CONTAINMENT, build_report, format_report, write_report
 from openclaw_launch.supervise import (
     JobResult,
     SuperviseHooks,
@@ -180,6 +180,7 @@ def _run(
         guardian = Guardian.start()
         undo.callback(guardian.close)
         guardian.watch_path(str(run_dir))
+        job_cgroup = _job_cgroup(plan, guardian, os_layer, undo)
         if plan.parallel is not None:  # the groups file OPENCLAW_PARALLEL_FILE names (parallel.py)
             write_atomic(run_dir / PARALLEL_FILE_NAME, json.dumps(plan.parallel.to_json()))
         daemon = _start_mps(plan, run_dir, guardian, options) if plan.mps is not None else None
@@ -206,6 +207,8 @@ def _run(
             # The daemon may be our descendant (we are a child subreaper): spare it from leftover kills.
             exempt = [daemon.pid] if daemon is not None and daemon.pid is not None else []
             hooks = SuperviseHooks(exempt_pids=lambda: exempt)
+            if job_cgroup is not None:  # after each attempt's own kills: what escaped its groups
+                hooks = dataclasses.replace(hooks, after_attempt=lambda _attempt, _results: _clear(job_cgroup))
             if session is not None:
                 hooks = dataclasses.replace(
                     hooks,
@@ -218,10 +221,32 @@ def _run(
             if agent is not None:
                 hooks = _with_agent(hooks, agent)
             result = supervise(plan, options, os_layer, hooks, guardian=guardian)
+        containment = f"cgroup2:{job_cgroup.path}+{CONTAINMENT}" if job_cgroup is not None else CONTAINMENT
+        result = dataclasses.replace(result, containment=containment)
         if parent_error_file and result.exit_code != 0:  # before the workers' files go with run_dir
             write_parent_error_file(parent_error_file, result, lambda msg: _say(options, msg))
         statistics = session.finish(_binding_warnings(result)) if session is not None else None
     return result, statistics
+
+
+def _job_cgroup(
+    plan: LaunchPlan, guardian: Guardian, os_layer: RealOs, undo: contextlib.ExitStack
+) -> cgroup.JobCgroup | None:
+    """The per-job cgroup v2 the workers join (cgroup.py), where the host allows one: killed and
+    removed at the end, or by the guardian if the launcher is SIGKILLed. None: the job runs with
+    process groups, subreaper and guardian only."""
+    job = cgroup.create(f"openclaw-{plan.run_id}-{os.getpid()}")
+    if job is None:
+        return None
+    guardian.watch_cgroup(job.path)
+    undo.callback(job.remove)
+    os_layer.cgroup_procs = job.procs
+    undo.callback(setattr, os_layer, "cgroup_procs", None)
+    return job
+
+
+def _clear(job: cgroup.JobCgroup) -> None:
+    job.clear()
 
 
 def _with_agent(hooks: SuperviseHooks, agent: Agent) -> SuperviseHooks:

@@ -17,6 +17,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO, Protocol
 
+from openclaw_launch.cgroup import join as join_cgroup
 from openclaw_launch.limits import MAX_ERROR_FILE_BYTES
 from openclaw_launch.safe_read import read_prefix
 
@@ -101,6 +102,7 @@ class RealOs:
         self._wake_r: int | None = None
         self._wake_w: int | None = None
         self._installs = 0
+        self.cgroup_procs: str | None = None  # the job cgroup's cgroup.procs: workers join it (cgroup.py)
 
     def pid(self) -> int:
         return self._pid
@@ -199,6 +201,8 @@ class RealOs:
             os._exit(126)
         if os.getppid() != self._pid:  # launcher died between fork and prctl
             os._exit(126)
+        if self.cgroup_procs is not None:  # before exec: nothing the worker starts is outside
+            join_cgroup(self.cgroup_procs)
 
     def spawn(self, argv: Sequence[str], env: Mapping[str, str]) -> Spawned:
         """Start argv in its own session with ``env`` on top of this process's environment."""

@@ -27,7 +27,8 @@ from openclaw_launch.telemetry.wire import INPUT
 from openclaw_launch.topology.cpulist import format_cpulist
 
 SCHEMA = "openclaw-report/2"
-# How the job's processes are kept from outliving it (per-job cgroups are not used).
+# How the job's processes are kept from outliving it without a per-job cgroup; with one (cgroup.py)
+# the report says ``cgroup2:<its directory>+`` this.
 CONTAINMENT = "process-groups+subreaper+guardian"
 _READABLE_SCHEMAS = ("openclaw-report/1", SCHEMA)
 
@@ -142,7 +143,7 @@ def build_report(
         "log_errors": list(result.log_errors),
         "console_dropped_lines": console_dropped_lines,
         "guardian_lost": result.guardian_lost,
-        "containment": CONTAINMENT,
+        "containment": result.containment or CONTAINMENT,
         "statistics": None
         if statistics is None
         else {

@@ -55,6 +55,7 @@ class JobResult:
     root_causes: tuple[WorkerResult | None, ...] = ()  # per attempt (the last one is root_cause)
     log_errors: tuple[str, ...] = ()  # worker log files that could not be written (the job went on)
     guardian_lost: str | None = None  # the guardian died or stopped taking messages: why
+    containment: str | None = None  # set by launch (cgroup.py); None: report.CONTAINMENT
 
 
 def why_ended(cause: WorkerResult | None) -> str:
