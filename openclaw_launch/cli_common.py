@@ -82,6 +82,7 @@ def plan_and_config(
             )
         config = load_config(c.config_path)  # its warnings come back in the plan's
         node_name = node_by_rank(config, want.nnodes, want.node_rank, c.node) or node_name_for(config, c.node)
+        _check_slurm_gpus(config, node_name, c.topology_path)
         topology = read_topology(c.topology_path, not config.node(node_name).is_cpu)
     else:
         if c.node is not None:
@@ -226,3 +227,15 @@ def check_output_option(path: str, option: str) -> None:
     problem = check_output_path(path)
     if problem:
         raise click.BadParameter(f"cannot write there: {problem}; give a writable file path", param_hint=option)
+
+
+def _check_slurm_gpus(config: Config, node_name: str, topology_path: str | None) -> None:
+    """Under a Slurm GPU allocation on this host, the config node's GPUs must be the allocated ones."""
+    if topology_path or not ("SLURM_STEP_GPUS" in os.environ or "SLURM_JOB_GPUS" in os.environ):
+        return
+    from openclaw_launch.agents.slurm_gpus import slurm_gpu_problems
+    from openclaw_launch.errors import PlanError
+
+    problems = slurm_gpu_problems(config.node(node_name), os.environ)
+    if problems:
+        raise PlanError("; ".join(problems))
