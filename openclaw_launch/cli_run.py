@@ -141,6 +141,13 @@ from openclaw_launch.torchrun_resolve import resolve
     help="Several nodes: the first node writes the whole job's report here (default: next to --report, "
     "with -job before .json).",
 )
+@click.option(
+    "--preflight",
+    "preflight_first",
+    is_flag=True,
+    help="First run `preflight` with this plan (config preflight: settings); a failing tier or probe starts "
+    "nothing and exits with preflight's code (docs/preflight.md); a warning starts the job.",
+)
 @click.option("--dry-run", is_flag=True, help="Print the plan and start nothing.")
 def run(
     c: Common,
@@ -160,6 +167,7 @@ def run(
     agent_timeout_s: float,
     keepalive_s: float,
     job_report_path: str | None,
+    preflight_first: bool,
     dry_run: bool,
 ) -> None:
     """Run SCRIPT [ARGS...] on every planned rank and supervise it."""
@@ -213,6 +221,8 @@ def run(
     if dry_run:
         click.echo(format_plan_table(plan, warnings=False))
         return
+    if preflight_first:
+        _preflight_or_exit(c, job_id)
     if want.local_ranks_shown is not None:
         ranks_shown = frozenset(r.rank for r in plan.ranks if r.local_rank in want.local_ranks_shown)
     if want.wants_logs and not log_dir:  # torchrun keeps -r/-t logs in a temporary directory too
@@ -256,6 +266,22 @@ def run(
     except OpenclawError as e:
         fail(e)
     sys.exit(code)
+
+
+def _preflight_or_exit(c: Common, job_id: str) -> None:
+    """``--preflight``: the fabric probe with this job's plan; the job starts only if no tier failed."""
+    from openclaw_launch.cli_tools import probe_fabric
+    from openclaw_launch.preflight.command import PreflightOptions
+
+    try:
+        code = probe_fabric(
+            dataclasses.replace(c, script=()), job_id, PreflightOptions(grace_period_s=c.tr.grace_period_s)
+        )
+    except OpenclawError as e:
+        fail(e)
+    if code != 0:
+        click.echo(f"openclaw-launch: preflight failed (exit {code}); the job was not started", err=True)
+        sys.exit(code)
 
 
 def _check_metrics_extra() -> None:

@@ -32,6 +32,7 @@ from openclaw_launch.torchrun_resolve import resolve
 
 if TYPE_CHECKING:
     from openclaw_launch.mps import MpsStatus
+    from openclaw_launch.preflight.command import PreflightOptions
 
 
 @click.command(context_settings=SCRIPT_LAST)
@@ -85,24 +86,32 @@ def preflight(
     """Run the plan with an all-reduce probe: bandwidth per NVLink island and node vs expected."""
     if c.script:
         raise click.UsageError(f"preflight runs its own worker; remove {c.script[0]!r} and what follows")
-    from openclaw_launch.config import PreflightSettings
-    from openclaw_launch.launch import run_dir_for
-    from openclaw_launch.preflight.command import PreflightOptions, run_preflight
+    from openclaw_launch.preflight.command import PreflightOptions
 
     job_id = c.tr.run_id or os.environ.get("SLURM_JOB_ID") or uuid.uuid4().hex[:12]
-    tr = dataclasses.replace(c.tr, module=True, no_python=False, run_path=False, run_id=job_id)
     options = PreflightOptions(size_mib, iters, record_path, expect_path, as_json, report_path, c.tr.grace_period_s)
     try:
-        settings = load_config(c.config_path).preflight if c.config_path else PreflightSettings()
-        code = run_preflight(
-            lambda script: make_plan(dataclasses.replace(c, script=script, tr=tr), job_id, str(run_dir_for(job_id))),
-            lambda with_gpus: read_topology(c.topology_path, with_gpus),
-            settings,
-            options,
-        )
+        code = probe_fabric(c, job_id, options)
     except OpenclawError as e:
         fail(e)
     sys.exit(code)
+
+
+def probe_fabric(c: Common, job_id: str, options: PreflightOptions) -> int:
+    """Preflight with the plan of this command line (config, node, layout, environment, MPS); the exit
+    code of docs/preflight.md. ``preflight`` and ``run --preflight`` both come here."""
+    from openclaw_launch.config import PreflightSettings
+    from openclaw_launch.launch import run_dir_for
+    from openclaw_launch.preflight.command import run_preflight
+
+    tr = dataclasses.replace(c.tr, module=True, no_python=False, run_path=False, run_id=job_id)
+    settings = load_config(c.config_path).preflight if c.config_path else PreflightSettings()
+    return run_preflight(
+        lambda script: make_plan(dataclasses.replace(c, script=script, tr=tr), job_id, str(run_dir_for(job_id))),
+        lambda with_gpus: read_topology(c.topology_path, with_gpus),
+        settings,
+        options,
+    )
 
 
 def _plan_config(c: Common) -> Config:

@@ -219,3 +219,20 @@ def test_preflight_cli_fails_below_expectation_then_records_and_expects(tmp_path
     bad.write_text("{}")
     refused = _cli("preflight", "--nproc-per-node", "2", "--expect", str(bad))
     assert refused.returncode == 2 and "not a preflight recording" in refused.stderr
+
+
+def test_run_preflight_starts_the_job_only_when_no_tier_failed(tmp_path: Path) -> None:
+    """`run --preflight`: the same plan probed first; a failing tier starts nothing (exit 1)."""
+    marker = tmp_path / "job-ran"
+    job = ["--no-python", "--", sys.executable, "-c", f"open({str(marker)!r}, 'a').write('x')"]
+    for expect, want_code in ((100000, 1), (0.0001, 0)):
+        cfg = tmp_path / f"c{want_code}.yaml"
+        cfg.write_text(
+            "cluster:\n  nodes:\n    - {name: box, ip: 127.0.0.1, cpu_workers: 2}\n"
+            "runtime: {binding: none, mem_policy: none}\n"
+            f"preflight:\n  expect_busbw_gbps: {{node: {expect}}}\n  size_mib: 1\n  iters: 3\n"
+        )
+        proc = _cli("run", "--config", str(cfg), "--preflight", *job)
+        assert proc.returncode == want_code, proc.stderr
+        assert marker.exists() == (want_code == 0)
+    assert "the job was not started" not in proc.stderr
