@@ -102,10 +102,7 @@ def test_scancel_usr1_reaches_every_worker_and_the_job_goes_on(slurm: None, tmp_
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.monotonic() + 60
-    while not all((tmp_path / f"ready-{r}").exists() for r in range(3)):
-        assert job.poll() is None and time.monotonic() < deadline, "workers never started"
-        time.sleep(0.1)
+    _wait_ready(tmp_path, job)
     subprocess.run(["scancel", "--signal=USR1", "-n", "openclaw-usr1"], check=True, timeout=30)
     out, err = job.communicate(timeout=90)
     assert job.returncode == 0, out + err  # checkpoint requested, training went on to its end
@@ -147,10 +144,7 @@ def test_scancel_stops_the_launchers_and_leaves_no_worker(slurm: None, tmp_path:
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.monotonic() + 60
-    while not all((tmp_path / f"ready-{r}").exists() for r in range(3)):
-        assert job.poll() is None and time.monotonic() < deadline, "workers never started"
-        time.sleep(0.1)
+    _wait_ready(tmp_path, job)
     subprocess.run(["scancel", "-n", "openclaw-scancel"], check=True, timeout=30)
     job.communicate(timeout=60)
     pids = recorded_pids(tmp_path)
@@ -199,3 +193,11 @@ def test_example_sbatch_script_forwards_the_batch_usr1_and_the_job_goes_on(slurm
     assert "ExitCode=0:0" in shown and "JobState=COMPLETED" in shown, shown + (tmp_path / "job.out").read_text()
     for r in range(3):
         assert set((tmp_path / f"sig-{r}").read_text().split()) == {"SIGUSR1"}
+
+
+def _wait_ready(tmp_path: Path, job: subprocess.Popen[str], ranks: int = 3) -> None:
+    """Every rank of the srun job wrote its ready file (the job still running), within a minute."""
+    deadline = time.monotonic() + 60
+    while not all((tmp_path / f"ready-{r}").exists() for r in range(ranks)):
+        assert job.poll() is None and time.monotonic() < deadline, "workers never started"
+        time.sleep(0.1)
