@@ -81,13 +81,19 @@ def test_statistics_survive_a_signal_and_telemetry_off_leaves_argv_alone(tmp_pat
             SECTIONS,
             "--steps",
             "100000",
+            "--ready-file",
+            str(tmp_path / "ready-{rank}"),
         ],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
-    time.sleep(6)  # ranks up and stepping (about 20 ms a step)
+    deadline = time.monotonic() + 60
+    while not all((tmp_path / f"ready-{r}").exists() for r in range(2)):  # 20 steps done on every rank
+        assert proc.poll() is None and time.monotonic() < deadline, "ranks never stepped"
+        time.sleep(0.1)
+    time.sleep(1.5)  # at least one statistics batch sent (every 0.5 s at a step boundary)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 143, err

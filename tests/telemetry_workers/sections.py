@@ -30,12 +30,16 @@ def main() -> None:
     p.add_argument("--slow-rank", type=int, default=-1)
     p.add_argument("--slow-phase", choices=("input", "compute"), default="input")
     p.add_argument("--slow-ms", type=float, default=0.0)
+    p.add_argument("--ready-file", help="Written once 20 steps are done (tests wait for it).")
     args = p.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     extra = args.slow_ms if rank == args.slow_rank else 0.0
     grad = torch.zeros(1024)
-    for _ in range(args.steps):
+    for step in range(args.steps):
+        if args.ready_file and step == 20:
+            with open(args.ready_file.format(rank=rank), "w") as ready:
+                ready.write("ready")
         with telemetry.section("data"):
             time.sleep((0.3 * args.step_ms + (extra if args.slow_phase == "input" else 0.0)) / 1000)
         with telemetry.section("compute"):
