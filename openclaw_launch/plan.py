@@ -1,13 +1,13 @@
 """Config + Topology + options -> LaunchPlan. Pure: no I/O, no clock, no os.environ.
 
 Everything the launcher will do to start a rank is decided here and can be
-printed (``openclaw-launch plan``) before anything runs.
+printed (``openclaw-launch plan``) before anything runs; how it is printed (table, JSON) is
+``plan_format``, whose names this module re-exports.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import shlex
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,12 +36,12 @@ from openclaw_launch.parallel import (
     plan_parallel,
     size_problems,
 )
-from openclaw_launch.topology.cpulist import format_cpulist
+from openclaw_launch.plan_format import PLAN_SCHEMA as PLAN_SCHEMA  # re-exported: the output formats live there
+from openclaw_launch.plan_format import format_plan_table as format_plan_table
+from openclaw_launch.plan_format import plan_to_json, rank_to_json
 from openclaw_launch.topology.model import GpuInfo, Topology, normalize_bus_id
 
 EntryKind = Literal["script", "module", "exec"]
-
-PLAN_SCHEMA = 1
 
 
 @dataclass(frozen=True)
@@ -95,21 +95,7 @@ class RankPlan:
     env: Mapping[str, str]  # variables the launcher sets on top of the inherited environment
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "rank": self.rank,
-            "local_rank": self.local_rank,
-            "node": self.node,
-            "node_rank": self.node_rank,
-            "gpu_uuid": self.gpu_uuid,
-            "gpu_index": self.gpu_index,
-            "pci_bus_id": self.pci_bus_id,
-            "numa_node": self.numa_node,
-            "cpus": list(self.cpus),
-            "mem_policy": self.mem_policy,
-            "mem_nodes": list(self.mem_nodes),
-            "argv": list(self.argv),
-            "env": dict(self.env),
-        }
+        return rank_to_json(self)
 
 
 @dataclass(frozen=True)
@@ -140,30 +126,7 @@ class LaunchPlan:
     parallel: ParallelLayout | None = None  # TP/PP/DP groups (config parallel / --tp --pp --dp)
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "schema": PLAN_SCHEMA,
-            "run_id": self.run_id,
-            "node": self.node,
-            "node_rank": self.node_rank,
-            "nnodes": self.nnodes,
-            "world_size": self.world_size,
-            "master_addr": self.master_addr,
-            "master_port": self.master_port,
-            "backend": self.backend,
-            "mps": None
-            if self.mps is None
-            else {
-                "max_clients_per_gpu": self.mps.max_clients_per_gpu,
-                "active_thread_percentage": self.mps.active_thread_percentage,
-                "pinned_device_mem_limit": self.mps.pinned_device_mem_limit,
-                "on_start_failure": self.mps.on_start_failure,
-                "gpu_uuids": list(self.mps.gpu_uuids),
-            },
-            "warnings": list(self.warnings),
-            "telemetry_socket": self.telemetry_socket,
-            "parallel": self.parallel.to_json() if self.parallel is not None else None,
-            "ranks": [r.to_json() for r in self.ranks],
-        }
+        return plan_to_json(self)
 
 
 DEFAULT_MASTER_ADDR = "127.0.0.1"
@@ -274,43 +237,6 @@ def _master_port(config: Config, options: PlanOptions) -> int:
     if len(config.nodes) == 1 and options.free_master_port:
         return options.free_master_port
     return DEFAULT_MASTER_PORT
-
-
-def format_plan_table(plan: LaunchPlan, *, warnings: bool = True) -> str:
-    """The plan as plain text: one row per rank, then (unless the caller prints them) the warnings."""
-    header = ("rank", "local", "node", "gpu", "bus", "numa", "cpus", "mem", "argv")
-    rows = [header] + [
-        (
-            str(r.rank),
-            str(r.local_rank),
-            r.node,
-            _short_uuid(r.gpu_uuid) if r.gpu_index is None else f"{r.gpu_index}:{_short_uuid(r.gpu_uuid)}",
-            r.pci_bus_id or "-",
-            "-" if r.numa_node is None else str(r.numa_node),
-            format_cpulist(r.cpus) or "-",
-            r.mem_policy + (f":{','.join(map(str, r.mem_nodes))}" if r.mem_nodes else ""),
-            shlex.join(r.argv),
-        )
-        for r in plan.ranks
-    ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
-    lines = [
-        f"run {plan.run_id}  node {plan.node} ({plan.node_rank + 1}/{plan.nnodes})  world size "
-        f"{plan.world_size}  master {plan.master_addr}:{plan.master_port}  backend {plan.backend}"
-        + ("  MPS on" if plan.mps else "")
-    ]
-    lines += ["  ".join([*(c.ljust(w) for c, w in zip(row, widths, strict=False)), row[-1]]).rstrip() for row in rows]
-    if warnings:
-        lines += [f"warning: {w}" for w in plan.warnings]
-    return "\n".join(lines)
-
-
-def _short_uuid(uuid: str | None) -> str:
-    """``GPU-7a3b1c9d-ef01-...`` -> ``GPU-7a3b1c9d``: enough to tell GPUs apart in a table."""
-    if uuid is None:
-        return "cpu"
-    head, _, rest = uuid.partition("-")
-    return f"{head}-{rest.split('-')[0]}" if rest else uuid
 
 
 def _select_node(config: Config, name: str | None) -> tuple[int, NodeSpec]:
