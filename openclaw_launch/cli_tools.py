@@ -31,7 +31,7 @@ from openclaw_launch.plan import format_plan_table
 from openclaw_launch.torchrun_resolve import resolve
 
 if TYPE_CHECKING:
-    from openclaw_launch.mps import MpsStatus
+    from openclaw_launch.mps_status import MpsStatus
     from openclaw_launch.preflight.command import PreflightOptions
 
 
@@ -240,7 +240,7 @@ def _mps_status(config: Config, node_name: str) -> MpsStatus | None:
     node = config.node(node_name)
     if not config.runtime.enable_mps or node.is_cpu:
         return None
-    from openclaw_launch.mps import mps_status
+    from openclaw_launch.mps_status import mps_status
 
     return mps_status(_mps_pipe_dir(), None, gpu_uuids=[g.uuid for g in node.gpus])
 
