@@ -292,7 +292,8 @@ def _start_live(session: StatsSession, stats: StatsOptions, options: SuperviseOp
     """Hang detection, the metrics endpoint and the stats file, on the session (which closes them)."""
     plan = session.plan
     if stats.hang_timeout_s:
-        from openclaw_launch.stats.hang import HangMonitor, HangWatch
+        from openclaw_launch.stats.hang import HangWatch
+        from openclaw_launch.stats.hang_monitor import HangMonitor
 
         def log_path(rank: int) -> str | None:
             if not options.log_dir:

@@ -15,7 +15,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from openclaw_launch.stats.hang import HANG_EXIT_CODE, HangMonitor, HangOs, HangWatch, excerpt
+from openclaw_launch.stats.hang import HANG_EXIT_CODE, HangWatch
+from openclaw_launch.stats.hang_monitor import HangMonitor, HangOs, excerpt
 from openclaw_launch.telemetry import wire
 
 WORKER = str(Path(__file__).parent / "telemetry_workers" / "hang.py")

@@ -1,0 +1,263 @@
+"""The effects of hang detection: ``HangMonitor`` runs ``stats.hang.HangWatch`` from the
+supervisor's periodic hook and never blocks the loop: it sends the stack-dump signal the bootstrap's
+faulthandler listens for (or runs ``py-spy dump`` in a thread when py-spy is installed), waits a
+bounded time for the stacks, appends each rank's stack to its stderr log, prints the stuck ranks'
+stacks on the console, and asks the supervisor to stop the job with ``HANG_EXIT_CODE``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from openclaw_launch.stats.hang import (
+    EXCERPT_LINES,
+    HANG_EXIT_CODE,
+    MAX_STACK_BYTES,
+    NO_STEP_NOTICE_S,
+    PY_SPY_TIMEOUT_S,
+    SIGNAL_WAIT_S,
+    HangWatch,
+    Verdict,
+)
+from openclaw_launch.telemetry import wire
+
+
+class PySpy:
+    """``py-spy dump --pid`` per rank, each in a thread that only runs it and reads its pipe."""
+
+    def __init__(self, exe: str, timeout_s: float = PY_SPY_TIMEOUT_S) -> None:
+        self.exe = exe
+        self.timeout_s = timeout_s
+        self.out: dict[int, str] = {}
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+
+    @staticmethod
+    def find() -> PySpy | None:
+        exe = shutil.which("py-spy")
+        return PySpy(exe) if exe else None
+
+    def start(self, rank: int, pid: int) -> None:
+        t = threading.Thread(target=self._run, args=(rank, pid), name=f"openclaw-py-spy-{rank}", daemon=True)
+        self._threads.append(t)
+        t.start()
+
+    def _run(self, rank: int, pid: int) -> None:
+        try:
+            done = subprocess.run(
+                [self.exe, "dump", "--pid", str(pid)],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=self.timeout_s,
+                check=False,
+            )
+            text = done.stdout.decode(errors="replace") or done.stderr.decode(errors="replace")
+        except (OSError, subprocess.SubprocessError) as exc:
+            text = f"(py-spy failed: {exc})"
+        with self._lock:
+            self.out[rank] = text[:MAX_STACK_BYTES]
+
+    def done(self) -> bool:
+        return not any(t.is_alive() for t in self._threads)
+
+    def take(self) -> dict[int, str]:
+        with self._lock:
+            return dict(self.out)
+
+
+def read_stack_file(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            return f.read(MAX_STACK_BYTES).decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def excerpt(text: str, lines: int = EXCERPT_LINES) -> list[str]:
+    """The first ``lines`` lines of a stack dump, the thread that took the signal (faulthandler's
+    "Current thread", the main one) or py-spy's MainThread first."""
+    blocks: list[list[str]] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        if not line.startswith(" ") or not blocks:
+            blocks.append([])
+        blocks[-1].append(line.rstrip())
+    blocks.sort(key=lambda b: not (b[0].startswith("Current thread") or "MainThread" in b[0]))
+    out = [line for block in blocks for line in block]
+    return out[:lines] + ([f"... ({len(out) - lines} more line(s) in the rank's log)"] if len(out) > lines else [])
+
+
+@dataclass
+class HangOs:
+    """What the monitor does to the world; tests replace it."""
+
+    kill: Callable[[int, int], None] = os.kill
+    monotonic: Callable[[], float] = time.monotonic
+    find_py_spy: Callable[[], PySpy | None] = PySpy.find
+
+
+class HangMonitor:
+    """Detect -> dump stacks -> report -> ask the supervisor to stop (``stop_code``)."""
+
+    def __init__(
+        self,
+        watch: HangWatch,
+        say: Callable[[str], None],
+        stack_files: Mapping[int, str],
+        log_path: Callable[[int], str | None],
+        os_: HangOs | None = None,
+    ) -> None:
+        self.watch = watch
+        self._say = say
+        self._stack_files = dict(stack_files)  # rank -> the faulthandler's file
+        self._log_path = log_path  # rank -> its stderr log of this attempt (None: no logs)
+        self.os = os_ or HangOs()
+        self.verdict: Verdict | None = None
+        self.stacks: dict[int, str] = {}
+        self.stack_source: str | None = None
+        self.detected_at: float | None = None
+        self._deadline = 0.0
+        self._py_spy: PySpy | None = None
+        self._state = "watching"  # -> dumping -> stop
+        self._told_no_source = False
+
+    def before_attempt(self) -> None:
+        if self._state == "watching":
+            self.watch.reset(self.os.monotonic())
+
+    def on_datagram(self, item: wire.Batch | wire.Progress) -> None:
+        now = self.os.monotonic()
+        if isinstance(item, wire.Progress):
+            self.watch.on_progress(item, now)
+        else:
+            self.watch.on_batch(item, now)
+
+    def tick(self) -> None:
+        now = self.os.monotonic()
+        if self._state == "watching":
+            self._watch(now)
+        elif self._state == "dumping" and (now >= self._deadline or self._dumps_done()):
+            self._collect()
+            self._state = "stop"
+
+    def stop_code(self) -> int | None:
+        return HANG_EXIT_CODE if self._state == "stop" else None
+
+    def _watch(self, now: float) -> None:
+        waited = now - self.watch.started
+        if (
+            not self._told_no_source
+            and not self.watch.any_step
+            and waited >= max(self.watch.timeout_s, NO_STEP_NOTICE_S)
+        ):
+            self._told_no_source = True
+            self._say(
+                f"openclaw-launch: warning: --hang-timeout-s: no rank has reported a step in {waited:.0f} s; "
+                "hang detection arms at each rank's first step, so it never fires for workers that use "
+                "neither torch's optimizer (the zero-code hooks) nor telemetry.step()"
+            )
+        verdict = self.watch.check(now)
+        if verdict is None:
+            return
+        self.verdict, self.detected_at = verdict, now
+        how = "no rank made progress" if verdict.all_silent else "the other ranks kept stepping"
+        lines = [f"openclaw-launch: hang: no step for {self.watch.timeout_s:g} s ({how}); stuck:"]
+        lines += [f"  {h.describe()}" for h in verdict.stuck]
+        waiting = [h for h in verdict.ranks if not h.stuck]
+        if waiting:
+            lines.append("  waiting for it:" if len(verdict.stuck) == 1 else "  waiting for them:")
+            lines += [f"    {h.describe()}" for h in waiting]
+        self._say("\n".join(lines))
+        self._start_dumps(now)
+
+    def _start_dumps(self, now: float) -> None:
+        """Every rank's stack, the running ones too (their stacks show what they wait in)."""
+        ranks = [r for r in self.watch.ranks.values() if r.pid and not r.finished]
+        self._py_spy = self.os.find_py_spy()
+        if self._py_spy is not None:
+            self.stack_source = "py-spy"
+            for r in ranks:
+                self._py_spy.start(r.rank, r.pid or 0)
+            self._deadline = now + self._py_spy.timeout_s + 0.5
+        else:
+            sent = False
+            for r in ranks:
+                if r.dump_signal is None:
+                    continue
+                try:
+                    self.os.kill(r.pid or 0, r.dump_signal)
+                    sent = True
+                except OSError:
+                    pass
+            self.stack_source = "faulthandler" if sent else None
+            self._deadline = now + (SIGNAL_WAIT_S if sent else 0.0)
+        self._state = "dumping"
+
+    def _dumps_done(self) -> bool:
+        return self._py_spy is not None and self._py_spy.done()
+
+    def _collect(self) -> None:
+        if self._py_spy is not None:
+            self.stacks = self._py_spy.take()
+        elif self.stack_source == "faulthandler":
+            self.stacks = {r: read_stack_file(p) for r, p in self._stack_files.items() if r in self.watch.ranks}
+        self.stacks = {r: t for r, t in self.stacks.items() if t.strip()}
+        for rank, text in sorted(self.stacks.items()):
+            path = self._log_path(rank)
+            if path:
+                try:
+                    with open(path, "ab") as f:  # O_APPEND: interleaves by whole writes with the supervisor's
+                        f.write(f"openclaw-launch: hang: stacks of rank {rank} ({self.stack_source}):\n{text}".encode())
+                except OSError:
+                    pass
+        verdict = self.verdict
+        if verdict is None:
+            return
+        lines: list[str] = []
+        for h in verdict.stuck:
+            stack = self.stacks.get(h.rank)
+            if stack:
+                lines.append(f"openclaw-launch: hang: stack of rank {h.rank} ({self.stack_source}):")
+                lines += [f"  {line}" for line in excerpt(stack)]
+        if not self.stacks:
+            lines.append(
+                "openclaw-launch: hang: no stacks (install py-spy, or run the workers under the bootstrap: "
+                "--telemetry hooks/full/api)"
+            )
+        lines.append(f"openclaw-launch: hang: stopping the job (exit code {HANG_EXIT_CODE})")
+        self._say("\n".join(lines))
+
+    def to_json(self) -> dict[str, Any] | None:
+        """The report's ``hang`` object (docs/report-format.md); None when there was no hang."""
+        if self.verdict is None:
+            return None
+        return {
+            "timeout_s": self.watch.timeout_s,
+            "exit_code": HANG_EXIT_CODE,
+            "all_silent": self.verdict.all_silent,
+            "stack_source": self.stack_source,
+            "ranks": [
+                {
+                    "rank": h.rank,
+                    "local_rank": h.local_rank,
+                    "node": h.node,
+                    "pid": h.pid,
+                    "stuck": h.stuck,
+                    "steps": h.steps,
+                    "no_step_s": h.no_step_s,
+                    "phase": h.phase,
+                    "in_phase_s": h.in_phase_s,
+                    "collective": h.collective,
+                    "stack": excerpt(self.stacks.get(h.rank, "")),
+                }
+                for h in self.verdict.ranks
+            ],
+        }
