@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,6 +30,7 @@ from openclaw_launch.osproc import RealOs
 from openclaw_launch.parallel import PARALLEL_FILE_NAME
 from openclaw_launch.plan import LaunchPlan
 from openclaw_launch.report import CONTAINMENT, build_report, format_report, write_report
+from openclaw_launch.stats.wiring import StatsOptions, binding_warnings, start_statistics, with_statistics
 from openclaw_launch.supervise import (
     JobResult,
     SuperviseHooks,
@@ -55,18 +56,6 @@ def run_dir_for(run_id: str) -> Path:
 def with_env(plan: LaunchPlan, extra: dict[str, str]) -> LaunchPlan:
     ranks = tuple(dataclasses.replace(r, env={**r.env, **extra}) for r in plan.ranks)
     return dataclasses.replace(plan, ranks=ranks)
-
-
-@dataclass(frozen=True)
-class StatsOptions:
-    """Per-step statistics and the straggler verdict (on when the plan has a telemetry socket)."""
-
-    interval_s: float = 60.0  # the live one-line summary; 0 = none
-    threshold_pct: float = 5.0  # a straggler is busy this much of the median step longer than the others
-    sample_gpus: bool = True  # NVML sampling of the plan's GPUs
-    hang_timeout_s: float | None = None  # --hang-timeout-s (openclaw_launch/stats/hang.py); None = off
-    metrics_port: int | None = None  # --metrics-port (openclaw_launch/stats/metrics.py); 0 = any free port
-    stats_file: str | None = None  # --stats-file: JSON lines, one per interval
 
 
 @dataclass(frozen=True)
@@ -188,12 +177,9 @@ def _run(
             undo.callback(daemon.stop)
             plan = with_env(plan, daemon.worker_env())
         if plan.telemetry_socket is not None:
-            socket_path = plan.telemetry_socket
-            if stats.hang_timeout_s:
-                plan = _with_hang_env(plan, run_dir)
-            session = _start_stats(plan, socket_path, stats, options)
+            say = functools.partial(_say, options)
+            plan, session = start_statistics(plan, plan.telemetry_socket, stats, options, run_dir, say)
             undo.callback(session.close)
-            _start_live(session, stats, options, run_dir)
         elif stats.hang_timeout_s or stats.metrics_port is not None or stats.stats_file:
             _say(
                 options,
@@ -210,14 +196,7 @@ def _run(
             if job_cgroup is not None:  # after each attempt's own kills: what escaped its groups
                 hooks = dataclasses.replace(hooks, after_attempt=lambda _attempt, _results: _clear(job_cgroup))
             if session is not None:
-                hooks = dataclasses.replace(
-                    hooks,
-                    before_attempt=session.before_attempt,
-                    readers={session.inbox.fileno(): session.drain},
-                    every=(stats.interval_s, session.live_line) if stats.interval_s > 0 else None,
-                    periodic=_live_hooks(session),
-                    stop_code=session.hang.stop_code if session.hang is not None else None,
-                )
+                hooks = with_statistics(hooks, session, stats)
             if agent is not None:
                 hooks = _with_agent(hooks, agent)
             result = supervise(plan, options, os_layer, hooks, guardian=guardian)
@@ -225,7 +204,7 @@ def _run(
         result = dataclasses.replace(result, containment=containment)
         if parent_error_file and result.exit_code != 0:  # before the workers' files go with run_dir
             write_parent_error_file(parent_error_file, result, lambda msg: _say(options, msg))
-        statistics = session.finish(_binding_warnings(result)) if session is not None else None
+        statistics = session.finish(binding_warnings(result)) if session is not None else None
     return result, statistics
 
 
@@ -267,80 +246,6 @@ def _with_agent(hooks: SuperviseHooks, agent: Agent) -> SuperviseHooks:
         hold=agent.hold,
         decide_restart=agent.decide_restart,
     )
-
-
-def _with_hang_env(plan: LaunchPlan, run_dir: Path) -> LaunchPlan:
-    """Progress datagrams and a stack file per rank (telemetry/recorder.py, telemetry/bootstrap.py)."""
-    from openclaw_launch.stats.hang import PROGRESS_INTERVAL_S
-    from openclaw_launch.telemetry import wire
-
-    ranks = tuple(
-        dataclasses.replace(
-            r,
-            env={
-                **r.env,
-                wire.PROGRESS_ENV: str(PROGRESS_INTERVAL_S),
-                wire.STACKS_ENV: str(run_dir / f"stacks-rank-{r.rank}.txt"),
-            },
-        )
-        for r in plan.ranks
-    )
-    return dataclasses.replace(plan, ranks=ranks)
-
-
-def _start_live(session: StatsSession, stats: StatsOptions, options: SuperviseOptions, run_dir: Path) -> None:
-    """Hang detection, the metrics endpoint and the stats file, on the session (which closes them)."""
-    plan = session.plan
-    if stats.hang_timeout_s:
-        from openclaw_launch.stats.hang import HangWatch
-        from openclaw_launch.stats.hang_monitor import HangMonitor
-
-        def log_path(rank: int) -> str | None:
-            if not options.log_dir:
-                return None
-            return f"{options.log_dir}/{plan.run_id}/attempt-{session.attempt}/rank-{rank}/stderr.log"
-
-        watch = HangWatch(stats.hang_timeout_s, [(r.rank, r.local_rank, r.node) for r in plan.ranks])
-        files = {r.rank: str(run_dir / f"stacks-rank-{r.rank}.txt") for r in plan.ranks}
-        session.hang = HangMonitor(watch, lambda text: _say(options, text), files, log_path)
-    if stats.stats_file:
-        from openclaw_launch.stats.metrics import StatsFile
-
-        session.stats_file = StatsFile(stats.stats_file)
-    if stats.metrics_port is not None:
-        from openclaw_launch.stats.metrics import MetricsServer
-
-        session.metrics = MetricsServer(stats.metrics_port)
-        session.publish()
-        _say(options, f"openclaw-launch: metrics on http://0.0.0.0:{session.metrics.port}/metrics")
-
-
-def _live_hooks(session: StatsSession) -> tuple[tuple[float, Callable[[], None]], ...]:
-    from openclaw_launch.stats.hang import CHECK_INTERVAL_S
-    from openclaw_launch.stats.metrics import REFRESH_S
-
-    out: list[tuple[float, Callable[[], None]]] = []
-    if session.hang is not None:
-        out.append((CHECK_INTERVAL_S, session.hang_tick))
-    if session.metrics is not None:
-        out.append((REFRESH_S, session.publish))
-    return tuple(out)
-
-
-def _start_stats(plan: LaunchPlan, socket_path: str, stats: StatsOptions, options: SuperviseOptions) -> StatsSession:
-    from openclaw_launch.stats.session import StatsSession
-
-    gpu_source = None
-    if stats.sample_gpus:
-        from openclaw_launch.stats.gpu import PynvmlSource
-
-        gpu_source = PynvmlSource
-    return StatsSession(plan, socket_path, stats.threshold_pct, lambda text: _say(options, text), gpu_source)
-
-
-def _binding_warnings(result: JobResult) -> dict[int, str]:
-    last = result.results[-1] if result.results else ()
-    return {w.rank: w.binding_warning for w in last if w.binding_warning}
 
 
 def _make_run_dir(run_dir: Path) -> Path:

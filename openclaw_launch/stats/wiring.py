@@ -1,0 +1,138 @@
+"""The statistics side of a run: what ``launch`` adds when the plan has a telemetry socket.
+
+The per-rank hang environment, the session (inbox, collector, NVML sampler) with its live parts
+(hang monitor, metrics endpoint, stats file), and the supervisor hooks that feed it. Heavy modules
+(NVML, prometheus-client) load only when asked for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from openclaw_launch.plan import LaunchPlan
+from openclaw_launch.results import JobResult
+from openclaw_launch.supervise import SuperviseHooks, SuperviseOptions
+
+if TYPE_CHECKING:
+    from openclaw_launch.stats.session import StatsSession
+
+
+@dataclass(frozen=True)
+class StatsOptions:
+    """Per-step statistics and the straggler verdict (on when the plan has a telemetry socket)."""
+
+    interval_s: float = 60.0  # the live one-line summary; 0 = none
+    threshold_pct: float = 5.0  # a straggler is busy this much of the median step longer than the others
+    sample_gpus: bool = True  # NVML sampling of the plan's GPUs
+    hang_timeout_s: float | None = None  # --hang-timeout-s (openclaw_launch/stats/hang.py); None = off
+    metrics_port: int | None = None  # --metrics-port (openclaw_launch/stats/metrics.py); 0 = any free port
+    stats_file: str | None = None  # --stats-file: JSON lines, one per interval
+
+
+def start_statistics(
+    plan: LaunchPlan,
+    socket_path: str,
+    stats: StatsOptions,
+    options: SuperviseOptions,
+    run_dir: Path,
+    say: Callable[[str], None],
+) -> tuple[LaunchPlan, StatsSession]:
+    """The session reading ``socket_path`` (its caller closes it) and the plan its workers get (with
+    the hang environment when ``--hang-timeout-s`` is on)."""
+    if stats.hang_timeout_s:
+        plan = _with_hang_env(plan, run_dir)
+    session = _start_stats(plan, socket_path, stats, say)
+    _start_live(session, stats, options, run_dir, say)
+    return plan, session
+
+
+def with_statistics(hooks: SuperviseHooks, session: StatsSession, stats: StatsOptions) -> SuperviseHooks:
+    """The supervisor feeds the session: its socket, the live line, the hang and metrics ticks."""
+    return dataclasses.replace(
+        hooks,
+        before_attempt=session.before_attempt,
+        readers={session.inbox.fileno(): session.drain},
+        every=(stats.interval_s, session.live_line) if stats.interval_s > 0 else None,
+        periodic=_live_hooks(session),
+        stop_code=session.hang.stop_code if session.hang is not None else None,
+    )
+
+
+def binding_warnings(result: JobResult) -> dict[int, str]:
+    last = result.results[-1] if result.results else ()
+    return {w.rank: w.binding_warning for w in last if w.binding_warning}
+
+
+def _with_hang_env(plan: LaunchPlan, run_dir: Path) -> LaunchPlan:
+    """Progress datagrams and a stack file per rank (telemetry/recorder.py, telemetry/bootstrap.py)."""
+    from openclaw_launch.stats.hang import PROGRESS_INTERVAL_S
+    from openclaw_launch.telemetry import wire
+
+    ranks = tuple(
+        dataclasses.replace(
+            r,
+            env={
+                **r.env,
+                wire.PROGRESS_ENV: str(PROGRESS_INTERVAL_S),
+                wire.STACKS_ENV: str(run_dir / f"stacks-rank-{r.rank}.txt"),
+            },
+        )
+        for r in plan.ranks
+    )
+    return dataclasses.replace(plan, ranks=ranks)
+
+
+def _start_live(
+    session: StatsSession, stats: StatsOptions, options: SuperviseOptions, run_dir: Path, say: Callable[[str], None]
+) -> None:
+    """Hang detection, the metrics endpoint and the stats file, on the session (which closes them)."""
+    plan = session.plan
+    if stats.hang_timeout_s:
+        from openclaw_launch.stats.hang import HangWatch
+        from openclaw_launch.stats.hang_monitor import HangMonitor
+
+        def log_path(rank: int) -> str | None:
+            if not options.log_dir:
+                return None
+            return f"{options.log_dir}/{plan.run_id}/attempt-{session.attempt}/rank-{rank}/stderr.log"
+
+        watch = HangWatch(stats.hang_timeout_s, [(r.rank, r.local_rank, r.node) for r in plan.ranks])
+        files = {r.rank: str(run_dir / f"stacks-rank-{r.rank}.txt") for r in plan.ranks}
+        session.hang = HangMonitor(watch, say, files, log_path)
+    if stats.stats_file:
+        from openclaw_launch.stats.metrics import StatsFile
+
+        session.stats_file = StatsFile(stats.stats_file)
+    if stats.metrics_port is not None:
+        from openclaw_launch.stats.metrics import MetricsServer
+
+        session.metrics = MetricsServer(stats.metrics_port)
+        session.publish()
+        say(f"openclaw-launch: metrics on http://0.0.0.0:{session.metrics.port}/metrics")
+
+
+def _live_hooks(session: StatsSession) -> tuple[tuple[float, Callable[[], None]], ...]:
+    from openclaw_launch.stats.hang import CHECK_INTERVAL_S
+    from openclaw_launch.stats.metrics import REFRESH_S
+
+    out: list[tuple[float, Callable[[], None]]] = []
+    if session.hang is not None:
+        out.append((CHECK_INTERVAL_S, session.hang_tick))
+    if session.metrics is not None:
+        out.append((REFRESH_S, session.publish))
+    return tuple(out)
+
+
+def _start_stats(plan: LaunchPlan, socket_path: str, stats: StatsOptions, say: Callable[[str], None]) -> StatsSession:
+    from openclaw_launch.stats.session import StatsSession
+
+    gpu_source = None
+    if stats.sample_gpus:
+        from openclaw_launch.stats.gpu import PynvmlSource
+
+        gpu_source = PynvmlSource
+    return StatsSession(plan, socket_path, stats.threshold_pct, say, gpu_source)
