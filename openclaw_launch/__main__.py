@@ -1,3 +1,3 @@
-from openclaw_launch.cli import main
+from openclaw_launch.cli.main import main
 
 main()

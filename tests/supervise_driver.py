@@ -12,8 +12,8 @@ import json
 import os
 import sys
 
-from openclaw_launch.plan import LaunchPlan, RankPlan
-from openclaw_launch.supervise import SuperviseOptions, supervise
+from openclaw_launch.plan.build import LaunchPlan, RankPlan
+from openclaw_launch.run.supervise import SuperviseOptions, supervise
 
 FAKE_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_worker.py")
 

@@ -18,11 +18,11 @@ from supervise_driver import make_plan
 from openclaw_launch.agents.fingerprint import differences, fingerprint
 from openclaw_launch.agents.hostlist import expand_hostlist, parse_hostlist
 from openclaw_launch.agents.merge import merge_reports, node_payload
-from openclaw_launch.config import Config, NodeSpec, Runtime
+from openclaw_launch.config.model import Config, NodeSpec, Runtime
 from openclaw_launch.errors import PlanError
-from openclaw_launch.plan import Entry, PlanOptions, build_plan
+from openclaw_launch.plan.build import Entry, PlanOptions, build_plan
+from openclaw_launch.run.supervise import JobResult, SuperviseOptions, supervise
 from openclaw_launch.stats.collect import PhaseSummary, RankSummary
-from openclaw_launch.supervise import JobResult, SuperviseOptions, supervise
 from openclaw_launch.topology.model import Topology
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -183,4 +183,4 @@ def test_a_one_node_run_never_imports_torch() -> None:
     )
     assert out.returncode == 0, out.stderr[-2000:]
     imported = {line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
-    assert "openclaw_launch.supervise" in imported and not {m for m in imported if m.split(".")[0] == "torch"}
+    assert "openclaw_launch.run.supervise" in imported and not {m for m in imported if m.split(".")[0] == "torch"}

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from openclaw_launch.binding import (
+from openclaw_launch.errors import PlanError
+from openclaw_launch.plan.binding import (
     Slot,
     allowed_cpus,
     bind_cpu_workers,
@@ -13,7 +14,6 @@ from openclaw_launch.binding import (
     cores_of,
     numactl_argv,
 )
-from openclaw_launch.errors import PlanError
 from openclaw_launch.topology.model import GpuInfo, Topology
 
 

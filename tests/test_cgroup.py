@@ -1,4 +1,4 @@
-"""The per-job cgroup v2 (openclaw_launch/cgroup.py): found from mountinfo, joined by the workers
+"""The per-job cgroup v2 (openclaw_launch/run/cgroup.py): found from mountinfo, joined by the workers
 before exec, killed by the launcher after each attempt and by the guardian when the launcher is
 SIGKILLed; the report says which containment was in force, and without a usable cgroup2 the job
 runs as before."""
@@ -20,9 +20,9 @@ from test_launch_e2e import start, worker
 from test_supervise_run import HANG_GUARD_S, alive, wait_gone
 from test_supervise_signals import finish, wait_files
 
-from openclaw_launch import cgroup, launch
-from openclaw_launch.report import CONTAINMENT
-from openclaw_launch.supervise import SuperviseOptions
+from openclaw_launch.report.build import CONTAINMENT
+from openclaw_launch.run import cgroup, launch
+from openclaw_launch.run.supervise import SuperviseOptions
 
 HYBRID = (
     "25 30 0:23 / /sys rw,nosuid - sysfs sysfs rw\n"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from openclaw_launch.config import Runtime
-from openclaw_launch.env import JobEnv, RankSlot, common_user_env, overridden_user_vars, rank_env, visible_devices
+from openclaw_launch.config.model import Runtime
+from openclaw_launch.plan.env import JobEnv, RankSlot, common_user_env, overridden_user_vars, rank_env, visible_devices
 
 TORCHRUN_VARS = set(  # the spec, written out independently of env.TORCHRUN_ENV
     "RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE ROLE_RANK ROLE_NAME ROLE_WORLD_SIZE "

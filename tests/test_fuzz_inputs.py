@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 import yaml
 
-from openclaw_launch.config import parse_config
+from openclaw_launch.config.model import parse_config
 from openclaw_launch.errors import OpenclawError
-from openclaw_launch.plan import Entry, PlanOptions, build_plan
-from openclaw_launch.report import load_report
+from openclaw_launch.plan.build import Entry, PlanOptions, build_plan
+from openclaw_launch.report.build import load_report
 from openclaw_launch.topology.snapshot import topology_from_snapshot
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -119,7 +119,7 @@ def test_mutated_reports_are_refused_with_the_field(tmp_path: Path) -> None:
     rank |= {"max_rss_kib": 1, "bound_cpus": "0", "bound_mems": "0", "statistics": None}
     good = {"schema": "openclaw-report/2", "run_id": "r", "node": "n", "exit_code": 0, "attempts": 1}
     good |= {"ranks": [rank], "statistics": None, "stragglers": []}
-    from openclaw_launch.report import format_report
+    from openclaw_launch.report.build import format_report
 
     rng = random.Random("report")
     path = tmp_path / "r.json"

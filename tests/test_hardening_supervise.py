@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from supervise_driver import make_plan
 
-from openclaw_launch.console import Console
 from openclaw_launch.files import check_output_path, write_atomic
-from openclaw_launch.guard import Guardian
-from openclaw_launch.osproc import RealOs
-from openclaw_launch.report import build_report
-from openclaw_launch.supervise import SuperviseOptions, supervise
+from openclaw_launch.report.build import build_report
+from openclaw_launch.run.console import Console
+from openclaw_launch.run.guard import Guardian
+from openclaw_launch.run.osproc import RealOs
+from openclaw_launch.run.supervise import SuperviseOptions, supervise
 
 ROOT = Path(__file__).resolve().parent.parent
 HANG_GUARD_S = 60.0  # a hang fails the test instead of blocking CI; not a timing assertion

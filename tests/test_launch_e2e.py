@@ -19,7 +19,7 @@ import pytest
 from test_supervise_run import HANG_GUARD_S, recorded_pids, wait_gone
 from test_supervise_signals import _unshare_works, finish, wait_files
 
-from openclaw_launch.env import TORCHRUN_ENV
+from openclaw_launch.plan.env import TORCHRUN_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = str(ROOT / "tests" / "fake_worker.py")

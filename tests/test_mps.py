@@ -16,7 +16,8 @@ import pytest
 from supervise_driver import rank_plan
 
 from openclaw_launch.errors import LaunchError, PlanError
-from openclaw_launch.mps import (
+from openclaw_launch.plan.build import LaunchPlan, MpsPlan, RankPlan
+from openclaw_launch.run.mps.daemon import (
     MpsDaemon,
     check_client_limit,
     clients_per_gpu,
@@ -26,7 +27,6 @@ from openclaw_launch.mps import (
     run_control,
     start_mps,
 )
-from openclaw_launch.plan import LaunchPlan, MpsPlan, RankPlan
 
 FAKE_DIR = Path(__file__).parent / "fake_mps"
 FAKE = str(FAKE_DIR / "nvidia-cuda-mps-control")
@@ -113,8 +113,8 @@ def test_reaped_when_launcher_is_child_subreaper(run_dir: Path) -> None:
 import ctypes, json, os, sys
 from pathlib import Path
 import psutil
-from openclaw_launch.mps import MpsDaemon
-from openclaw_launch.plan import MpsPlan
+from openclaw_launch.run.mps.daemon import MpsDaemon
+from openclaw_launch.plan.build import MpsPlan
 assert ctypes.CDLL(None).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
 d = MpsDaemon(MpsPlan(None, None, None, "error", ()), Path(sys.argv[1]), control=sys.argv[2])
 def zombies():
@@ -286,8 +286,8 @@ def test_guardian_cleanup_command_quits_daemon_of_a_killed_launcher(run_dir: Pat
     script = """
 import json, sys, time
 from pathlib import Path
-from openclaw_launch.mps import MpsDaemon
-from openclaw_launch.plan import MpsPlan
+from openclaw_launch.run.mps.daemon import MpsDaemon
+from openclaw_launch.plan.build import MpsPlan
 d = MpsDaemon(MpsPlan(None, None, None, "error", ()), Path(sys.argv[1]), control=sys.argv[2])
 d.start()
 argv, env, stdin_text = d.cleanup_command()

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from openclaw_launch.config import Config, NodeSpec
+from openclaw_launch.agents.identity import local_identity, resolve_node
+from openclaw_launch.config.model import Config, NodeSpec
 from openclaw_launch.errors import PlanError
-from openclaw_launch.multinode import local_identity, resolve_node
 
 
 def cluster(*nodes: tuple[str, str | None]) -> Config:

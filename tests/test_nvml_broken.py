@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from openclaw_launch.cli import cli
+from openclaw_launch.cli.main import cli
 from openclaw_launch.topology import live
 from openclaw_launch.topology.live import NvmlBroken, discover_topology
 from openclaw_launch.topology.nvml import NvmlUnavailable

@@ -10,7 +10,7 @@ import time
 
 import psutil
 
-from openclaw_launch.osproc import RealOs
+from openclaw_launch.run.osproc import RealOs
 
 TREE = (  # a parent that sleeps beside its own sleeping child
     "import subprocess, sys, time; "

@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from openclaw_launch.config import parse_config
+from openclaw_launch.config.model import parse_config
 from openclaw_launch.errors import ConfigError, PlanError
-from openclaw_launch.parallel import (
+from openclaw_launch.plan.build import Entry, PlanOptions, build_plan
+from openclaw_launch.plan.parallel import (
     ParallelSpec,
     parallel_groups,
     plan_parallel,
     size_problems,
     suggest_layouts,
 )
-from openclaw_launch.plan import Entry, PlanOptions, build_plan
 from openclaw_launch.topology.discover import host_config
 from openclaw_launch.topology.model import Topology
 from openclaw_launch.topology.smi import topology_from_smi

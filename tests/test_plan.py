@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from openclaw_launch.config import Config, GpuSpec, NodeSpec, Runtime
-from openclaw_launch.env import common_env
+from openclaw_launch.config.model import Config, GpuSpec, NodeSpec, Runtime
 from openclaw_launch.errors import PlanError, TopologyError
-from openclaw_launch.plan import Entry, LaunchPlan, PlanOptions, build_plan, format_plan_table
+from openclaw_launch.plan.build import Entry, LaunchPlan, PlanOptions, build_plan, format_plan_table
+from openclaw_launch.plan.env import common_env
 from openclaw_launch.topology.cpulist import format_cpulist
 from openclaw_launch.topology.model import GpuInfo, NvLink, Topology
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from openclaw_launch.config import PreflightSettings
-from openclaw_launch.plan import Entry, LaunchPlan, PlanOptions, build_plan
+from openclaw_launch.config.model import PreflightSettings
+from openclaw_launch.plan.build import Entry, LaunchPlan, PlanOptions, build_plan
 from openclaw_launch.preflight.tiers import (
     Expectation,
     Tier,
@@ -169,7 +169,7 @@ def test_worker_times_sub_tiers_with_real_processes(tmp_path: Path) -> None:
         "warmup": 1,
         "tiers": [{"name": "a", "ranks": [0, 2]}, {"name": "b", "ranks": [1, 2]}, {"name": "node", "ranks": [0, 1, 2]}],
     }
-    from openclaw_launch.torchrun_resolve import free_port
+    from openclaw_launch.cli.torchrun_resolve import free_port
 
     spec["port"] = free_port()
     (tmp_path / "spec.json").write_text(json.dumps(spec))

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-import openclaw_launch.config as config_module
-from openclaw_launch import config_yaml
-from openclaw_launch.config import (
+import openclaw_launch.config.model as config_module
+from openclaw_launch.config import reader as config_yaml
+from openclaw_launch.config.model import (
     RUNTIME_KEYS,
     Config,
     NodeSpec,
@@ -21,9 +21,9 @@ from openclaw_launch.config import (
     procs_per_gpu_problem,
 )
 from openclaw_launch.errors import ConfigError, LaunchError, PlanError
-from openclaw_launch.mps import _FIX_HINT, MpsDaemon, check_client_limit, start_mps, validate_pinned_limit
-from openclaw_launch.parallel import PARALLEL_DIMS
-from openclaw_launch.plan import Entry, LaunchPlan, MpsPlan, PlanOptions, RankPlan, build_plan
+from openclaw_launch.plan.build import Entry, LaunchPlan, MpsPlan, PlanOptions, RankPlan, build_plan
+from openclaw_launch.plan.parallel import PARALLEL_DIMS
+from openclaw_launch.run.mps.daemon import _FIX_HINT, MpsDaemon, check_client_limit, start_mps, validate_pinned_limit
 from openclaw_launch.topology.model import GpuInfo, Topology
 
 UUID0 = "GPU-584f87b1-e561-d9a3-aa91-5ea20ea584ee"

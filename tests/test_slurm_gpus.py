@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from openclaw_launch.agents.slurm_gpus import allocated_minors, minor_to_bus_id, slurm_gpu_problems
-from openclaw_launch.config import GpuSpec, NodeSpec
+from openclaw_launch.config.model import GpuSpec, NodeSpec
 
 INFORMATION = """Model: \t\t NVIDIA H200
 IRQ:   \t\t 222

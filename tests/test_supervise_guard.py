@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from test_supervise_run import HANG_GUARD_S, alive, wait_gone
 
-from openclaw_launch.guard import Guardian
+from openclaw_launch.run.guard import Guardian
 
 
 def test_done_means_nothing_is_cleaned(tmp_path: Path) -> None:
@@ -35,7 +35,7 @@ def test_done_means_nothing_is_cleaned(tmp_path: Path) -> None:
 LAUNCHER = textwrap.dedent(
     """
     import os, signal, subprocess, sys
-    from openclaw_launch.guard import Guardian
+    from openclaw_launch.run.guard import Guardian
 
     tmp, quit_file = sys.argv[1], sys.argv[2]
     guardian = Guardian.start()
@@ -95,7 +95,7 @@ def test_a_command_bigger_than_a_pipe_buffer_reaches_the_guardian(tmp_path: Path
     script = textwrap.dedent(
         """
         import os, signal, sys
-        from openclaw_launch.guard import Guardian
+        from openclaw_launch.run.guard import Guardian
         guardian = Guardian.start()
         guardian.watch_command([sys.executable, sys.argv[1], sys.argv[2]], env={"BIG": "x" * 100_000})
         os.kill(os.getpid(), signal.SIGKILL)

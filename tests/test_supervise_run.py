@@ -14,7 +14,7 @@ import pytest
 from supervise_driver import make_plan
 
 from openclaw_launch.errors import LaunchError
-from openclaw_launch.supervise import JobResult, SuperviseOptions, format_root_cause, supervise
+from openclaw_launch.run.supervise import JobResult, SuperviseOptions, format_root_cause, supervise
 
 HANG_GUARD_S = 20.0
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 import pytest
 from supervise_driver import make_plan
 
-from openclaw_launch.osproc import Reaped, Spawned
-from openclaw_launch.supervise import SuperviseHooks, SuperviseOptions, WorkerResult, supervise
+from openclaw_launch.run.osproc import Reaped, Spawned
+from openclaw_launch.run.supervise import SuperviseHooks, SuperviseOptions, WorkerResult, supervise
 
 WAKE_FD = 1000
 TERM, KILL = signal.SIGTERM, signal.SIGKILL

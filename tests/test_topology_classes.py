@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from openclaw_launch.cli import cli
-from openclaw_launch.config import load_config
+from openclaw_launch.cli.main import cli
+from openclaw_launch.config.model import load_config
 from openclaw_launch.topology.smi import parse_topo_matrix, topology_from_smi
 from tests.topo_helpers import TOPOLOGIES
 

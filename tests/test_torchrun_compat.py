@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from openclaw_launch.torchrun_compat import FLAGS, compat_table_markdown
+from openclaw_launch.cli.torchrun_compat import FLAGS, compat_table_markdown
 
 torch_run = pytest.importorskip("torch.distributed.run")
 
@@ -251,4 +251,4 @@ def test_every_torchrun_flag_is_in_the_table() -> None:
 
 def test_docs_table_is_the_flag_table() -> None:
     doc = (ROOT / "docs" / "torchrun-compat.md").read_text()
-    assert compat_table_markdown() in doc, "regenerate the table: python -m openclaw_launch.torchrun_compat"
+    assert compat_table_markdown() in doc, "regenerate the table: python -m openclaw_launch.cli.torchrun_compat"

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from openclaw_launch.config import Config, GpuSpec, NodeSpec, Runtime, load_config
+from openclaw_launch.config.model import Config, GpuSpec, NodeSpec, Runtime, load_config
 from openclaw_launch.errors import PlanError, TopologyError
-from openclaw_launch.plan import Entry, PlanOptions, build_plan
+from openclaw_launch.plan.build import Entry, PlanOptions, build_plan
 from openclaw_launch.topology.model import GpuInfo, IbPort, NvLink, PcieLink, Topology
-from openclaw_launch.validate import (
+from openclaw_launch.validate.host import (
     CheckResult,
     Thresholds,
     exit_code,
@@ -407,7 +407,7 @@ def test_mps_check_says_it_checked_the_system_daemon_not_the_private_one() -> No
 
 
 def test_real_mps_status_fits_the_protocol() -> None:
-    from openclaw_launch.mps import MpsServer, MpsStatus
+    from openclaw_launch.run.mps.daemon import MpsServer, MpsStatus
 
     status = MpsStatus(answering=True, daemon_pid=10, servers=(MpsServer(11, (12, 13, 14, 15, 16)),))
     results = run(h200_config(enable_mps=True, mps_max_clients_per_gpu=2), mps=status)

@@ -3,7 +3,7 @@
 Usage (on the GPU host, from the repo root):
   python3 benchmarks/gpu/compare.py --config-dir DIR --reps 2 --json OUT.json
 DIR holds ordered.yaml, isolated.yaml, ordered-mps.yaml, isolated-mps.yaml (bench_gpu.sh writes them).
-torchrun's MPS variants run under a private MPS daemon started with openclaw_launch.mps.
+torchrun's MPS variants run under a private MPS daemon started with openclaw_launch.run.mps.daemon.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ def main() -> None:
     p.add_argument("--timeout-s", type=float, default=120)
     p.add_argument("--scripts", default=",".join(SCRIPTS), help="comma list of: " + ", ".join(SCRIPTS))
     args = p.parse_args()
-    from openclaw_launch.mps import MpsDaemon
-    from openclaw_launch.plan import MpsPlan
+    from openclaw_launch.plan.build import MpsPlan
+    from openclaw_launch.run.mps.daemon import MpsDaemon
 
     torchrun_mps = MpsPlan(None, None, None, on_start_failure="error", gpu_uuids=())
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# MPS smoke test on a GPU host with the REAL nvidia-cuda-mps-control, through openclaw_launch.mps:
+# MPS smoke test on a GPU host with the REAL nvidia-cuda-mps-control, through openclaw_launch.run.mps.daemon:
 # start a private daemon (as a child subreaper, like the launcher), run CUDA clients through it,
 # record what the control program answers (server/client lists, limits), check that a second
 # daemon on the same pipe dir is refused, stop, and show that no MPS process or <defunct> is left.
@@ -22,8 +22,8 @@ from pathlib import Path
 import psutil
 
 from openclaw_launch.errors import LaunchError
-from openclaw_launch.mps import MpsDaemon, find_mps_processes
-from openclaw_launch.plan import MpsPlan
+from openclaw_launch.run.mps.daemon import MpsDaemon, find_mps_processes
+from openclaw_launch.plan.build import MpsPlan
 
 out = Path(sys.argv[1])
 result: dict[str, object] = {}

@@ -33,8 +33,8 @@ from typing import Any
 
 from openclaw_launch.agents.fingerprint import differences
 from openclaw_launch.agents.store import AgentError, AgentStore
-from openclaw_launch.plan import LaunchPlan
-from openclaw_launch.results import WorkerResult, format_root_cause, signal_name
+from openclaw_launch.plan.build import LaunchPlan
+from openclaw_launch.run.results import WorkerResult, format_root_cause, signal_name
 
 EXIT_NODE_LOST = 1  # the job's exit code on the surviving nodes when a node was lost
 

@@ -14,9 +14,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from openclaw_launch.config import Config
-from openclaw_launch.env import common_env
-from openclaw_launch.plan import LaunchPlan
+from openclaw_launch.config.model import Config
+from openclaw_launch.plan.build import LaunchPlan
+from openclaw_launch.plan.env import common_env
 
 UNSET = "<unset>"
 _ENV_PREFIXES = ("NCCL_", "CUDA_", "TORCH_", "OPENCLAW_", "NVSHMEM_")

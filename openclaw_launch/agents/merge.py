@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from openclaw_launch.report import _statistics_entry
+from openclaw_launch.report.build import _statistics_entry
 from openclaw_launch.stats.collect import PhaseSummary, RankSummary
 from openclaw_launch.stats.verdict import RankFacts, find_stragglers, sync_bound, wait_source, waited_for_others
 

@@ -13,7 +13,7 @@ import contextlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from openclaw_launch.config import NodeSpec
+from openclaw_launch.config.model import NodeSpec
 from openclaw_launch.topology.model import normalize_bus_id
 
 _GPU_LIST_VARS = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS")

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from openclaw_launch.config import PreflightSettings
+from openclaw_launch.config.model import PreflightSettings
 from openclaw_launch.errors import OpenclawError
 from openclaw_launch.files import write_atomic
-from openclaw_launch.plan import LaunchPlan
+from openclaw_launch.plan.build import LaunchPlan
 from openclaw_launch.preflight.tiers import (
     DEFAULT_ITERS,
     PREFLIGHT_SCHEMA,
@@ -110,7 +110,7 @@ def _read_expect(path: str) -> dict[str, float]:
 
 
 def _write_spec(path: Path, plan: LaunchPlan, tiers: list[Any], size: int, iters: int, timeout_s: float) -> None:
-    from openclaw_launch.torchrun_resolve import free_port
+    from openclaw_launch.cli.torchrun_resolve import free_port
 
     spec = {
         "ranks": [r.rank for r in plan.ranks],
@@ -128,8 +128,8 @@ def _write_spec(path: Path, plan: LaunchPlan, tiers: list[Any], size: int, iters
 def _launch(plan: LaunchPlan, options: PreflightOptions) -> int:
     """The workers through the job's own machinery; their console goes to stderr so that stdout
     holds only the verdict (or the JSON)."""
-    from openclaw_launch.launch import launch
-    from openclaw_launch.supervise import SuperviseOptions
+    from openclaw_launch.run.launch import launch
+    from openclaw_launch.run.supervise import SuperviseOptions
 
     supervise = SuperviseOptions(grace_period_s=options.grace_period_s, stdout=sys.stderr, error_files_kept=False)
     return launch(plan, supervise, report_path=options.report_path)
@@ -199,7 +199,7 @@ def _write(path: str, data: dict[str, Any], option: str) -> None:
 
 def _add_to_report(path: str, doc: dict[str, Any]) -> None:
     """The run report ``launch`` wrote, with the verdict under ``preflight``."""
-    from openclaw_launch.report import load_report, write_report
+    from openclaw_launch.report.build import load_report, write_report
 
     report = load_report(path)
     report["preflight"] = doc

@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from openclaw_launch.config import PreflightSettings
-from openclaw_launch.plan import LaunchPlan
+from openclaw_launch.config.model import PreflightSettings
+from openclaw_launch.plan.build import LaunchPlan
 from openclaw_launch.topology.model import GpuInfo, Topology
 
 Status = Literal["pass", "warn", "fail", "info"]

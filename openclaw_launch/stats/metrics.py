@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from openclaw_launch.errors import LaunchError
 
 if TYPE_CHECKING:
-    from openclaw_launch.plan import LaunchPlan
+    from openclaw_launch.plan.build import LaunchPlan
     from openclaw_launch.stats.collect import RankSummary
 
 REFRESH_S = 1.0  # the endpoint's numbers are at most this old

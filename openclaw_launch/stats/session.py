@@ -17,7 +17,7 @@ from openclaw_launch.stats.inbox import Inbox
 from openclaw_launch.telemetry import wire
 
 if TYPE_CHECKING:
-    from openclaw_launch.plan import LaunchPlan
+    from openclaw_launch.plan.build import LaunchPlan
     from openclaw_launch.stats.gpu import GpuSampler, SampleSource
     from openclaw_launch.stats.hang_monitor import HangMonitor
     from openclaw_launch.stats.metrics import MetricsServer, StatsFile

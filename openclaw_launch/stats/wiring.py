@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from openclaw_launch.plan import LaunchPlan
-from openclaw_launch.results import JobResult
-from openclaw_launch.supervise import SuperviseHooks, SuperviseOptions
+from openclaw_launch.plan.build import LaunchPlan
+from openclaw_launch.run.results import JobResult
+from openclaw_launch.run.supervise import SuperviseHooks, SuperviseOptions
 
 if TYPE_CHECKING:
     from openclaw_launch.stats.session import StatsSession

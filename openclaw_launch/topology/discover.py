@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from openclaw_launch.config import Config, GpuSpec, NodeSpec
+from openclaw_launch.config.model import Config, GpuSpec, NodeSpec
 from openclaw_launch.errors import PlanError, TopologyError
 from openclaw_launch.topology.model import GpuInfo, Topology
 

@@ -1,0 +1,241 @@
+"""What the commands share: the options of ``run``, ``plan`` and ``preflight`` (one ``Common``),
+their inputs (config, topology) and the plan built from them, and how a command fails or warns.
+
+The command bodies are in ``cli_run`` (``run``) and ``cli_tools`` (the others); ``cli`` is the
+group and ``main``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import shutil
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn, cast
+
+import click
+
+from openclaw_launch.cli.torchrun_compat import FLAGS, TorchrunArgs
+from openclaw_launch.cli.torchrun_resolve import free_port, node_by_rank, resolve
+from openclaw_launch.config.model import BindingPolicy, Config, load_config
+from openclaw_launch.errors import OpenclawError
+from openclaw_launch.plan.build import Entry, EntryKind, LaunchPlan, PlanOptions, build_plan
+from openclaw_launch.plan.parallel import PARALLEL_DIMS, ParallelSpec
+from openclaw_launch.topology.model import Topology
+
+
+def fail(err: OpenclawError) -> NoReturn:
+    click.echo(f"openclaw-launch: {err}", err=True)
+    sys.exit(err.exit_code)
+
+
+def warn(message: str) -> None:
+    click.echo(f"openclaw-launch: warning: {message}", err=True)
+
+
+def live_topology(with_gpus: bool) -> Topology:
+    """Read this host; NVML is only touched when GPUs are wanted (it costs start-up time)."""
+    from openclaw_launch.topology.live import discover_topology
+    from openclaw_launch.topology.nvml import no_gpus
+
+    return discover_topology(nvml=None if with_gpus else no_gpus())
+
+
+def read_topology(snapshot: str | None, with_gpus: bool) -> Topology:
+    if snapshot:
+        from openclaw_launch.topology.snapshot import load_snapshot
+
+        return load_snapshot(Path(snapshot))
+    return live_topology(with_gpus)
+
+
+def make_plan(
+    c: Common,
+    run_id: str | None = None,
+    error_file_dir: str | None = None,
+    telemetry_socket: str | None = None,
+    telemetry_mode: str = "hooks",
+    parallel_file: str | None = None,
+) -> LaunchPlan:
+    """The plan for the command line: ``--config``, or this host as torchrun would see it."""
+    return plan_and_config(c, run_id, error_file_dir, telemetry_socket, telemetry_mode, parallel_file)[0]
+
+
+def plan_and_config(
+    c: Common,
+    run_id: str | None = None,
+    error_file_dir: str | None = None,
+    telemetry_socket: str | None = None,
+    telemetry_mode: str = "hooks",
+    parallel_file: str | None = None,
+) -> tuple[LaunchPlan, Config]:
+    want = resolve(c.tr, with_config=bool(c.config_path))
+    entry = _entry(c.script or ("train.py",), c.tr)  # plan: the script only shows in argv
+    if c.config_path:
+        if want.nproc_per_node is not None:
+            raise click.UsageError(
+                "--nproc-per-node (or PET_NPROC_PER_NODE) is for runs without --config; the config sets the ranks"
+            )
+        config = load_config(c.config_path)  # its warnings come back in the plan's
+        node_name = node_by_rank(config, want.nnodes, want.node_rank, c.node) or node_name_for(config, c.node)
+        _check_slurm_gpus(config, node_name, c.topology_path)
+        topology = read_topology(c.topology_path, not config.node(node_name).is_cpu)
+    else:
+        if c.node is not None:
+            raise click.UsageError("--node names a node of --config; without --config use --nnodes and --node-rank")
+        from openclaw_launch.topology.discover import host_config
+
+        topology = read_topology(c.topology_path, want.nproc_per_node != "cpu")
+        config = host_config(topology, want.nproc_per_node, want.nnodes or 1)
+        node_name = config.nodes[want.node_rank or 0].name
+    if want.binding:
+        config = dataclasses.replace(
+            config, runtime=dataclasses.replace(config.runtime, binding=cast(BindingPolicy, want.binding))
+        )
+    options = PlanOptions(
+        entry=entry,
+        node=node_name,
+        python=os.environ.get("PYTHON_EXEC") or sys.executable,  # torchrun's PYTHON_EXEC
+        base_env=dict(os.environ),
+        run_id=run_id or c.tr.run_id or "none",
+        master_addr=want.master_addr,
+        master_port=want.master_port,
+        max_restarts=c.tr.max_restarts,
+        error_file_dir=error_file_dir,
+        numactl=shutil.which("numactl"),
+        strictness=c.strictness,
+        role=c.tr.role,
+        signals_to_handle=",".join(want.signals),
+        virtual_local_rank=c.tr.virtual_local_rank,
+        free_master_port=free_port() if len(config.nodes) == 1 else None,
+        telemetry_socket=telemetry_socket,
+        telemetry_mode=telemetry_mode,
+        parallel=ParallelSpec(c.tp, c.pp, c.dp, where={d: f"--{d}" for d in PARALLEL_DIMS if getattr(c, d)}),
+        parallel_file=parallel_file,
+        fallback_master_addr=_slurm_first_host() if len(config.nodes) > 1 else None,
+    )
+    return build_plan(config, topology, options), config
+
+
+def _slurm_first_host() -> str | None:
+    """The first host Slurm allocated to this step (or job): the multi-node MASTER_ADDR default."""
+    text = os.environ.get("SLURM_STEP_NODELIST") or os.environ.get("SLURM_JOB_NODELIST")
+    if not text:
+        return None
+    from openclaw_launch.agents.hostlist import expand_hostlist
+
+    hosts = expand_hostlist(text)
+    return hosts[0] if hosts else None
+
+
+def node_name_for(config: Config, cli_node: str | None) -> str:
+    from openclaw_launch.agents.identity import local_identity, resolve_node
+
+    if cli_node is None and len(config.nodes) > 1 and "SLURM_NODEID" not in os.environ:
+        names, addrs = local_identity()
+        return resolve_node(config, None, os.environ, names, addrs)
+    return resolve_node(config, cli_node, os.environ)
+
+
+def _entry(script: tuple[str, ...], tr: TorchrunArgs) -> Entry:
+    """What each worker runs; ``--run-path`` runs the script as __main__ like ``python -u script``."""
+    if not script:
+        raise click.UsageError("give the training script (or -m MODULE, or --no-python COMMAND) to run")
+    kind: EntryKind = "script" if tr.run_path else "module" if tr.module else "exec" if tr.no_python else "script"
+    return Entry(kind=kind, target=script[0], args=tuple(script[1:]))
+
+
+@dataclass(frozen=True)
+class Common:
+    """What ``run`` and ``plan`` share: where the ranks come from and what they run."""
+
+    config_path: str | None
+    node: str | None
+    topology_path: str | None
+    strictness: str | None
+    tp: int | None
+    pp: int | None
+    dp: int | None
+    script: tuple[str, ...]
+    tr: TorchrunArgs  # every torchrun flag (torchrun_compat.FLAGS)
+
+
+_common_options: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
+    click.option(
+        "--config",
+        "config_path",
+        type=click.Path(dir_okay=False),
+        help="Cluster YAML (replaces torchrun's --nnodes/--nproc-per-node: the config lays out the ranks).",
+    ),
+    click.option(
+        "--node",
+        help="Which config node this launcher is (default: --node-rank, Slurm, or matched to this host).",
+    ),
+    click.option(
+        "--topology",
+        "topology_path",
+        type=click.Path(dir_okay=False),
+        help="Topology snapshot JSON to use instead of this host (discover --snapshot).",
+    ),
+    click.option(
+        "--strictness",
+        type=click.Choice(["fail", "warn"]),
+        help="Bus id / NUMA / NVLink mismatches fail the launch or only warn.",
+    ),
+    *(
+        click.option(
+            f"--{dim}", dim, type=click.IntRange(min=1), help=f"{what} (overrides the config's parallel.{dim})."
+        )
+        for dim, what in (
+            ("tp", "Tensor-parallel group size; TP groups stay on one node, on NVLink-joined GPUs."),
+            ("pp", "Pipeline-parallel stages."),
+            ("dp", "Data-parallel size (default: world size / (tp * pp))."),
+        )
+    ),
+    *(flag.option() for flag in FLAGS),
+    click.argument("script", nargs=-1, type=click.UNPROCESSED),
+]
+
+
+def with_common(f: Callable[..., None]) -> Callable[..., None]:
+    """Add the shared options and hand them to ``f`` as one ``Common``."""
+
+    @functools.wraps(f)
+    def wrapper(**kw: Any) -> None:
+        tr = TorchrunArgs(**{name: kw.pop(name) for name in TorchrunArgs.__dataclass_fields__})
+        mine = {name: kw.pop(name) for name in Common.__dataclass_fields__ if name != "tr"}
+        f(Common(**mine, tr=tr), **kw)
+
+    for option in reversed(_common_options):
+        wrapper = option(wrapper)
+    return wrapper
+
+
+# Options end at the script: an unknown option before it is an error (with "did you mean"), and
+# everything after it goes to the script untouched, as with torchrun.
+SCRIPT_LAST = {"allow_interspersed_args": False}
+
+
+def check_output_option(path: str, option: str) -> None:
+    """An output path that cannot be written is a usage error now, not after the job."""
+    from openclaw_launch.files import check_output_path
+
+    problem = check_output_path(path)
+    if problem:
+        raise click.BadParameter(f"cannot write there: {problem}; give a writable file path", param_hint=option)
+
+
+def _check_slurm_gpus(config: Config, node_name: str, topology_path: str | None) -> None:
+    """Under a Slurm GPU allocation on this host, the config node's GPUs must be the allocated ones."""
+    if topology_path or not ("SLURM_STEP_GPUS" in os.environ or "SLURM_JOB_GPUS" in os.environ):
+        return
+    from openclaw_launch.agents.slurm_gpus import slurm_gpu_problems
+    from openclaw_launch.errors import PlanError
+
+    problems = slurm_gpu_problems(config.node(node_name), os.environ)
+    if problems:
+        raise PlanError("; ".join(problems))

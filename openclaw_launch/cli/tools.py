@@ -1,0 +1,268 @@
+"""The commands besides ``run``: ``plan``, ``preflight``, ``discover``, ``validate``, ``report``."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import sys
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from openclaw_launch.cli.common import (
+    SCRIPT_LAST,
+    Common,
+    check_output_option,
+    fail,
+    live_topology,
+    make_plan,
+    node_name_for,
+    read_topology,
+    warn,
+    with_common,
+)
+from openclaw_launch.cli.torchrun_resolve import resolve
+from openclaw_launch.config.model import Config, load_config
+from openclaw_launch.errors import OpenclawError
+from openclaw_launch.plan.build import format_plan_table
+
+if TYPE_CHECKING:
+    from openclaw_launch.preflight.command import PreflightOptions
+    from openclaw_launch.run.mps.status import MpsStatus
+
+
+@click.command(context_settings=SCRIPT_LAST)
+@with_common
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON (schema 1).")
+@click.option("--suggest-parallel", is_flag=True, help="Also list the TP/PP/DP layouts that fit (TP on NVLink first).")
+def plan(c: Common, as_json: bool, suggest_parallel: bool) -> None:
+    """Print where each rank would run and with what environment; start nothing."""
+    from openclaw_launch.plan.parallel import format_suggestions, suggest_layouts
+
+    try:
+        launch_plan = make_plan(c)
+        suggestions = suggest_layouts(_plan_config(c)) if suggest_parallel else None
+    except OpenclawError as e:
+        fail(e)
+    if as_json:
+        doc = launch_plan.to_json()
+        if suggestions is not None:
+            doc["parallel_suggestions"] = [s.to_json() for s in suggestions]
+        click.echo(json.dumps(doc, indent=2))
+    else:
+        for w in launch_plan.warnings:
+            warn(w)
+        click.echo(format_plan_table(launch_plan, warnings=False))
+        if suggestions is not None:
+            click.echo(format_suggestions(suggestions))
+
+
+@click.command(context_settings=SCRIPT_LAST)
+@with_common
+@click.option("--size-mib", type=click.IntRange(min=1), help="All-reduce size (default 1024; CPU ranks 4).")
+@click.option("--iters", type=click.IntRange(min=1), help="Timed all-reduces per tier (default 20).")
+@click.option("--record", "record_path", type=click.Path(dir_okay=False), help="Save the measured bandwidths here.")
+@click.option(
+    "--expect",
+    "expect_path",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Expect at least 0.8 x the bandwidths a --record file saved.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False), help="Write the run report (with it).")
+def preflight(
+    c: Common,
+    size_mib: int | None,
+    iters: int | None,
+    record_path: str | None,
+    expect_path: str | None,
+    as_json: bool,
+    report_path: str | None,
+) -> None:
+    """Run the plan with an all-reduce probe: bandwidth per NVLink island and node vs expected."""
+    if c.script:
+        raise click.UsageError(f"preflight runs its own worker; remove {c.script[0]!r} and what follows")
+    from openclaw_launch.preflight.command import PreflightOptions
+
+    job_id = c.tr.run_id or os.environ.get("SLURM_JOB_ID") or uuid.uuid4().hex[:12]
+    options = PreflightOptions(size_mib, iters, record_path, expect_path, as_json, report_path, c.tr.grace_period_s)
+    try:
+        code = probe_fabric(c, job_id, options)
+    except OpenclawError as e:
+        fail(e)
+    sys.exit(code)
+
+
+def probe_fabric(c: Common, job_id: str, options: PreflightOptions) -> int:
+    """Preflight with the plan of this command line (config, node, layout, environment, MPS); the exit
+    code of docs/preflight.md. ``preflight`` and ``run --preflight`` both come here."""
+    from openclaw_launch.config.model import PreflightSettings
+    from openclaw_launch.preflight.command import run_preflight
+    from openclaw_launch.run.launch import run_dir_for
+
+    tr = dataclasses.replace(c.tr, module=True, no_python=False, run_path=False, run_id=job_id)
+    settings = load_config(c.config_path).preflight if c.config_path else PreflightSettings()
+    return run_preflight(
+        lambda script: make_plan(dataclasses.replace(c, script=script, tr=tr), job_id, str(run_dir_for(job_id))),
+        lambda with_gpus: read_topology(c.topology_path, with_gpus),
+        settings,
+        options,
+    )
+
+
+def _plan_config(c: Common) -> Config:
+    """The config ``plan`` laid out: ``--config``, or this host as ``host_config`` sees it."""
+    if c.config_path:
+        return load_config(c.config_path)
+    from openclaw_launch.topology.discover import host_config
+
+    want = resolve(c.tr, with_config=False)
+    return host_config(
+        read_topology(c.topology_path, want.nproc_per_node != "cpu"), want.nproc_per_node, want.nnodes or 1
+    )
+
+
+@click.command()
+@click.option("--snapshot", is_flag=True, help="Write the topology snapshot JSON instead of a config.")
+@click.option(
+    "--from-smi",
+    "from_smi",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Saved `nvidia-smi topo -m` output to read instead of this host.",
+)
+@click.option("--smi-list", type=click.Path(exists=True, dir_okay=False), help="Saved `nvidia-smi -L` output (UUIDs).")
+@click.option(
+    "--numactl-hardware",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Saved `numactl --hardware` output (NUMA node CPUs).",
+)
+@click.option("--lscpu", type=click.Path(exists=True, dir_okay=False), help="Saved `lscpu` output (cores, sockets).")
+@click.option("--node-name", default=None, help="Node name in the config (default: this host's name).")
+@click.option("--ip", default=None, help="Node ip in the config.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write here instead of stdout.")
+def discover(
+    snapshot: bool,
+    from_smi: str | None,
+    smi_list: str | None,
+    numactl_hardware: str | None,
+    lscpu: str | None,
+    node_name: str | None,
+    ip: str | None,
+    output: str | None,
+) -> None:
+    """Describe this host (NVML + sysfs) or saved nvidia-smi text as a config or snapshot."""
+    import socket
+
+    from openclaw_launch.topology.discover import config_yaml_from_topology
+    from openclaw_launch.topology.snapshot import dump_snapshot
+
+    if output:
+        check_output_option(output, "--output")
+    saved = {"--smi-list": smi_list, "--numactl-hardware": numactl_hardware, "--lscpu": lscpu}
+    stray = [flag for flag, value in saved.items() if value and not from_smi]
+    if stray:
+        raise click.UsageError(
+            f"{' and '.join(stray)}: give --from-smi TOPO.txt too (saved outputs describe a saved host, not this one)"
+        )
+    try:
+        if from_smi:
+            from openclaw_launch.topology.smi import topology_from_smi_files
+
+            topology = topology_from_smi_files(
+                Path(from_smi),
+                Path(smi_list) if smi_list else None,
+                Path(numactl_hardware) if numactl_hardware else None,
+                Path(lscpu) if lscpu else None,
+            )
+        else:
+            topology = live_topology(True)
+        text = (
+            json.dumps(dump_snapshot(topology), indent=2) + "\n"
+            if snapshot
+            else config_yaml_from_topology(topology, node_name or topology.hostname or socket.gethostname(), ip)
+        )
+    except OpenclawError as e:
+        fail(e)
+    if output:
+        from openclaw_launch.files import write_atomic
+
+        try:
+            write_atomic(output, text)
+        except OSError as e:
+            raise click.BadParameter(
+                f"cannot write {output} ({e.strerror}: {e.filename})", param_hint="--output"
+            ) from None
+    else:
+        click.echo(text, nl=False)
+
+
+@click.command()
+@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False))
+@click.option("--node", help="Which config node this host is.")
+@click.option("--topology", "topology_path", type=click.Path(dir_okay=False), help="Snapshot instead of this host.")
+@click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
+def validate(config_path: str, node: str | None, topology_path: str | None, as_json: bool) -> None:
+    """Check the config against the machine; exit 0 only if no check failed."""
+    from openclaw_launch.validate import host as checks
+
+    try:
+        config = load_config(config_path)
+        node_name = node_name_for(config, node)
+        topology = read_topology(topology_path, not config.node(node_name).is_cpu)
+        mps = _mps_status(config, node_name)
+        results = checks.run_checks(
+            config,
+            topology,
+            node_name,
+            numactl_path=shutil.which("numactl"),
+            mps=mps,
+            mps_pipe_dir=_mps_pipe_dir() if mps is not None else None,
+        )
+    except OpenclawError as e:
+        fail(e)
+    for w in config.warnings:
+        warn(w)
+    click.echo(json.dumps(checks.results_to_json(results), indent=2) if as_json else checks.format_results(results))
+    sys.exit(checks.exit_code(results))
+
+
+def _mps_status(config: Config, node_name: str) -> MpsStatus | None:
+    """The MPS daemon this host runs now (default pipe directory), when the config enables MPS.
+
+    Its per-device client list numbers devices by the daemon's CUDA_VISIBLE_DEVICES; the
+    launcher starts its daemon with the node's GPUs in config (= plan) order, so that order
+    names them. A daemon started by hand with another order would be misattributed.
+    """
+    node = config.node(node_name)
+    if not config.runtime.enable_mps or node.is_cpu:
+        return None
+    from openclaw_launch.run.mps.status import mps_status
+
+    return mps_status(_mps_pipe_dir(), None, gpu_uuids=[g.uuid for g in node.gpus])
+
+
+def _mps_pipe_dir() -> str:
+    """The system MPS daemon's pipe directory, the one `validate` checks."""
+    return os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")
+
+
+@click.command()
+@click.argument("run_json", type=click.Path(exists=True, dir_okay=False))
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Also draw it (PNG) here; needs matplotlib.")
+def report(run_json: str, plot_path: str | None) -> None:
+    """Render a saved run report."""
+    from openclaw_launch.report.build import format_report, load_report
+
+    try:
+        data = load_report(run_json)
+        click.echo(format_report(data))
+        if plot_path is not None:
+            from openclaw_launch.stats.plot import plot_report
+
+            plot_report(data, plot_path)
+    except OpenclawError as e:
+        fail(e)

@@ -1,0 +1,259 @@
+"""torchrun's flag values (``torchrun_compat.TorchrunArgs``) -> what the planner and the supervisor
+need. No I/O except ``free_port``: ``plan`` and ``run`` read a torchrun command line alike, and a
+refused value raises ``click.BadParameter`` naming the option, before anything starts.
+"""
+
+from __future__ import annotations
+
+import signal
+import string
+from dataclasses import dataclass
+
+import click
+
+from openclaw_launch.cli.torchrun_compat import DEFAULT_SIGNALS, RDZV_DEFAULT_PORT, TorchrunArgs
+from openclaw_launch.config.limits import MAX_PREFIX_LEN, MAX_RANKS_PER_NODE, MAX_WORLD_SIZE, host_problem
+from openclaw_launch.config.model import Config
+
+_STD_STREAMS = {0: (), 1: ("stdout",), 2: ("stderr",), 3: ("stdout", "stderr")}  # torchrun's Std
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """What the torchrun flags ask of the planner and the supervisor."""
+
+    nproc_per_node: int | str | None  # N, "gpu", "cpu", "auto", or None (our default)
+    nnodes: int | None  # None: not given
+    node_rank: int | None
+    master_addr: str | None
+    master_port: int | None
+    binding: str | None  # overrides runtime.binding
+    signals: tuple[str, ...]  # forwarded, by name
+    console_hidden: frozenset[tuple[int, str]]  # (local rank, stream) kept off the console (--redirects)
+    wants_logs: bool  # --redirects/--tee: a log directory is needed
+    local_ranks_shown: frozenset[int] | None  # --local-ranks-filter
+
+
+def _bad(option: str, message: str) -> click.BadParameter:
+    return click.BadParameter(message, param_hint=option)
+
+
+def resolve(args: TorchrunArgs, with_config: bool) -> Resolved:
+    """Check every torchrun value and translate it; a refused value raises ``click.BadParameter``."""
+    if args.logs_specs is not None:
+        raise _bad("--logs-specs", "log plugins are torchrun's; use --log-dir, --redirects and --tee here")
+    if args.event_log_handler not in (None, "null"):
+        raise _bad("--event-log-handler", "event plugins are torchrun's; use --report PATH for a run record")
+    for name, value in (("stdout", args.duplicate_stdout_filters), ("stderr", args.duplicate_stderr_filters)):
+        if value:
+            raise _bad(f"--duplicate-{name}-filters", "not done here; grep the per-rank logs of --log-dir")
+    if args.numa_binding == "core-complex":
+        raise _bad("--numa-binding", "core-complex is not a binding policy here; use node, socket or exclusive")
+    if args.module and args.no_python and not args.run_path:
+        raise _bad("--module", "-m and --no-python exclude each other")
+    _check_rdzv_conf(args.rdzv_conf)
+    nnodes = _nnodes(args.nnodes)
+    backend = args.rdzv_backend or "static"
+    if backend not in ("static", "c10d"):
+        raise _bad(
+            "--rdzv-backend",
+            f"{backend}: elastic rendezvous is not done here; every node gets a fixed rank: "
+            "--nnodes N --node-rank K (static or c10d), or --config",
+        )
+    if args.standalone and (nnodes or 1) > 1:
+        raise _bad("--standalone", f"is a single-node job, but --nnodes is {nnodes}")
+    if backend == "c10d" and (nnodes or 1) > 1 and args.node_rank is None and not with_config:
+        raise _bad(
+            "--rdzv-backend",
+            "c10d ranks nodes by arrival, which is not done here: give each node --node-rank K",
+        )
+    if args.node_rank is not None and nnodes is not None and args.node_rank >= nnodes:
+        raise _bad("--node-rank", f"{args.node_rank} but --nnodes is {nnodes} (ranks are 0..{nnodes - 1})")
+    if args.node_rank is not None and nnodes is None and args.node_rank > 0 and not with_config:
+        raise _bad("--node-rank", f"{args.node_rank} needs --nnodes (the number of nodes)")
+    addr, port = args.master_addr, args.master_port
+    if args.rdzv_endpoint and not args.standalone:
+        addr, port = _endpoint(args.rdzv_endpoint)
+        if host_problem(addr):
+            raise _bad("--rdzv-endpoint", f"{host_problem(addr)}; use HOST[:PORT]")
+    elif addr is not None and host_problem(addr):
+        raise _bad("--master-addr", f"{host_problem(addr)}; use an IP address or hostname")
+    hidden = _streams(args.redirects, "--redirects")
+    teed = _streams(args.tee, "--tee")
+    return Resolved(
+        nproc_per_node=_nproc(args.nproc_per_node),
+        nnodes=nnodes,
+        node_rank=args.node_rank,
+        master_addr=addr,
+        master_port=port,
+        binding=args.numa_binding,
+        signals=_signals(args.signals_to_handle),
+        console_hidden=hidden,
+        wants_logs=bool(hidden or teed),
+        local_ranks_shown=_local_ranks(args.local_ranks_filter),
+    )
+
+
+def _nproc(text: str | None) -> int | str | None:
+    if text is None:
+        return None
+    if text in ("gpu", "cpu", "auto"):
+        return text
+    if text == "xpu":
+        raise _bad("--nproc-per-node", "xpu: this launcher places ranks on NVIDIA GPUs or CPUs (gpu, cpu, auto, N)")
+    try:
+        n = int(text)
+    except ValueError:
+        raise _bad("--nproc-per-node", f"{text!r}: use a number >= 1, gpu, cpu or auto") from None
+    if not 1 <= n <= MAX_RANKS_PER_NODE:
+        raise _bad("--nproc-per-node", f"{n}: use a number 1..{MAX_RANKS_PER_NODE}, gpu, cpu or auto")
+    return n
+
+
+def _nnodes(text: str | None) -> int | None:
+    if text is None:
+        return None
+    low, _, high = text.partition(":")
+    try:
+        lo, hi = int(low), int(high or low)
+    except ValueError:
+        raise _bad("--nnodes", f"{text!r}: use N (or N:N)") from None
+    if lo != hi:
+        raise _bad("--nnodes", f"{text}: elastic membership (MIN:MAX) is not done here; use a fixed N")
+    if not 1 <= lo <= MAX_WORLD_SIZE:
+        raise _bad("--nnodes", f"{text}: use N 1..{MAX_WORLD_SIZE}")
+    return lo
+
+
+def _endpoint(text: str) -> tuple[str, int]:
+    """``host``, ``host:port``, ``[v6]:port`` -> (host, port)."""
+    host, port = text, ""
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port = rest.removeprefix(":")
+    elif text.count(":") == 1:
+        host, _, port = text.partition(":")
+    if not host:
+        raise _bad("--rdzv-endpoint", f"{text!r}: use HOST[:PORT]")
+    if not port:
+        return host, RDZV_DEFAULT_PORT
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise _bad("--rdzv-endpoint", f"{text!r}: the port must be 1..65535")
+    return host, int(port)
+
+
+def _check_rdzv_conf(text: str | None) -> None:
+    for item in filter(None, (text or "").split(",")):
+        if "=" not in item:
+            raise _bad("--rdzv-conf", f"{item!r}: use KEY=VALUE,KEY=VALUE")
+
+
+def _streams(text: str | None, option: str) -> frozenset[tuple[int, str]]:
+    """torchrun's Std: one code for every local rank (as local rank -1), or ``rank:code,...``."""
+    if not text:
+        return frozenset()
+    out: set[tuple[int, str]] = set()
+    try:
+        if ":" not in text:
+            return frozenset((-1, s) for s in _STD_STREAMS[int(text)])
+        for item in text.split(","):
+            rank, _, code = item.partition(":")
+            out.update((int(rank), s) for s in _STD_STREAMS[int(code)])
+    except (ValueError, KeyError):
+        raise _bad(option, f"{text!r}: use 0 (none), 1 (stdout), 2 (stderr), 3 (both), or like 0:1,1:2") from None
+    return frozenset(out)
+
+
+def _local_ranks(text: str | None) -> frozenset[int] | None:
+    if not text:
+        return None
+    try:
+        return frozenset(int(r) for r in text.split(","))
+    except ValueError:
+        raise _bad("--local-ranks-filter", f"{text!r}: use local ranks like 0,1,2") from None
+
+
+def _signals(text: str | None) -> tuple[str, ...]:
+    if text is None:
+        return DEFAULT_SIGNALS
+    names = tuple(s.strip() for s in text.split(",") if s.strip())
+    for name in names:
+        if not name.startswith("SIG") or not isinstance(getattr(signal, name, None), signal.Signals):
+            raise _bad("--signals-to-handle", f"{name!r} is not a signal name (like SIGTERM)")
+        if name in ("SIGKILL", "SIGSTOP", "SIGCHLD"):
+            raise _bad("--signals-to-handle", f"{name} cannot be forwarded")
+    if not names:
+        raise _bad("--signals-to-handle", "give at least one signal, like SIGTERM")
+    return names
+
+
+def signal_numbers(names: tuple[str, ...]) -> tuple[int, ...]:
+    return tuple(int(getattr(signal, name)) for name in names)
+
+
+def prefix_from_env(template: str, role: str) -> str:
+    """TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE (``${rank}``, ``${local_rank}``, ``${role_name}``) as our
+    --prefix template (``{rank}``, ``{local_rank}``); any other text is kept literally."""
+    marks = {"rank": "\0r", "local_rank": "\0l"}
+    text = string.Template(template).safe_substitute(marks, role_name=role)
+    text = text.replace("{", "{{").replace("}", "}}")
+    return text.replace(marks["rank"], "{rank}").replace(marks["local_rank"], "{local_rank}")
+
+
+PREFIX_FIELDS = ("rank", "local_rank", "node", "attempt")
+
+
+def check_prefix(template: str, option: str = "--prefix") -> str:
+    """A console prefix template: text and the fields ``{rank}``, ``{local_rank}``, ``{node}``,
+    ``{attempt}`` only (no format specs: ``{rank:>99999999}`` is not a prefix), at most
+    ``MAX_PREFIX_LEN`` characters. Checked before anything starts."""
+    fields = ", ".join(f"{{{f}}}" for f in PREFIX_FIELDS)
+    if len(template) > MAX_PREFIX_LEN:
+        raise _bad(option, f"{len(template)} characters; at most {MAX_PREFIX_LEN}")
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as e:
+        raise _bad(option, f"{template!r}: {e} (fields: {fields}; write {{{{ for a literal brace)") from None
+    for _, name, spec, conversion in parsed:
+        if name is None:
+            continue
+        if name not in PREFIX_FIELDS or spec or conversion:
+            shown = "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+            raise _bad(option, f"{template!r}: {shown} is not a field; use {fields} (write {{{{ for a literal brace)")
+    return template
+
+
+def free_port() -> int:
+    """A TCP port free on this host now: a one-node job's MASTER_PORT, as torchrun picks one."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return int(s.getsockname()[1])
+
+
+def node_by_rank(config: Config, nnodes: int | None, node_rank: int | None, cli_node: str | None) -> str | None:
+    """``--node-rank K`` with ``--config``: the config's K-th node; None without it (``--nnodes``,
+    when given, must match the config either way)."""
+    if nnodes is not None and nnodes != len(config.nodes):
+        raise click.BadParameter(f"{nnodes} but {config.source} has {len(config.nodes)} node(s)", param_hint="--nnodes")
+    if node_rank is None:
+        return None
+    if node_rank >= len(config.nodes):
+        raise click.BadParameter(
+            f"{node_rank} but {config.source} has {len(config.nodes)} node(s)", param_hint="--node-rank"
+        )
+    name = config.nodes[node_rank].name
+    if cli_node is not None and cli_node != name:
+        raise click.UsageError(f"--node {cli_node} and --node-rank {node_rank} ({name}) name different nodes")
+    return name
+
+
+def misspelled_command(word: str, commands: tuple[str, ...], is_file: bool) -> str | None:
+    """The command ``word`` was probably meant to be (``vaildate``), unless it is a file to run."""
+    import difflib
+
+    if word.startswith("-") or is_file:
+        return None
+    close = difflib.get_close_matches(word, commands, n=1, cutoff=0.7)
+    return close[0] if close else None

@@ -1,0 +1,1 @@
+"""YAML -> typed ``Config``: the model, the reader, the limits every stage checks against."""

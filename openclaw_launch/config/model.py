@@ -1,0 +1,257 @@
+"""YAML config -> typed, validated ``Config``.
+
+The operators' format (``cluster.nodes[].gpus[]``, ``runtime.*``) is accepted
+unchanged; our extensions sit beside those keys. Every problem names its key
+path and YAML line, all problems are reported at once, and nothing is started
+before the config is known to be good (exit code 2).
+
+Reference (every key; ``*`` = required)::
+
+    cluster:*
+      nodes:*                   list of hosts, ranks are numbered node by node in this order
+        - name:*                unique node name (``--node NAME``); no spaces or '/'
+          ip:                   IP address of the host (no hostnames); several nodes may share one
+                                IP (a warning): that is how multi-node is tried on one machine
+          gpus:                 the GPUs to use, in local-rank order (exactly one of gpus/cpu_workers)
+            - uuid:*            GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx or MIG-<same shape>
+                                (``nvidia-smi -L``); any case, unique in the whole cluster
+              numa_node:        integer >= 0, or null when the host has no NUMA information
+                                (sysfs says -1); checked against the machine by ``validate``
+              pci_bus_id:       e.g. "0000:0a:00.0" (NVML's 00000000:0A:00.0 and any case accepted;
+                                quote it)
+              nvlink_peers:     list of UUIDs this GPU has NVLink to (a peer that is not a GPU of
+                                the same node is a warning)
+              cpus:             only with ``runtime.binding: explicit`` (then on every GPU):
+                                a cpulist "0-7,64-71" or a list of CPU numbers
+          cpu_workers:          N >= 1 CPU-only workers, for a node without GPUs
+    runtime:                    job-wide, identical for every rank on every node
+      enable_mps:               true/false (default false): run the node's NVIDIA MPS daemon
+      mps_max_clients_per_gpu:  integer >= 1
+      mps_active_thread_percentage: 1..100 (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE)
+      mps_pinned_device_mem_limit:  per-GPU pinned memory limit for MPS clients, e.g. "40G", "512M"
+      mps_on_start_failure:     error (default) | warn: what to do when the MPS daemon cannot start
+      nccl_socket_nthreads:     integer >= 1 -> NCCL_SOCKET_NTHREADS (NCCL caps it at 16)
+      nccl_nthreads:            integer >= 1 -> NCCL_NTHREADS (NCCL wants a multiple of 32, 64..512)
+      nccl_env:                 mapping NCCL_* -> value, set for every rank
+      env:                      mapping NAME -> value of other variables, set for every rank
+                                (the launcher's own per-rank ones, e.g. RANK, win: the plan warns)
+      binding:                  node (default) | exclusive | socket | explicit | none
+      mem_policy:               bind (default) | preferred | local | none
+      visible_devices:          ordered (default: all node GPUs by UUID, cuda:LOCAL_RANK is the
+                                rank's GPU) | isolated (only the rank's own UUID)
+      procs_per_gpu:            integer >= 1 (default 1); > 1 needs enable_mps and at most
+                                mps_max_clients_per_gpu
+      master_addr:              IP address or hostname of rank 0's node
+      master_port:              1..65535 (``--master-port`` overrides it)
+      strictness:               fail (default) | warn: how bus-id / NUMA / NVLink-peer mismatches
+                                against the live machine are treated
+      hang_timeout_s:           seconds (2 .. a week; default off): a rank with no step for this long
+                                is a hang: named, its stack dumped, the job stopped with exit code 124
+                                (``--hang-timeout-s`` overrides it; docs/hangs-and-metrics.md)
+    parallel:                   tensor / pipeline / data parallel layout (``--tp/--pp/--dp`` override
+                                each); workers get OPENCLAW_{TP,PP,DP}_{RANK,SIZE} and the groups
+      tp:                       integer >= 1 (default 1): TP group size; divides every node's ranks
+                                (a TP group stays on one node, on NVLink-joined GPUs per nvlink_peers)
+      pp:                       integer >= 1 (default 1): pipeline stages
+      dp:                       integer >= 1 (default: world size / (tp * pp)); tp*pp*dp = world size
+    preflight:                  ``openclaw-launch preflight`` (docs/preflight.md)
+      expect_busbw_gbps:        mapping tier kind -> all-reduce bus bandwidth floor in GB/s, replacing
+                                the default derived from the hardware; kinds: nvlink (each NVLink
+                                island), node (all of the node's ranks)
+      size_mib:                 integer >= 1 (default 1024; CPU ranks default to 4): all-reduce size
+      iters:                    integer >= 1 (default 20): timed all-reduces per tier
+
+Environment values (``nccl_env``, ``env``) are taken exactly as written in the
+YAML (``0.10`` stays "0.10", ``yes`` stays "yes") and reach the workers
+literally: nothing is ever interpreted by a shell, so ``$(...)``, ``;``, quotes
+and newlines are just characters. Deprecated NCCL variables give warnings
+(see ``NCCL_DEPRECATED``). An empty value (``key:`` or ``null``) for an
+optional key means "not set". Only plain (safe) YAML is accepted: no
+``!!python/...`` or other tags, no ``<<`` merge keys, no duplicate keys.
+Errors read ``cluster.nodes[1].gpus[0].uuid (line 14): ...``; YAML syntax errors
+use the path ``yaml``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Literal
+
+from openclaw_launch.plan.parallel import ParallelSpec
+
+BindingPolicy = Literal["node", "exclusive", "socket", "explicit", "none"]
+MemPolicy = Literal["bind", "preferred", "local", "none"]
+VisibleDevices = Literal["ordered", "isolated"]
+Strictness = Literal["fail", "warn"]
+MpsStartFailure = Literal["error", "warn"]
+
+BINDING_POLICIES: tuple[str, ...] = ("node", "exclusive", "socket", "explicit", "none")
+MEM_POLICIES: tuple[str, ...] = ("bind", "preferred", "local", "none")
+VISIBLE_DEVICES_MODES: tuple[str, ...] = ("ordered", "isolated")
+STRICTNESS_MODES: tuple[str, ...] = ("fail", "warn")
+MPS_START_FAILURE_MODES: tuple[str, ...] = ("error", "warn")
+# What `set_default_device_pinned_mem_limit` accepts: an integer followed by M or G.
+PINNED_MEM_LIMIT_RE = re.compile(r"[1-9][0-9]*[MG]")
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One configured GPU. ``pci_bus_id`` is normalised (``0000:0a:00.0``, lower case)."""
+
+    uuid: str
+    numa_node: int | None = None
+    pci_bus_id: str | None = None
+    nvlink_peers: tuple[str, ...] = ()
+    cpus: tuple[int, ...] | None = None  # explicit CPU list (binding "explicit")
+    line: int | None = None
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One host. Exactly one of ``gpus`` (non-empty) or ``cpu_workers`` is set."""
+
+    name: str
+    ip: str | None = None
+    gpus: tuple[GpuSpec, ...] = ()
+    cpu_workers: int | None = None
+    line: int | None = None
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.cpu_workers is not None
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """Job-wide settings, identical for every rank on every node."""
+
+    enable_mps: bool = False
+    mps_max_clients_per_gpu: int | None = None
+    mps_active_thread_percentage: int | None = None  # CUDA_MPS_ACTIVE_THREAD_PERCENTAGE
+    mps_pinned_device_mem_limit: str | None = None  # e.g. "40G" -> per-device pinned limit
+    mps_on_start_failure: MpsStartFailure = "error"
+    nccl_socket_nthreads: int | None = None  # -> NCCL_SOCKET_NTHREADS
+    nccl_nthreads: int | None = None  # -> NCCL_NTHREADS
+    nccl_env: Mapping[str, str] = field(default_factory=dict)  # NCCL_* for all ranks
+    env: Mapping[str, str] = field(default_factory=dict)  # any other variables for all ranks
+    binding: BindingPolicy = "node"
+    mem_policy: MemPolicy = "bind"
+    visible_devices: VisibleDevices = "ordered"
+    procs_per_gpu: int = 1
+    master_addr: str | None = None
+    master_port: int | None = None
+    strictness: Strictness = "fail"  # bus-id / NUMA / NVLink-peer mismatches
+    hang_timeout_s: float | None = None  # --hang-timeout-s; None = off
+
+
+#: The ``runtime:`` keys: the fields of ``Runtime``, the one definition. Config loading reads
+#: exactly these (``config_yaml``), and tests hold the reference in this module's docstring to them.
+RUNTIME_KEYS: tuple[str, ...] = tuple(f.name for f in fields(Runtime))
+
+#: ``runtime.mps_active_thread_percentage``: CUDA takes 1..100.
+MPS_ACTIVE_THREAD_RANGE = (1, 100)
+
+
+def procs_per_gpu_problem(procs_per_gpu: int, enable_mps: bool, max_clients_per_gpu: int | None) -> str | None:
+    """The procs-per-GPU / MPS-client rule, the one copy config loading, ``plan`` and the MPS
+    daemon all apply: more than one process per GPU needs MPS, and at most its client limit."""
+    if procs_per_gpu > 1 and not enable_mps:
+        return (
+            f"procs_per_gpu: {procs_per_gpu} needs enable_mps: true (several processes share a GPU well "
+            "only under MPS); set runtime.enable_mps: true or runtime.procs_per_gpu: 1"
+        )
+    if max_clients_per_gpu is not None and procs_per_gpu > max_clients_per_gpu:
+        return (
+            f"procs_per_gpu: {procs_per_gpu} exceeds mps_max_clients_per_gpu: {max_clients_per_gpu}; lower "
+            f"runtime.procs_per_gpu to at most {max_clients_per_gpu} or raise runtime.mps_max_clients_per_gpu"
+        )
+    return None
+
+
+def pinned_limit_problem(value: str) -> str | None:
+    """The pinned-memory rule (config loading and the MPS daemon): what
+    ``set_default_device_pinned_mem_limit`` accepts, an integer followed by M or G."""
+    if PINNED_MEM_LIMIT_RE.fullmatch(value):
+        return None
+    return f'{value!r} is not a size MPS accepts: expected an integer followed by M or G, e.g. "40G" or "512M"'
+
+
+def active_thread_percentage_problem(value: int) -> str | None:
+    """``mps_active_thread_percentage`` outside what CUDA takes."""
+    low, high = MPS_ACTIVE_THREAD_RANGE
+    return None if low <= value <= high else f"{value} is out of range; use an integer from {low} to {high}"
+
+
+#: Preflight tier kinds: the keys of ``preflight.expect_busbw_gbps`` and the tiers' ``kind``.
+PREFLIGHT_TIER_KINDS: tuple[str, ...] = ("nvlink", "node")
+
+
+@dataclass(frozen=True)
+class PreflightSettings:
+    """``preflight:`` of the config; None = the default (see docs/preflight.md)."""
+
+    expect_busbw_gbps: Mapping[str, float] = field(default_factory=dict)  # tier kind -> GB/s floor
+    size_mib: int | None = None
+    iters: int | None = None
+
+
+@dataclass(frozen=True)
+class Config:
+    nodes: tuple[NodeSpec, ...]
+    runtime: Runtime = field(default_factory=Runtime)
+    parallel: ParallelSpec = field(default_factory=ParallelSpec)
+    preflight: PreflightSettings = field(default_factory=PreflightSettings)
+    source: str = "<config>"
+    warnings: tuple[str, ...] = ()  # e.g. deprecated NCCL variables, shared IPs
+
+    def node(self, name: str) -> NodeSpec:
+        """The node called ``name``; the error lists the valid names."""
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        from openclaw_launch.errors import PlanError
+
+        names = ", ".join(n.name for n in self.nodes)
+        raise PlanError(f"node {name!r} is not in {self.source}; the config has: {names}")
+
+
+#: Deprecated or removed NCCL variables -> what to do instead (from the NCCL
+#: environment-variable docs). Only warnings: NCCL ignores or still honours them.
+NCCL_DEPRECATED: Mapping[str, str] = {
+    "NCCL_MIN_NRINGS": "renamed; use NCCL_MIN_NCHANNELS",
+    "NCCL_MAX_NRINGS": "renamed; use NCCL_MAX_NCHANNELS",
+    "NCCL_IB_GDR_LEVEL": "renamed; use NCCL_NET_GDR_LEVEL",
+    "NCCL_IB_CUDA_SUPPORT": "removed; use NCCL_NET_GDR_LEVEL",
+    "NCCL_LL_THRESHOLD": "removed; NCCL ignores it (choose protocols with NCCL_PROTO)",
+    "NCCL_TREE_THRESHOLD": "removed; NCCL ignores it (choose algorithms with NCCL_ALGO)",
+    "NCCL_SINGLE_RING_THRESHOLD": "removed; NCCL ignores it",
+    "NCCL_RINGS": "removed; NCCL ignores it (it searches the topology itself)",
+    "NCCL_CHECKS_DISABLE": "deprecated; use NCCL_CHECK_POINTERS",
+}
+
+#: Variables whose legacy integer levels are deprecated -> the named levels to use.
+NCCL_NAMED_LEVELS: Mapping[str, str] = {
+    "NCCL_P2P_LEVEL": "LOC, NVL, PIX, PXB, PHB or SYS",
+    "NCCL_NET_GDR_LEVEL": "LOC, PIX, PXB, PHB or SYS",
+}
+
+
+def load_config(path: str | os.PathLike[str]) -> Config:
+    """Read and validate a config file; ``ConfigError`` lists every problem with its path and line.
+
+    The YAML machinery lives in ``config_yaml`` and is imported only here: a run without
+    ``--config`` must not pay for it at start-up.
+    """
+    from openclaw_launch.config.reader import load_config_file
+
+    return load_config_file(path)
+
+
+def parse_config(text: str, source: str = "<config>") -> Config:
+    """``load_config`` for text already in memory."""
+    from openclaw_launch.config.reader import parse_config_text
+
+    return parse_config_text(text, source)

@@ -1,0 +1,1 @@
+"""Config + Topology + options -> LaunchPlan, with no I/O: binding, environment, parallel groups."""

@@ -1,0 +1,479 @@
+"""Config + Topology + options -> LaunchPlan. Pure: no I/O, no clock, no os.environ.
+
+Everything the launcher will do to start a rank is decided here and can be
+printed (``openclaw-launch plan``) before anything runs; how it is printed (table, JSON) is
+``plan_format``, whose names this module re-exports.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from openclaw_launch.config.model import Config, GpuSpec, NodeSpec, procs_per_gpu_problem
+from openclaw_launch.errors import PlanError, TopologyError
+from openclaw_launch.plan.binding import (
+    Binding,
+    BindingResult,
+    Slot,
+    bind_cpu_workers,
+    bind_gpu_workers,
+    core_count,
+    numactl_argv,
+    numactl_missing,
+    unbound,
+)
+from openclaw_launch.plan.env import JobEnv, RankSlot, overridden_user_vars, rank_env, visible_devices
+from openclaw_launch.plan.format import PLAN_SCHEMA as PLAN_SCHEMA  # re-exported: the output formats live there
+from openclaw_launch.plan.format import format_plan_table as format_plan_table
+from openclaw_launch.plan.format import plan_to_json, rank_to_json
+from openclaw_launch.plan.parallel import (
+    PARALLEL_FILE_ENV,
+    ParallelLayout,
+    ParallelSpec,
+    layout_warnings,
+    node_rank_counts,
+    plan_parallel,
+    size_problems,
+)
+from openclaw_launch.topology.model import GpuInfo, Topology, normalize_bus_id
+
+EntryKind = Literal["script", "module", "exec"]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """What each worker runs: ``python script args``, ``python -m module args`` or ``cmd args``."""
+
+    kind: EntryKind
+    target: str
+    args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    entry: Entry
+    node: str | None = None  # which config node this launcher is; None = the only / first match
+    python: str = "python3"  # interpreter for script/module entries (the launcher passes sys.executable)
+    base_env: Mapping[str, str] = field(default_factory=dict)  # the launcher's environment (read-only)
+    run_id: str = "none"
+    master_addr: str | None = None  # CLI overrides config
+    master_port: int | None = None  # CLI overrides config
+    max_restarts: int = 0
+    restart_count: int = 0
+    error_file_dir: str | None = None  # TORCHELASTIC_ERROR_FILE lives under it, per rank
+    numactl: str | None = "numactl"  # path to numactl; None = not installed (plan without it, warn)
+    strictness: str | None = None  # CLI override of runtime.strictness
+    telemetry_socket: str | None = None  # where ranks send per-step statistics; None = statistics off
+    telemetry_mode: str = "full"  # wire.TELEMETRY_MODES: full/hooks run Python entries through the bootstrap
+    role: str = "default"  # ROLE_NAME (torchrun's --role)
+    signals_to_handle: str = "SIGINT,SIGTERM,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2"  # TORCHELASTIC_SIGNALS_TO_HANDLE
+    virtual_local_rank: bool = False  # torchrun's --virtual-local-rank: LOCAL_RANK=0, only its own GPU
+    free_master_port: int | None = None  # a port the launcher found free here: a one-node job's default
+    parallel: ParallelSpec = field(default_factory=ParallelSpec)  # --tp/--pp/--dp (override the config's)
+    parallel_file: str | None = None  # where the run writes the groups JSON (OPENCLAW_PARALLEL_FILE)
+    fallback_master_addr: str | None = None  # several nodes, no address anywhere: Slurm's first host
+
+
+@dataclass(frozen=True)
+class RankPlan:
+    rank: int
+    local_rank: int
+    node: str
+    node_rank: int  # GROUP_RANK
+    gpu_uuid: str | None  # None for CPU workers
+    gpu_index: int | None
+    pci_bus_id: str | None
+    numa_node: int | None
+    cpus: tuple[int, ...]
+    mem_policy: str
+    mem_nodes: tuple[int, ...]
+    argv: tuple[str, ...]
+    env: Mapping[str, str]  # variables the launcher sets on top of the inherited environment
+
+    def to_json(self) -> dict[str, object]:
+        return rank_to_json(self)
+
+
+@dataclass(frozen=True)
+class MpsPlan:
+    """The MPS daemon this node's launcher owns (runtime.enable_mps)."""
+
+    max_clients_per_gpu: int | None
+    active_thread_percentage: int | None
+    pinned_device_mem_limit: str | None
+    on_start_failure: str  # "error" | "warn"
+    gpu_uuids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    run_id: str
+    node: str
+    node_rank: int
+    nnodes: int
+    world_size: int
+    master_addr: str
+    master_port: int
+    backend: str  # "nccl" or "gloo"
+    ranks: tuple[RankPlan, ...]
+    mps: MpsPlan | None = None
+    warnings: tuple[str, ...] = ()
+    telemetry_socket: str | None = None  # per-step statistics channel (telemetry.wire); None = off
+    parallel: ParallelLayout | None = None  # TP/PP/DP groups (config parallel / --tp --pp --dp)
+
+    def to_json(self) -> dict[str, object]:
+        return plan_to_json(self)
+
+
+DEFAULT_MASTER_ADDR = "127.0.0.1"
+DEFAULT_MASTER_PORT = 29500
+
+
+@dataclass(frozen=True)
+class _ResolvedGpu:
+    """A configured GPU found on the host, with the NUMA node the plan uses."""
+
+    spec: GpuSpec
+    gpu: GpuInfo
+    numa_node: int | None
+
+
+def build_plan(config: Config, topology: Topology, options: PlanOptions) -> LaunchPlan:
+    """Everything this node's launcher will do, decided up front. Deterministic."""
+    node_rank, node = _select_node(config, options.node)
+    runtime = config.runtime
+    warnings: list[str] = list(config.warnings)
+    _check_procs_per_gpu(config)
+    if node.is_cpu:
+        resolved: tuple[_ResolvedGpu, ...] = ()
+        result = bind_cpu_workers(topology, _workers(config, node), runtime.binding)
+    else:
+        resolved, found = _resolve(config, node_rank, topology, options)
+        warnings += found
+        result = bind_gpu_workers(topology, _slots(resolved, runtime.procs_per_gpu), runtime.binding)
+    warnings += result.warnings
+    if numactl_missing(runtime.binding, options.numactl):  # run cannot apply it: the plan says so
+        result = BindingResult(unbound(topology, len(result.bindings)))
+    warnings += _policy_warnings(config, node, options)
+    job = JobEnv(
+        run_id=options.run_id,
+        world_size=sum(_workers(config, n) for n in config.nodes),
+        nnodes=len(config.nodes),
+        master_addr=_master_addr(config, options),
+        master_port=_master_port(config, options),
+        runtime=runtime,
+        base_env=options.base_env,
+        restart_count=options.restart_count,
+        max_restarts=options.max_restarts,
+        error_file_dir=options.error_file_dir,
+        telemetry_socket=options.telemetry_socket,
+        telemetry_mode=options.telemetry_mode,
+        role=options.role,
+        signals_to_handle=options.signals_to_handle,
+    )
+    ranks = _ranks(config, node_rank, topology, options, job, resolved, result)
+    layout = _parallel(config, options)
+    if layout is not None:
+        warnings += layout_warnings(layout, config)
+        file_env = {PARALLEL_FILE_ENV: options.parallel_file} if options.parallel_file else {}
+        ranks = tuple(dataclasses.replace(r, env={**r.env, **layout.rank_env(r.rank), **file_env}) for r in ranks)
+    return LaunchPlan(
+        run_id=options.run_id,
+        node=node.name,
+        node_rank=node_rank,
+        nnodes=job.nnodes,
+        world_size=job.world_size,
+        master_addr=job.master_addr,
+        master_port=job.master_port,
+        backend="gloo" if node.is_cpu else "nccl",
+        ranks=ranks,
+        mps=_mps(config, resolved) if runtime.enable_mps and not node.is_cpu else None,
+        warnings=tuple(dict.fromkeys(warnings)),
+        telemetry_socket=options.telemetry_socket,
+        parallel=layout,
+    )
+
+
+def _parallel(config: Config, options: PlanOptions) -> ParallelLayout | None:
+    """The TP/PP/DP layout when one is asked for (config, then the flags size by size)."""
+    spec = config.parallel.overridden_by(options.parallel)
+    if not spec.given:
+        return None
+    ranks = node_rank_counts(config.nodes, config.runtime.procs_per_gpu)
+    problems = size_problems(spec, sum(ranks.values()), ranks)
+    if problems:
+        raise PlanError("; ".join(problems))
+    return plan_parallel(config, spec)
+
+
+def _master_addr(config: Config, options: PlanOptions) -> str:
+    """Flag, config, the first node's ip, Slurm's first host; 127.0.0.1 only for one node (several
+    nodes that each met at their own 127.0.0.1 would hang, each waiting for itself)."""
+    given = options.master_addr or config.runtime.master_addr or config.nodes[0].ip or options.fallback_master_addr
+    if given:
+        return given
+    if len(config.nodes) > 1:
+        raise PlanError(
+            f"{len(config.nodes)} nodes but no address for the first node ({config.nodes[0].name}): give it an "
+            "ip in the config, or runtime.master_addr, or --master-addr (under Slurm the first allocated host "
+            "is used)"
+        )
+    return DEFAULT_MASTER_ADDR
+
+
+def _master_port(config: Config, options: PlanOptions) -> int:
+    """A given port wins (flag, config, then $MASTER_PORT). Otherwise a one-node job takes the free
+    port the launcher found (two jobs on one host must not collide, as under torchrun), and a
+    multi-node job the fixed default every node computes alike."""
+    env_port = options.base_env.get("MASTER_PORT", "").strip()
+    from_env = int(env_port) if env_port.isdigit() and 0 < int(env_port) < 65536 else None
+    given = options.master_port or config.runtime.master_port or from_env
+    if given:
+        return given
+    if len(config.nodes) == 1 and options.free_master_port:
+        return options.free_master_port
+    return DEFAULT_MASTER_PORT
+
+
+def _select_node(config: Config, name: str | None) -> tuple[int, NodeSpec]:
+    if name is None:
+        if len(config.nodes) != 1:
+            names = ", ".join(n.name for n in config.nodes)
+            raise PlanError(
+                f"{config.source} has {len(config.nodes)} nodes ({names}); say which one this is with --node NAME"
+            )
+        return 0, config.nodes[0]
+    node = config.node(name)
+    return config.nodes.index(node), node
+
+
+def _workers(config: Config, node: NodeSpec) -> int:
+    if node.cpu_workers is not None:
+        return node.cpu_workers
+    return len(node.gpus) * config.runtime.procs_per_gpu
+
+
+def _check_procs_per_gpu(config: Config) -> None:
+    rt = config.runtime
+    problem = procs_per_gpu_problem(rt.procs_per_gpu, rt.enable_mps, rt.mps_max_clients_per_gpu)
+    if problem is not None:
+        raise PlanError(f"runtime.{problem}")
+
+
+def _where(node_rank: int, index: int, spec: GpuSpec) -> str:
+    path = f"cluster.nodes[{node_rank}].gpus[{index}]"
+    return f"{path} (line {spec.line})" if spec.line is not None else path
+
+
+def _resolve(
+    config: Config, node_rank: int, topology: Topology, options: PlanOptions
+) -> tuple[tuple[_ResolvedGpu, ...], list[str]]:
+    """Configured UUID -> GPU on the host. Missing GPUs are fatal; mismatches fail or warn
+    per strictness. Returns the GPUs and the warnings."""
+    node = config.nodes[node_rank]
+    found = [topology.gpu_by_uuid(spec.uuid) for spec in node.gpus]
+    missing = [
+        f"  {_where(node_rank, i, s)}: {s.uuid}"
+        for i, (s, g) in enumerate(zip(node.gpus, found, strict=True))
+        if g is None
+    ]
+    if missing:
+        raise TopologyError(
+            f"{len(missing)} GPU(s) of node {node.name} in {config.source} are not on this host "
+            f"({topology.source}):\n"
+            + "\n".join(missing)
+            + "\nGPUs on this host:\n"
+            + topology.describe_gpus()
+            + "\nFix the uuids in the config, or run `openclaw-launch discover` here to write a matching config."
+        )
+    resolved: list[_ResolvedGpu] = []
+    mismatches: list[str] = []
+    warnings: list[str] = []
+    for i, (spec, gpu) in enumerate(zip(node.gpus, found, strict=True)):
+        assert gpu is not None
+        where = _where(node_rank, i, spec)
+        mismatches += _bus_mismatch(where, spec, gpu)
+        numa, numa_problem, numa_warning = _numa(where, spec, gpu)
+        mismatches += numa_problem
+        warnings += numa_warning
+        mismatches += _nvlink_mismatches(where, spec, gpu, topology)
+        resolved.append(_ResolvedGpu(spec, gpu, numa))
+    strictness = options.strictness or config.runtime.strictness
+    if mismatches and strictness == "fail":
+        raise TopologyError(
+            f"node {node.name} in {config.source} does not match this host ({topology.source}):\n"
+            + "\n".join(f"  {m}" for m in mismatches)
+            + "\nFix the config (or run `openclaw-launch discover` here), or set runtime.strictness: warn "
+            "to launch anyway."
+        )
+    return tuple(resolved), mismatches + warnings
+
+
+def _bus_mismatch(where: str, spec: GpuSpec, gpu: GpuInfo) -> list[str]:
+    if spec.pci_bus_id is None or gpu.pci_bus_id is None:
+        return []
+    if normalize_bus_id(spec.pci_bus_id) == gpu.pci_bus_id:
+        return []
+    return [f"{where}: pci_bus_id is {spec.pci_bus_id} in the config but {spec.uuid} is at {gpu.pci_bus_id}"]
+
+
+def _numa(where: str, spec: GpuSpec, gpu: GpuInfo) -> tuple[int | None, list[str], list[str]]:
+    """The NUMA node to use (sysfs wins), and any mismatch / warning about it."""
+    if spec.numa_node is None or spec.numa_node == gpu.numa_node:
+        return gpu.numa_node, [], []
+    if gpu.numa_node is None:
+        return (
+            spec.numa_node,
+            [],
+            [
+                f"{where}: this host has no NUMA information for {spec.uuid}; using the config's numa_node "
+                f"{spec.numa_node}"
+            ],
+        )
+    return (
+        gpu.numa_node,
+        [f"{where}: numa_node is {spec.numa_node} in the config but {spec.uuid} is on NUMA node {gpu.numa_node}"],
+        [],
+    )
+
+
+def _nvlink_mismatches(where: str, spec: GpuSpec, gpu: GpuInfo, topology: Topology) -> list[str]:
+    """Configured peers that are not NVLinked. A link the topology knows nothing about is not a
+    mismatch (validate warns about it): the rule is ``Topology.link_between``, as in validate."""
+    out: list[str] = []
+    for peer_uuid in spec.nvlink_peers:
+        peer = topology.gpu_by_uuid(peer_uuid)
+        if peer is None:
+            out.append(f"{where}: NVLink peer {peer_uuid} is not on this host")
+            continue
+        link = topology.link_between(gpu, peer)
+        if link is not None and not topology.nvlinked(gpu, peer):
+            out.append(f"{where}: {spec.uuid} is not NVLinked to its configured peer {peer_uuid} (link found: {link})")
+    return out
+
+
+def _slots(resolved: Sequence[_ResolvedGpu], procs_per_gpu: int) -> list[Slot]:
+    """One slot per worker: GPU j's workers are local ranks j*k .. j*k+k-1."""
+    return [
+        Slot(f"GPU {r.gpu.index} ({r.gpu.uuid})", r.gpu, r.numa_node, r.spec.cpus)
+        for r in resolved
+        for _ in range(procs_per_gpu)
+    ]
+
+
+def _policy_warnings(config: Config, node: NodeSpec, options: PlanOptions) -> list[str]:
+    rt = config.runtime
+    out: list[str] = []
+    missing = numactl_missing(rt.binding, options.numactl)
+    if missing:
+        out.append(missing)
+    ignored = overridden_user_vars(rt)
+    if ignored:
+        out.append(f"the launcher sets {', '.join(ignored)} itself; the config's values are ignored")
+    if not node.is_cpu and rt.procs_per_gpu > 1 and rt.visible_devices == "ordered":
+        out.append(
+            f"procs_per_gpu {rt.procs_per_gpu}: cuda:LOCAL_RANK is not each rank's GPU; scripts must use "
+            f"OPENCLAW_CUDA_DEVICE_INDEX (= LOCAL_RANK // {rt.procs_per_gpu})"
+        )
+    return out
+
+
+BOOTSTRAP_MODULE = "openclaw_launch.telemetry.bootstrap"
+
+
+def _entry_argv(options: PlanOptions) -> list[str]:
+    """-u as torchrun: a killed worker's last output is not lost in its stdio buffer. With
+    statistics on, Python entries run through the bootstrap, which leaves sys.argv as it is."""
+    e = options.entry
+    if e.kind == "exec":
+        return [e.target, *e.args]
+    target = [e.target] if e.kind == "script" else ["-m", e.target]
+    hooked = options.telemetry_socket and options.telemetry_mode in ("full", "hooks")
+    front = ["-m", BOOTSTRAP_MODULE] if hooked else []
+    return [options.python, "-u", *front, *target, *e.args]
+
+
+def _prefix(binding: Binding, mem_policy: str, numactl: str | None) -> list[str]:
+    if not binding.applied or numactl is None:
+        return []
+    return numactl_argv(binding.cpus, mem_policy, binding.mem_nodes, numactl, binding.cpu_nodes)
+
+
+def _ranks(
+    config: Config,
+    node_rank: int,
+    topology: Topology,
+    options: PlanOptions,
+    job: JobEnv,
+    resolved: Sequence[_ResolvedGpu],
+    result: BindingResult,
+) -> tuple[RankPlan, ...]:
+    node = config.nodes[node_rank]
+    rt = config.runtime
+    offset = sum(_workers(config, n) for n in config.nodes[:node_rank])
+    k = rt.procs_per_gpu
+    uuids = [r.gpu.uuid or r.spec.uuid for r in resolved]
+    entry = _entry_argv(options)
+    out: list[RankPlan] = []
+    # Ranks bound to the same CPUs split their cores for OMP_NUM_THREADS, or N ranks would each
+    # start a thread per core and oversubscribe the node N times.
+    sharing = Counter(b.cpus for b in result.bindings)
+    devices_mode = "isolated" if options.virtual_local_rank else rt.visible_devices
+    for local, binding in enumerate(result.bindings):
+        # bind/preferred with no memory node (unknown, or not allowed by the cpuset) binds nothing
+        nodes_needed = rt.mem_policy in ("bind", "preferred")
+        mem_policy = rt.mem_policy if binding.applied and (binding.mem_nodes or not nodes_needed) else "none"
+        gpu = resolved[local // k] if resolved else None
+        uuid = uuids[local // k] if gpu else None
+        cvd, index = visible_devices(devices_mode, uuids, uuid) if uuid else ("", None)
+        numa = gpu.numa_node if gpu else (binding.mem_nodes[0] if len(binding.mem_nodes) == 1 else None)
+        slot = RankSlot(
+            rank=offset + local,
+            local_rank=local,
+            local_world_size=len(result.bindings),
+            node=node.name,
+            node_rank=node_rank,
+            cpus=binding.cpus,
+            cores=max(1, core_count(topology, binding.cpus) // sharing[binding.cpus]),
+            gpu_uuid=uuid,
+            pci_bus_id=gpu.gpu.pci_bus_id if gpu else None,
+            numa_node=numa,
+            cuda_visible_devices=cvd,
+            cuda_device_index=index,
+        )
+        env = rank_env(job, slot)
+        if options.virtual_local_rank:  # each worker sees one device, as cuda:0
+            env["LOCAL_RANK"] = "0"
+        out.append(
+            RankPlan(
+                rank=slot.rank,
+                local_rank=local,
+                node=node.name,
+                node_rank=node_rank,
+                gpu_uuid=uuid,
+                gpu_index=gpu.gpu.index if gpu else None,
+                pci_bus_id=slot.pci_bus_id,
+                numa_node=numa,
+                cpus=binding.cpus,
+                mem_policy=mem_policy,
+                mem_nodes=binding.mem_nodes if mem_policy != "none" else (),
+                argv=tuple(_prefix(binding, mem_policy, options.numactl) + entry),
+                env=env,
+            )
+        )
+    return tuple(out)
+
+
+def _mps(config: Config, resolved: Sequence[_ResolvedGpu]) -> MpsPlan:
+    rt = config.runtime
+    return MpsPlan(
+        max_clients_per_gpu=rt.mps_max_clients_per_gpu,
+        active_thread_percentage=rt.mps_active_thread_percentage,
+        pinned_device_mem_limit=rt.mps_pinned_device_mem_limit,
+        on_start_failure=rt.mps_on_start_failure,
+        gpu_uuids=tuple(r.gpu.uuid or r.spec.uuid for r in resolved),
+    )

@@ -1,0 +1,1 @@
+"""Run reports: building, rendering, loading and their schema."""

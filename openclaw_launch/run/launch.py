@@ -1,0 +1,309 @@
+"""The effects of a run, in order: private run directory, guardian, MPS daemon, supervision, report.
+
+Everything here is undone on every path (success, failure, signal, exception), and the guardian
+undoes it if the launcher itself is SIGKILLed. The forwarded signals are caught for the whole run,
+not only while ``supervise`` runs: one that arrives while the MPS daemon starts means no worker
+starts, one that arrives while it stops still makes the exit code 128+signal, and neither kills
+the launcher halfway through its cleanup.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import json
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from openclaw_launch.errors import LaunchError
+from openclaw_launch.files import write_atomic
+from openclaw_launch.plan.build import LaunchPlan
+from openclaw_launch.plan.parallel import PARALLEL_FILE_NAME
+from openclaw_launch.report.build import CONTAINMENT, build_report, format_report, write_report
+from openclaw_launch.run import cgroup, console
+from openclaw_launch.run.errorfile import write_parent_error_file
+from openclaw_launch.run.guard import Guardian
+from openclaw_launch.run.osproc import RealOs
+from openclaw_launch.run.supervise import (
+    JobResult,
+    SuperviseHooks,
+    SuperviseOptions,
+    signal_name,
+    supervise,
+)
+from openclaw_launch.stats.wiring import StatsOptions, binding_warnings, start_statistics, with_statistics
+
+if TYPE_CHECKING:
+    from openclaw_launch.agents.fate import Agent, AgentOptions
+    from openclaw_launch.run.mps.daemon import MpsDaemon
+    from openclaw_launch.stats.session import StatsSession
+
+
+_FINAL_DRAIN_S = 5.0  # at exit, the console gets this long to take what is queued
+
+
+def run_dir_for(run_id: str) -> Path:
+    """Where this launcher keeps error files and MPS pipes: unique per launcher, known before it exists."""
+    return Path(tempfile.gettempdir()) / f"openclaw-{run_id}-{os.getpid()}"
+
+
+def with_env(plan: LaunchPlan, extra: dict[str, str]) -> LaunchPlan:
+    ranks = tuple(dataclasses.replace(r, env={**r.env, **extra}) for r in plan.ranks)
+    return dataclasses.replace(plan, ranks=ranks)
+
+
+@dataclass(frozen=True)
+class AgentSetup:
+    """A multi-node job's agent: where the agents meet, and what this node must agree on."""
+
+    options: AgentOptions
+    fingerprint: dict[str, str]
+    job_report_path: str | None = None  # the first node writes the job's report here
+
+
+def launch(
+    plan: LaunchPlan,
+    options: SuperviseOptions,
+    report_path: str | None = None,
+    parent_error_file: str | None = None,
+    stats: StatsOptions | None = None,
+    agents: AgentSetup | None = None,
+) -> int:
+    """Run the plan; return the launcher's exit code. ``parent_error_file``: the launcher's own
+    TORCHELASTIC_ERROR_FILE, which receives a failed job's root cause as torchrun writes it.
+    ``agents``: a multi-node job (openclaw_launch/agents): meet the other nodes first, share their fate."""
+    hint = f"{options.log_dir}/{plan.run_id}" if options.log_dir else None
+    out, err = console.wrap(options.stdout or sys.stdout, hint), console.wrap(options.stderr or sys.stderr, hint)
+    options = dataclasses.replace(options, stdout=out, stderr=err)  # never blocks supervision
+    os_layer = RealOs()
+    os_layer.install_signals((*options.forwarded_signals, *options.pass_signals))
+    agent: Agent | None = None
+    try:
+        if agents is not None:
+            from openclaw_launch.agents.fate import Agent
+
+            agent = Agent(plan, agents.options, lambda text: _say(options, text))
+            early = agent.join(
+                agents.fingerprint, lambda: next(iter(_forwarded(os_layer.drain_signals(), options)), None)
+            )
+            if early is not None:
+                return _not_started(early, options).exit_code
+            agent.start()
+        result, statistics = _run(plan, options, os_layer, parent_error_file, stats or StatsOptions(), agent)
+        result = _with_late_signal(result, _forwarded(os_layer.drain_signals(), options), options)
+        dropped = console.dropped_lines(out) + console.dropped_lines(err)
+        report = build_report(plan, result, statistics, console_dropped_lines=dropped)
+        code = agent.exit_code(result.exit_code) if agent is not None else result.exit_code
+        report["exit_code"] = code
+        if report_path:
+            try:
+                write_report(report_path, report)
+            except OSError as e:
+                _say(options, f"openclaw-launch: error: cannot write the report {report_path}: {e}")
+                code = code or 1
+        if result.attempts:  # per-rank outcome, time, resources and binding in force, on every exit
+            _say(options, format_report(report))
+        if agent is not None and agents is not None:
+            code = _job_report(agent, agents, report, statistics, code, options)
+        return code
+    finally:
+        if agent is not None:
+            agent.close()
+        os_layer.restore_signals()
+        for c in (out, err):  # what the console still holds, for a bounded time: then we exit anyway
+            if isinstance(c, console.Console):
+                c.drain(_FINAL_DRAIN_S)
+
+
+def _job_report(
+    agent: Agent,
+    agents: AgentSetup,
+    report: dict[str, Any],
+    statistics: dict[str, Any] | None,
+    code: int,
+    options: SuperviseOptions,
+) -> int:
+    """Every node sends its report to the first node, which prints and writes the job's."""
+    from openclaw_launch.agents.merge import merge_reports, node_payload
+
+    payloads = agent.finish(node_payload(report, statistics))
+    if payloads is None:
+        return code
+    fate = agent.fates.get(agent.attempt)
+    job = merge_reports(payloads, agents.options.nodes, code, fate.node if fate else None)
+    if job["missing_nodes"]:
+        _say(options, f"openclaw-launch: warning: no report from node(s) {', '.join(job['missing_nodes'])}")
+    _say(options, "job report (every node):\n" + format_report(job))
+    if agents.job_report_path:
+        try:
+            write_report(agents.job_report_path, job)
+        except OSError as e:
+            _say(options, f"openclaw-launch: error: cannot write the job report {agents.job_report_path}: {e}")
+            code = code or 1
+    return code
+
+
+def _run(
+    plan: LaunchPlan,
+    options: SuperviseOptions,
+    os_layer: RealOs,
+    parent_error_file: str | None,
+    stats: StatsOptions,
+    agent: Agent | None = None,
+) -> tuple[JobResult, dict[str, Any] | None]:
+    """Set everything up, supervise, tear everything down (in reverse order, whatever happens)."""
+    run_dir = _make_run_dir(run_dir_for(plan.run_id))
+    session: StatsSession | None = None
+    with contextlib.ExitStack() as undo:
+        # Subreaper before MPS starts: `nvidia-cuda-mps-control -d` double-forks, and an orphan handed
+        # to an init that never reaps stays <defunct> (seen on the H200 host). Ours are reaped here.
+        undo.callback(os_layer.set_child_subreaper, os_layer.set_child_subreaper(True))
+        undo.callback(os_layer.reap)
+        undo.callback(shutil.rmtree, run_dir, ignore_errors=True)
+        guardian = Guardian.start()
+        undo.callback(guardian.close)
+        guardian.watch_path(str(run_dir))
+        job_cgroup = _job_cgroup(plan, guardian, os_layer, undo)
+        if plan.parallel is not None:  # the groups file OPENCLAW_PARALLEL_FILE names (parallel.py)
+            write_atomic(run_dir / PARALLEL_FILE_NAME, json.dumps(plan.parallel.to_json()))
+        daemon = _start_mps(plan, run_dir, guardian, options) if plan.mps is not None else None
+        if daemon is not None:
+            undo.callback(daemon.stop)
+            plan = with_env(plan, daemon.worker_env())
+        if plan.telemetry_socket is not None:
+            say = functools.partial(_say, options)
+            plan, session = start_statistics(plan, plan.telemetry_socket, stats, options, run_dir, say)
+            undo.callback(session.close)
+        elif stats.hang_timeout_s or stats.metrics_port is not None or stats.stats_file:
+            _say(
+                options,
+                "openclaw-launch: warning: --telemetry off: no progress from the workers, so "
+                "--hang-timeout-s, --metrics-port and --stats-file are off",
+            )
+        early = _forwarded(os_layer.drain_signals(), options)
+        if early:  # e.g. Ctrl-C while the MPS daemon started: start no worker at all
+            result = _not_started(early[0], options)
+        else:
+            # The daemon may be our descendant (we are a child subreaper): spare it from leftover kills.
+            exempt = [daemon.pid] if daemon is not None and daemon.pid is not None else []
+            hooks = SuperviseHooks(exempt_pids=lambda: exempt)
+            if job_cgroup is not None:  # after each attempt's own kills: what escaped its groups
+                hooks = dataclasses.replace(hooks, after_attempt=lambda _attempt, _results: _clear(job_cgroup))
+            if session is not None:
+                hooks = with_statistics(hooks, session, stats)
+            if agent is not None:
+                hooks = _with_agent(hooks, agent)
+            result = supervise(plan, options, os_layer, hooks, guardian=guardian)
+        containment = f"cgroup2:{job_cgroup.path}+{CONTAINMENT}" if job_cgroup is not None else CONTAINMENT
+        result = dataclasses.replace(result, containment=containment)
+        if parent_error_file and result.exit_code != 0:  # before the workers' files go with run_dir
+            write_parent_error_file(parent_error_file, result, lambda msg: _say(options, msg))
+        statistics = session.finish(binding_warnings(result)) if session is not None else None
+    return result, statistics
+
+
+def _job_cgroup(
+    plan: LaunchPlan, guardian: Guardian, os_layer: RealOs, undo: contextlib.ExitStack
+) -> cgroup.JobCgroup | None:
+    """The per-job cgroup v2 the workers join (cgroup.py), where the host allows one: killed and
+    removed at the end, or by the guardian if the launcher is SIGKILLed. None: the job runs with
+    process groups, subreaper and guardian only."""
+    job = cgroup.create(f"openclaw-{plan.run_id}-{os.getpid()}")
+    if job is None:
+        return None
+    guardian.watch_cgroup(job.path)
+    undo.callback(job.remove)
+    os_layer.cgroup_procs = job.procs
+    undo.callback(setattr, os_layer, "cgroup_procs", None)
+    return job
+
+
+def _clear(job: cgroup.JobCgroup) -> None:
+    job.clear()
+
+
+def _with_agent(hooks: SuperviseHooks, agent: Agent) -> SuperviseHooks:
+    """The agent's hooks on top of the statistics' (both may want ``before_attempt``)."""
+    before = hooks.before_attempt
+
+    def before_attempt(attempt: int) -> None:
+        agent.before_attempt(attempt)
+        if before is not None:
+            before(attempt)
+
+    return dataclasses.replace(
+        hooks,
+        before_attempt=before_attempt,
+        readers={**hooks.readers, agent.fileno(): agent.drain},
+        on_stopping=agent.on_stopping,
+        remote_stop=agent.remote_stop,
+        hold=agent.hold,
+        decide_restart=agent.decide_restart,
+    )
+
+
+def _make_run_dir(run_dir: Path) -> Path:
+    try:
+        run_dir.mkdir(mode=0o700)
+    except FileExistsError:
+        raise LaunchError(
+            f"the run directory {run_dir} already exists: another launcher with this run id and pid "
+            "(a container's PID 1 sharing /tmp?) or one that was SIGKILLed with its guardian. Remove "
+            "it, or pass another --run-id"
+        ) from None
+    except OSError as e:
+        raise LaunchError(f"cannot create the run directory {run_dir}: {e}; set TMPDIR to a writable directory") from e
+    return run_dir
+
+
+def _start_mps(plan: LaunchPlan, run_dir: Path, guardian: Guardian, options: SuperviseOptions) -> MpsDaemon | None:
+    """Start the plan's daemon, registered with the guardian before it exists (a SIGKILLed launcher
+    must not leave it running)."""
+    from openclaw_launch.run.mps.daemon import start_mps  # psutil and the MPS module load only for MPS jobs
+
+    watched: list[int] = []
+    daemon, warning = start_mps(
+        plan, run_dir=run_dir / "mps", on_launch=lambda cmd: watched.append(guardian.watch_command(*cmd))
+    )
+    if daemon is None:
+        for command_id in watched:
+            guardian.unwatch_command(command_id)
+    if warning:
+        _say(options, f"openclaw-launch: warning: {warning}")
+    return daemon
+
+
+def _forwarded(signals: list[int], options: SuperviseOptions) -> list[int]:
+    """The stopping signals among ``signals`` (a forwarded-only one with no worker running is dropped)."""
+    return [s for s in signals if s in options.forwarded_signals and s not in options.pass_signals]
+
+
+def _not_started(sig: int, options: SuperviseOptions) -> JobResult:
+    _say(options, f"openclaw-launch: received {signal_name(sig)} before the workers started; started none")
+    return JobResult(exit_code=128 + sig, root_cause=None, attempts=0, results=(), signal_received=sig, unkillable=())
+
+
+def _with_late_signal(result: JobResult, late: list[int], options: SuperviseOptions) -> JobResult:
+    """A signal after the workers were gone (MPS stop, cleanup) counts as one received during the
+    job: a root cause keeps its exit code, otherwise it is 128+signal."""
+    if not late or result.signal_received is not None:
+        return result
+    sig = late[0]
+    _say(options, f"openclaw-launch: received {signal_name(sig)} while cleaning up after the workers")
+    code = result.exit_code if result.root_cause is not None else 128 + sig
+    return dataclasses.replace(result, exit_code=code, signal_received=sig)
+
+
+def _say(options: SuperviseOptions, text: str) -> None:
+    stream = options.stderr or sys.stderr
+    try:
+        stream.write(text + "\n")
+        stream.flush()
+    except (OSError, ValueError):  # console gone: the exit code and report still tell
+        pass

@@ -1,0 +1,1 @@
+"""The node's NVIDIA MPS daemon: lifecycle, control program, its answers, limit commands."""

@@ -1,0 +1,340 @@
+"""Every OS call the supervisor makes, behind one object.
+
+The supervisor's state machine only talks to an ``OsLayer``; ``RealOs`` is the
+Linux implementation and tests can swap in a recording fake to drive exits,
+signals and the clock. Nothing here blocks except ``wait_fds``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import signal
+import subprocess
+import time
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import BinaryIO, Protocol
+
+from openclaw_launch.config.limits import MAX_ERROR_FILE_BYTES
+from openclaw_launch.run.cgroup import join as join_cgroup
+from openclaw_launch.safe_read import read_prefix
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+PR_GET_CHILD_SUBREAPER = 37
+
+_READ_CHUNK = 65536
+
+
+@dataclass(frozen=True)
+class Spawned:
+    """A started worker: its pid (= its process group and session id) and the read ends of its pipes."""
+
+    pid: int
+    stdout_fd: int | None
+    stderr_fd: int | None
+
+
+@dataclass(frozen=True)
+class Reaped:
+    """One child collected by ``wait4``, with its resource usage."""
+
+    pid: int
+    status: int  # raw wait status
+    cpu_s: float
+    max_rss_kib: int
+
+
+class OsLayer(Protocol):
+    def pid(self) -> int: ...
+    def monotonic(self) -> float: ...
+    def time(self) -> float: ...
+    def set_child_subreaper(self, on: bool) -> bool: ...
+    def install_signals(self, signals: Iterable[int]) -> int: ...
+    def restore_signals(self) -> None: ...
+    def drain_signals(self) -> list[int]: ...
+    def watch_fd(self, fd: int) -> None: ...
+    def unwatch_fd(self, fd: int) -> None: ...
+    def wait_fds(self, timeout: float | None) -> list[int]: ...
+    def read_fd(self, fd: int) -> bytes | None: ...
+    def close_fd(self, fd: int) -> None: ...
+    def spawn(self, argv: Sequence[str], env: Mapping[str, str]) -> Spawned: ...
+    def killpg(self, pgid: int, sig: int) -> bool: ...
+    def kill(self, pid: int, sig: int) -> bool: ...
+    def reap(self) -> list[Reaped]: ...
+    def proc_status(self, pid: int) -> dict[str, str] | None: ...
+    def proc_comm(self, pid: int) -> str | None: ...
+    def descendants(self, exempt: Collection[int] = ()) -> list[int]: ...
+    def descendant_groups(self, exempt: Collection[int] = ()) -> set[int]: ...
+    def open_log(self, path: str) -> BinaryIO: ...
+    def read_text(self, path: str) -> str | None: ...
+    def read_error_file(self, path: str) -> str | None: ...
+    def fresh_file(self, path: str) -> None: ...
+
+
+def reset_signal_state() -> None:
+    """Undo what a parent may leave behind (schedulers, ``subprocess`` callers): a blocked signal
+    never wakes the supervisor (a blocked SIGCHLD: a worker's exit is never seen) and the workers
+    inherit the mask; an ignored SIGCHLD makes the kernel reap the workers before we can."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
+    if signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+
+
+def _noop_handler(signum: int, frame: object) -> None:
+    """Python-level handler whose only job is to make the C handler write to the wakeup fd."""
+
+
+class RealOs:
+    """Linux implementation. Single-threaded use only (signal handlers, preexec)."""
+
+    def __init__(self) -> None:
+        import ctypes  # lazily: only a launcher that spawns needs prctl
+
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        self._pid = os.getpid()
+        self._selector = selectors.DefaultSelector()
+        self._popens: dict[int, subprocess.Popen[bytes]] = {}
+        self._old_handlers: dict[int, object] = {}
+        self._old_wakeup: int | None = None
+        self._wake_r: int | None = None
+        self._wake_w: int | None = None
+        self._installs = 0
+        self.cgroup_procs: str | None = None  # the job cgroup's cgroup.procs: workers join it (cgroup.py)
+
+    def pid(self) -> int:
+        return self._pid
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def time(self) -> float:
+        return time.time()
+
+    def set_child_subreaper(self, on: bool) -> bool:
+        """Orphaned grandchildren reparent to us so they can be killed and reaped. Returns the old value."""
+        import ctypes
+
+        old = ctypes.c_int(0)
+        self._libc.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(old), 0, 0, 0)
+        if self._libc.prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"prctl(PR_SET_CHILD_SUBREAPER) failed: {os.strerror(err)}")
+        return bool(old.value)
+
+    def install_signals(self, signals: Iterable[int]) -> int:
+        """Route the given signals to a non-blocking pipe (read it with ``drain_signals``).
+
+        Nests: ``launch`` installs the forwarded signals for its whole run (MPS start and stop
+        included) and ``supervise`` adds SIGCHLD; a signal caught by the outer installation stays
+        in the pipe for the inner one. Handlers go back only at the outermost ``restore_signals``.
+        """
+        if self._wake_r is None:
+            reset_signal_state()
+            self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+            self._old_wakeup = signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+            self.watch_fd(self._wake_r)
+        for sig in signals:
+            if sig in self._old_handlers:
+                continue
+            if sig != signal.SIGCHLD and signal.getsignal(sig) == signal.SIG_IGN:
+                continue  # ignored by whoever started us (nohup: SIGHUP): honour it, forward nothing
+            self._old_handlers[sig] = signal.signal(sig, _noop_handler)
+        self._installs += 1
+        return self._wake_r
+
+    def restore_signals(self) -> None:
+        self._installs = max(self._installs - 1, 0)
+        if self._installs:
+            return
+        for sig, handler in self._old_handlers.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+        self._old_handlers.clear()
+        if self._old_wakeup is not None:
+            signal.set_wakeup_fd(self._old_wakeup)
+            self._old_wakeup = None
+        if self._wake_r is not None and self._wake_w is not None:
+            self.unwatch_fd(self._wake_r)
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+        self._wake_r = self._wake_w = None
+
+    def drain_signals(self) -> list[int]:
+        sigs: list[int] = []
+        while self._wake_r is not None:
+            try:
+                data = os.read(self._wake_r, 512)
+            except BlockingIOError:
+                break
+            if not data:
+                break
+            sigs.extend(data)
+        return sigs
+
+    def watch_fd(self, fd: int) -> None:
+        self._selector.register(fd, selectors.EVENT_READ)
+
+    def unwatch_fd(self, fd: int) -> None:
+        with contextlib.suppress(KeyError):
+            self._selector.unregister(fd)
+
+    def wait_fds(self, timeout: float | None) -> list[int]:
+        if timeout is not None:
+            timeout = max(timeout, 0.0)
+        return [key.fd for key, _ in self._selector.select(timeout)]
+
+    def read_fd(self, fd: int) -> bytes | None:
+        """Bytes read, ``b""`` at EOF, None when nothing is there now."""
+        try:
+            return os.read(fd, _READ_CHUNK)
+        except BlockingIOError:
+            return None
+
+    def close_fd(self, fd: int) -> None:
+        os.close(fd)
+
+    def _child_setup(self) -> None:
+        """Runs in the child before exec: die with the launcher, and not be born an orphan."""
+        if self._libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            os._exit(126)
+        if os.getppid() != self._pid:  # launcher died between fork and prctl
+            os._exit(126)
+        if self.cgroup_procs is not None:  # before exec: nothing the worker starts is outside
+            join_cgroup(self.cgroup_procs)
+
+    def spawn(self, argv: Sequence[str], env: Mapping[str, str]) -> Spawned:
+        """Start argv in its own session with ``env`` on top of this process's environment."""
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
+            proc = subprocess.Popen(
+                list(argv),
+                env={**os.environ, **env},
+                stdout=out_w,
+                stderr=err_w,
+                start_new_session=True,
+                close_fds=True,
+                preexec_fn=self._child_setup,
+            )
+        except BaseException:
+            os.close(out_r)
+            os.close(err_r)
+            raise
+        finally:
+            os.close(out_w)
+            os.close(err_w)
+        os.set_blocking(out_r, False)
+        os.set_blocking(err_r, False)
+        self._popens[proc.pid] = proc
+        return Spawned(proc.pid, out_r, err_r)
+
+    def killpg(self, pgid: int, sig: int) -> bool:
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+
+    def kill(self, pid: int, sig: int) -> bool:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+
+    def reap(self) -> list[Reaped]:
+        """Collect every exited child (workers, reparented orphans, zombies when PID 1)."""
+        reaped: list[Reaped] = []
+        while True:
+            try:
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            proc = self._popens.pop(pid, None)
+            if proc is not None:  # we reaped it: tell Popen so it never waits on a recycled pid
+                proc.returncode = os.waitstatus_to_exitcode(status)
+            reaped.append(Reaped(pid, status, usage.ru_utime + usage.ru_stime, usage.ru_maxrss))
+        return reaped
+
+    def proc_status(self, pid: int) -> dict[str, str] | None:
+        text = self.read_text(f"/proc/{pid}/status")
+        if text is None:
+            return None
+        fields: dict[str, str] = {}
+        for line in text.splitlines():
+            key, sep, value = line.partition(":")
+            if sep:
+                fields[key] = value.strip()
+        return fields
+
+    def proc_comm(self, pid: int) -> str | None:
+        text = self.read_text(f"/proc/{pid}/comm")
+        return None if text is None else text.strip()
+
+    def descendants(self, exempt: Collection[int] = ()) -> list[int]:
+        """Live (non-zombie) descendants of this process, from one scan of /proc; ``exempt`` pids and
+        everything under them (the MPS control daemon and its servers) are left out."""
+        return list(self._descendants(exempt))
+
+    def descendant_groups(self, exempt: Collection[int] = ()) -> set[int]:
+        """Process groups that hold at least one live descendant of ours: the groups still ours to
+        signal after their leader was reaped."""
+        return set(self._descendants(exempt).values())
+
+    def _descendants(self, exempt: Collection[int]) -> dict[int, int]:
+        """pid -> process group of every live descendant."""
+        children: dict[int, list[int]] = {}
+        groups: dict[int, int] = {}
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            stat = self.read_text(f"/proc/{name}/stat")
+            if stat is None:
+                continue
+            fields = stat.rpartition(")")[2].split()
+            if len(fields) < 3 or fields[0] == "Z":
+                continue
+            children.setdefault(int(fields[1]), []).append(int(name))
+            groups[int(name)] = int(fields[2])
+        found: dict[int, int] = {}
+        todo = [self._pid]
+        while todo:
+            for child in children.get(todo.pop(), ()):
+                if child not in exempt:
+                    found[child] = groups[child]
+                    todo.append(child)
+        return found
+
+    def open_log(self, path: str) -> BinaryIO:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return open(path, "ab", buffering=0)
+
+    def read_text(self, path: str) -> str | None:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                return f.read()
+        except OSError:
+            return None
+
+    def read_error_file(self, path: str) -> str | None:
+        """A worker's ``@record`` error file: a bounded prefix of a regular file, read without
+        blocking (a FIFO or a symlink to /dev/zero there is refused, not read)."""
+        try:
+            data, more = read_prefix(path, MAX_ERROR_FILE_BYTES)
+        except OSError:
+            return None
+        text = data.decode(errors="replace")
+        if more:
+            text += f"\n... (cut at {MAX_ERROR_FILE_BYTES >> 10} KiB; the whole file is {path})"
+        return text
+
+    def fresh_file(self, path: str) -> None:
+        """Make ``path`` ready to be written by a worker: its directory exists (torch's ``@record``
+        does not create it), an old file is gone."""
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)

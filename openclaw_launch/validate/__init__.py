@@ -1,0 +1,1 @@
+"""The config against the live host: per GPU, fabric health, result types."""

@@ -1,0 +1,193 @@
+"""The per-GPU checks of the validator: identity (UUID, bus id, NUMA node, NVLink peers), the GPU's
+health (via ``validate_fabric`` for links; retired pages, ECC), MPS clients, and host GPUs not configured."""
+
+from __future__ import annotations
+
+from openclaw_launch.config.model import GpuSpec, NodeSpec, Runtime
+from openclaw_launch.topology.model import INACTIVE_NVLINK, GpuInfo, Topology
+from openclaw_launch.validate.fabric import check_aer, check_nvlink_errors, check_nvlinks_active, check_pcie
+from openclaw_launch.validate.results import CheckResult, MpsStatusLike, Status, Thresholds
+
+
+def check_unconfigured(spec: NodeSpec, topology: Topology) -> list[CheckResult]:
+    """GPUs on the host the config does not use: forgotten in the config, or someone else's."""
+    if not topology.gpus:
+        return []
+    configured = {g.uuid.lower() for g in spec.gpus}
+    unused = [g for g in topology.gpus if (g.uuid or "").lower() not in configured]
+    if not unused:
+        n = len(topology.gpus)
+        return [CheckResult("unconfigured_gpus", "pass", spec.name, f"all {n} host GPUs configured", "")]
+    return [
+        CheckResult(
+            "unconfigured_gpus",
+            "warn",
+            _host_subject(g),
+            "present but not configured",
+            "",
+            f"GPU {g.index} present but not configured for {spec.name}; add it or leave it to another job",
+        )
+        for g in unused
+    ]
+
+
+def _host_subject(g: GpuInfo) -> str:
+    return f"GPU {g.index} {g.uuid or '?'}"
+
+
+def gpu_checks(
+    gpu_spec: GpuSpec,
+    topology: Topology,
+    rt: Runtime,
+    th: Thresholds,
+    mismatch: Status,
+    mps: MpsStatusLike | None,
+) -> list[CheckResult]:
+    gpu = topology.gpu_by_uuid(gpu_spec.uuid)
+    if gpu is None:
+        return [_absent(gpu_spec, topology)]
+    subject = _host_subject(gpu)
+    results = [CheckResult("uuid_present", "pass", subject, f"bus {gpu.pci_bus_id or '?'}", "present")]
+    maybe = [
+        _check_bus_id(subject, gpu_spec, gpu, mismatch),
+        _check_numa(subject, gpu_spec, gpu, mismatch),
+        *(_check_peer(subject, gpu, peer, topology, mismatch) for peer in gpu_spec.nvlink_peers),
+        check_nvlinks_active(subject, gpu),
+        check_pcie(subject, gpu.pcie),
+        check_aer(subject, gpu.aer, th),
+        check_nvlink_errors(subject, gpu, th),
+        _check_retired_pages(subject, gpu, th),
+        _check_ecc(subject, gpu),
+        _check_mps_clients(subject, _mps_clients(gpu, mps), rt) if rt.enable_mps else None,
+    ]
+    return results + [r for r in maybe if r is not None]
+
+
+def _absent(gpu_spec: GpuSpec, topology: Topology) -> CheckResult:
+    here = "; ".join(f"GPU {g.index} {g.uuid or '?'} bus {g.pci_bus_id or '?'}" for g in topology.gpus)
+    return CheckResult(
+        "uuid_present",
+        "fail",
+        f"GPU ? {gpu_spec.uuid}",
+        "absent",
+        "present",
+        f"not on this host; GPUs here: {here or 'none'}. Fix the uuid (openclaw-launch discover lists them)",
+    )
+
+
+def _check_bus_id(subject: str, spec: GpuSpec, gpu: GpuInfo, mismatch: Status) -> CheckResult | None:
+    if spec.pci_bus_id is None:
+        return None
+    expected = spec.pci_bus_id.lower()
+    if gpu.pci_bus_id is None:
+        return CheckResult("bus_id", "warn", subject, "not available", expected, "host did not report a bus id")
+    if gpu.pci_bus_id.lower() == expected:
+        return CheckResult("bus_id", "pass", subject, gpu.pci_bus_id, expected)
+    return CheckResult(
+        "bus_id",
+        mismatch,
+        subject,
+        gpu.pci_bus_id,
+        expected,
+        "GPU moved slot or config is stale; update pci_bus_id",
+    )
+
+
+def _check_numa(subject: str, spec: GpuSpec, gpu: GpuInfo, mismatch: Status) -> CheckResult | None:
+    if spec.numa_node is None:
+        return None
+    expected = str(spec.numa_node)
+    if gpu.numa_node is None:
+        return CheckResult(
+            "numa_node",
+            "warn",
+            subject,
+            "not available",
+            expected,
+            "host reports no NUMA information (sysfs numa_node -1); the configured node cannot be confirmed",
+        )
+    if gpu.numa_node == spec.numa_node:
+        return CheckResult("numa_node", "pass", subject, str(gpu.numa_node), expected)
+    return CheckResult(
+        "numa_node",
+        mismatch,
+        subject,
+        str(gpu.numa_node),
+        expected,
+        "workers would be bound to the wrong socket and cross the CPU interconnect; update numa_node",
+    )
+
+
+def _check_peer(subject: str, gpu: GpuInfo, peer_uuid: str, topology: Topology, mismatch: Status) -> CheckResult:
+    expected = f"NVLink to {peer_uuid}"
+    peer = topology.gpu_by_uuid(peer_uuid)
+    if peer is None:
+        return CheckResult("nvlink_peer", mismatch, subject, "peer not on this host", expected)
+    kind = topology.link_between(gpu, peer)  # the rule plan uses too
+    found = f"{kind or 'unknown'} to GPU {peer.index}"
+    if kind is None:
+        return CheckResult("nvlink_peer", "warn", subject, found, expected, "link type not available")
+    if topology.nvlinked(gpu, peer):
+        return CheckResult("nvlink_peer", "pass", subject, found, expected)
+    why = "its NVLinks to this peer are down: reset the GPU or drain the node" if kind == INACTIVE_NVLINK else ""
+    return CheckResult(
+        "nvlink_peer",
+        mismatch,
+        subject,
+        found,
+        expected,
+        f"traffic to this peer goes over PCIe; {why or 'check nvlink_peers'}",
+    )
+
+
+def _check_retired_pages(subject: str, gpu: GpuInfo, th: Thresholds) -> CheckResult | None:
+    if gpu.retired_pages is None:
+        return None
+    expected = f"<= {th.retired_pages}"
+    found = str(gpu.retired_pages)
+    if gpu.retired_pages > th.retired_pages:
+        return CheckResult("retired_pages", "warn", subject, found, expected, "GPU memory is degrading")
+    return CheckResult("retired_pages", "pass", subject, found, expected)
+
+
+def _check_ecc(subject: str, gpu: GpuInfo) -> CheckResult | None:
+    if gpu.ecc_uncorrected is None:
+        return None
+    found = str(gpu.ecc_uncorrected)
+    if gpu.ecc_uncorrected > 0:
+        return CheckResult(
+            "ecc_uncorrected",
+            "fail",
+            subject,
+            found,
+            "0",
+            "uncorrected ECC errors crash jobs; drain this GPU",
+        )
+    return CheckResult("ecc_uncorrected", "pass", subject, found, "0")
+
+
+def _mps_clients(gpu: GpuInfo, mps: MpsStatusLike | None) -> int | None:
+    """Clients on ``gpu``: the answering daemon's per-device list, else what the topology recorded."""
+    if mps is not None and mps.answering and gpu.uuid is not None:
+        counts = {uuid.lower(): n for uuid, n in mps.clients_per_gpu.items()}
+        if gpu.uuid.lower() in counts:
+            return counts[gpu.uuid.lower()]
+    return gpu.mps_clients
+
+
+def _check_mps_clients(subject: str, count: int | None, rt: Runtime) -> CheckResult | None:
+    if count is None:
+        return None
+    limit = rt.mps_max_clients_per_gpu
+    if limit is None:
+        return CheckResult("mps_clients", "pass", subject, str(count), "no limit configured")
+    if count > limit:
+        return CheckResult(
+            "mps_clients",
+            "fail",
+            subject,
+            str(count),
+            f"<= {limit}",
+            "more MPS clients than runtime.mps_max_clients_per_gpu: another job shares this GPU",
+        )
+    return CheckResult("mps_clients", "pass", subject, str(count), f"<= {limit}")
