@@ -9,12 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from openclaw_launch.config.model import (
-    Config,
-    Runtime,
-    load_config,
-    parse_config,
-)
+from openclaw_launch.config.model import Config, Runtime
+from openclaw_launch.config.reader import load_config, parse_config
 from openclaw_launch.errors import ConfigError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -344,7 +340,7 @@ def test_anchors_and_aliases_are_fine() -> None:
 
 def test_loading_imports_nothing_heavy() -> None:
     code = (
-        "import sys; import openclaw_launch.config.model as c; c.load_config(sys.argv[1]); "
+        "import sys; import openclaw_launch.config.reader as c; c.load_config(sys.argv[1]); "
         "heavy = {'torch', 'pynvml', 'numpy', 'psutil'} & set(sys.modules); print(sorted(heavy))"
     )
     out = subprocess.run(

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from openclaw_launch.config.model import parse_config
+from openclaw_launch.config.reader import parse_config
 from openclaw_launch.errors import OpenclawError
 from openclaw_launch.plan.build import Entry, PlanOptions, build_plan
 from openclaw_launch.report.build import load_report

@@ -255,7 +255,7 @@ def test_hang_timeout_and_metrics_with_telemetry_off_say_so(tmp_path: Path) -> N
 
 def test_config_key_and_option_share_the_bound(tmp_path: Path) -> None:
     from openclaw_launch.config.limits import MIN_HANG_TIMEOUT_S
-    from openclaw_launch.config.model import parse_config
+    from openclaw_launch.config.reader import parse_config
     from openclaw_launch.errors import ConfigError
 
     base = "cluster:\n  nodes:\n    - name: a\n      cpu_workers: 1\nruntime:\n  hang_timeout_s: {}\n"

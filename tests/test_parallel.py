@@ -10,16 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from openclaw_launch.config.model import parse_config
+from openclaw_launch.config.parallel import ParallelSpec, size_problems
+from openclaw_launch.config.reader import parse_config
 from openclaw_launch.errors import ConfigError, PlanError
 from openclaw_launch.plan.build import Entry, PlanOptions, build_plan
-from openclaw_launch.plan.parallel import (
-    ParallelSpec,
-    parallel_groups,
-    plan_parallel,
-    size_problems,
-    suggest_layouts,
-)
+from openclaw_launch.plan.parallel import parallel_groups, plan_parallel, suggest_layouts
 from openclaw_launch.topology.discover import host_config
 from openclaw_launch.topology.model import Topology
 from openclaw_launch.topology.smi import topology_from_smi

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from openclaw_launch.cli.main import cli
-from openclaw_launch.config.model import load_config
+from openclaw_launch.config.reader import load_config
 from tests.topo_helpers import DATA, load_recorded, recorded_names, recorded_texts
 
 

@@ -10,19 +10,19 @@ from pathlib import Path
 import pytest
 
 import openclaw_launch.config.model as config_module
-from openclaw_launch.config import reader as config_yaml
+from openclaw_launch.config import document
 from openclaw_launch.config.model import (
     RUNTIME_KEYS,
     Config,
     NodeSpec,
     Runtime,
-    parse_config,
     pinned_limit_problem,
     procs_per_gpu_problem,
 )
+from openclaw_launch.config.parallel import PARALLEL_DIMS
+from openclaw_launch.config.reader import parse_config
 from openclaw_launch.errors import ConfigError, LaunchError, PlanError
 from openclaw_launch.plan.build import Entry, LaunchPlan, MpsPlan, PlanOptions, RankPlan, build_plan
-from openclaw_launch.plan.parallel import PARALLEL_DIMS
 from openclaw_launch.run.mps.daemon import _FIX_HINT, MpsDaemon, check_client_limit, start_mps, validate_pinned_limit
 from openclaw_launch.topology.model import GpuInfo, Topology
 
@@ -55,18 +55,16 @@ def test_documented_runtime_keys_are_the_runtime_fields() -> None:
 
 def test_documented_keys_are_the_keys_config_loading_reads() -> None:
     ref = _reference()
-    assert tuple(ref[""]) == config_yaml._TOP_KEYS
-    assert tuple(ref["cluster"]) == config_yaml._CLUSTER_KEYS
-    assert tuple(ref["cluster.nodes"]) == config_yaml._NODE_KEYS
-    assert tuple(ref["cluster.nodes.gpus"]) == config_yaml._GPU_KEYS
+    assert tuple(ref[""]) == document.TOP_KEYS
+    assert tuple(ref["cluster"]) == document.CLUSTER_KEYS
+    assert tuple(ref["cluster.nodes"]) == document.NODE_KEYS
+    assert tuple(ref["cluster.nodes.gpus"]) == document.GPU_KEYS
     assert tuple(ref["parallel"]) == PARALLEL_DIMS
-    assert tuple(ref["preflight"]) == config_yaml._PREFLIGHT_KEYS
+    assert tuple(ref["preflight"]) == document.PREFLIGHT_KEYS
 
 
 def test_every_runtime_key_has_one_reader_and_is_read() -> None:
-    checker = config_yaml._Checker()
-    assert list(checker.runtime_readers()) == list(RUNTIME_KEYS)
-    assert config_yaml._RUNTIME_KEYS is RUNTIME_KEYS
+    assert list(document.ConfigChecker().runtime_readers()) == list(RUNTIME_KEYS)
 
 
 def _cfg(**runtime: object) -> Config:

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from openclaw_launch.cli.main import cli
-from openclaw_launch.config.model import load_config
+from openclaw_launch.config.reader import load_config
 from openclaw_launch.topology.smi import parse_topo_matrix, topology_from_smi
 from tests.topo_helpers import TOPOLOGIES
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from openclaw_launch.config.model import Config, GpuSpec, NodeSpec, Runtime, load_config
+from openclaw_launch.config.model import Config, GpuSpec, NodeSpec, Runtime
+from openclaw_launch.config.reader import load_config
 from openclaw_launch.errors import PlanError, TopologyError
 from openclaw_launch.plan.build import Entry, PlanOptions, build_plan
 from openclaw_launch.topology.model import GpuInfo, IbPort, NvLink, PcieLink, Topology

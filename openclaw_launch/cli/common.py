@@ -21,10 +21,11 @@ import click
 
 from openclaw_launch.cli.torchrun_compat import FLAGS, TorchrunArgs
 from openclaw_launch.cli.torchrun_resolve import free_port, node_by_rank, resolve
-from openclaw_launch.config.model import BindingPolicy, Config, load_config
+from openclaw_launch.config.model import BindingPolicy, Config
+from openclaw_launch.config.parallel import PARALLEL_DIMS, ParallelSpec
+from openclaw_launch.config.reader import load_config
 from openclaw_launch.errors import OpenclawError
 from openclaw_launch.plan.build import Entry, EntryKind, LaunchPlan, PlanOptions, build_plan
-from openclaw_launch.plan.parallel import PARALLEL_DIMS, ParallelSpec
 from openclaw_launch.topology.model import Topology
 
 

@@ -26,7 +26,8 @@ from openclaw_launch.cli.common import (
     with_common,
 )
 from openclaw_launch.cli.torchrun_resolve import resolve
-from openclaw_launch.config.model import Config, load_config
+from openclaw_launch.config.model import Config
+from openclaw_launch.config.reader import load_config
 from openclaw_launch.errors import OpenclawError
 from openclaw_launch.plan.build import format_plan_table
 

@@ -1,4 +1,4 @@
-"""YAML config -> typed, validated ``Config``.
+"""The typed ``Config`` and the reference of its YAML keys (``config/reader.py`` loads a file).
 
 The operators' format (``cluster.nodes[].gpus[]``, ``runtime.*``) is accepted
 unchanged; our extensions sit beside those keys. Every problem names its key
@@ -74,13 +74,12 @@ use the path ``yaml``.
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Literal
 
-from openclaw_launch.plan.parallel import ParallelSpec
+from openclaw_launch.config.parallel import ParallelSpec
 
 BindingPolicy = Literal["node", "exclusive", "socket", "explicit", "none"]
 MemPolicy = Literal["bind", "preferred", "local", "none"]
@@ -148,7 +147,7 @@ class Runtime:
 
 
 #: The ``runtime:`` keys: the fields of ``Runtime``, the one definition. Config loading reads
-#: exactly these (``config_yaml``), and tests hold the reference in this module's docstring to them.
+#: exactly these (``config/runtime_reader.py``), and tests hold the reference in this module's docstring to them.
 RUNTIME_KEYS: tuple[str, ...] = tuple(f.name for f in fields(Runtime))
 
 #: ``runtime.mps_active_thread_percentage``: CUDA takes 1..100.
@@ -169,6 +168,11 @@ def procs_per_gpu_problem(procs_per_gpu: int, enable_mps: bool, max_clients_per_
             f"runtime.procs_per_gpu to at most {max_clients_per_gpu} or raise runtime.mps_max_clients_per_gpu"
         )
     return None
+
+
+def node_rank_counts(nodes: Sequence[NodeSpec], procs_per_gpu: int) -> dict[str, int]:
+    """Ranks per node (``cpu_workers``, or GPUs x ``procs_per_gpu``), for ``parallel.size_problems``."""
+    return {n.name: n.cpu_workers if n.cpu_workers is not None else len(n.gpus) * procs_per_gpu for n in nodes}
 
 
 def pinned_limit_problem(value: str) -> str | None:
@@ -237,21 +241,3 @@ NCCL_NAMED_LEVELS: Mapping[str, str] = {
     "NCCL_P2P_LEVEL": "LOC, NVL, PIX, PXB, PHB or SYS",
     "NCCL_NET_GDR_LEVEL": "LOC, PIX, PXB, PHB or SYS",
 }
-
-
-def load_config(path: str | os.PathLike[str]) -> Config:
-    """Read and validate a config file; ``ConfigError`` lists every problem with its path and line.
-
-    The YAML machinery lives in ``config_yaml`` and is imported only here: a run without
-    ``--config`` must not pay for it at start-up.
-    """
-    from openclaw_launch.config.reader import load_config_file
-
-    return load_config_file(path)
-
-
-def parse_config(text: str, source: str = "<config>") -> Config:
-    """``load_config`` for text already in memory."""
-    from openclaw_launch.config.reader import parse_config_text
-
-    return parse_config_text(text, source)

@@ -3,7 +3,7 @@
 ``BoundedLoader`` composes (safe YAML, bounded depth); ``NodeReader`` reads mappings (unknown,
 duplicate and missing keys), lists and scalars (booleans, integers in range, seconds, text exactly
 as written, choices), collecting problems and warnings instead of stopping at the first. What a
-config's sections mean is ``config_yaml``'s.
+config's sections mean is ``config/document.py``'s and ``config/runtime_reader.py``'s.
 """
 
 from __future__ import annotations
