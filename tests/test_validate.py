@@ -14,13 +14,13 @@ from openclaw_launch.config.reader import load_config
 from openclaw_launch.errors import PlanError, TopologyError
 from openclaw_launch.plan.build import Entry, PlanOptions, build_plan
 from openclaw_launch.topology.model import GpuInfo, IbPort, NvLink, PcieLink, Topology
-from openclaw_launch.validate.host import (
+from openclaw_launch.validate.host import run_checks
+from openclaw_launch.validate.results import (
     CheckResult,
     Thresholds,
     exit_code,
     format_results,
     results_to_json,
-    run_checks,
     summarize,
 )
 

@@ -11,7 +11,8 @@ from openclaw_launch.config.model import Config, GpuSpec, NodeSpec
 from openclaw_launch.topology.live import discover_topology
 from openclaw_launch.topology.nvml import RECORD_FORMAT, RecordedNvml
 from openclaw_launch.topology.snapshot import dump_snapshot, topology_from_snapshot
-from openclaw_launch.validate.host import CheckResult, run_checks
+from openclaw_launch.validate.host import run_checks
+from openclaw_launch.validate.results import CheckResult
 from tests.topo_helpers import fake_uuid, write_sysfs
 
 BUS = ["0000:1a:00.0", "0000:9a:00.0"]

@@ -208,14 +208,15 @@ def discover(
 @click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
 def validate(config_path: str, node: str | None, topology_path: str | None, as_json: bool) -> None:
     """Check the config against the machine; exit 0 only if no check failed."""
-    from openclaw_launch.validate import host as checks
+    from openclaw_launch.validate.host import run_checks
+    from openclaw_launch.validate.results import exit_code, format_results, results_to_json
 
     try:
         config = load_config(config_path)
         node_name = node_name_for(config, node)
         topology = read_topology(topology_path, not config.node(node_name).is_cpu)
         mps = _mps_status(config, node_name)
-        results = checks.run_checks(
+        results = run_checks(
             config,
             topology,
             node_name,
@@ -227,8 +228,8 @@ def validate(config_path: str, node: str | None, topology_path: str | None, as_j
         fail(e)
     for w in config.warnings:
         warn(w)
-    click.echo(json.dumps(checks.results_to_json(results), indent=2) if as_json else checks.format_results(results))
-    sys.exit(checks.exit_code(results))
+    click.echo(json.dumps(results_to_json(results), indent=2) if as_json else format_results(results))
+    sys.exit(exit_code(results))
 
 
 def _mps_status(config: Config, node_name: str) -> MpsStatus | None:

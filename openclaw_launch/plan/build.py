@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from openclaw_launch.config.checks import identity_checks, planned_numa_node
 from openclaw_launch.config.model import Config, GpuSpec, NodeSpec, node_rank_counts, procs_per_gpu_problem
 from openclaw_launch.config.parallel import ParallelSpec, size_problems
 from openclaw_launch.errors import PlanError, TopologyError
@@ -37,7 +38,7 @@ from openclaw_launch.plan.parallel import (
     layout_warnings,
     plan_parallel,
 )
-from openclaw_launch.topology.model import GpuInfo, Topology, normalize_bus_id
+from openclaw_launch.topology.model import GpuInfo, Topology
 
 EntryKind = Literal["script", "module", "exec"]
 
@@ -294,12 +295,12 @@ def _resolve(
     for i, (spec, gpu) in enumerate(zip(node.gpus, found, strict=True)):
         assert gpu is not None
         where = _where(node_rank, i, spec)
-        mismatches += _bus_mismatch(where, spec, gpu)
-        numa, numa_problem, numa_warning = _numa(where, spec, gpu)
-        mismatches += numa_problem
-        warnings += numa_warning
-        mismatches += _nvlink_mismatches(where, spec, gpu, topology)
-        resolved.append(_ResolvedGpu(spec, gpu, numa))
+        for check in identity_checks(spec, gpu, topology):  # the rules validate applies too
+            if check.outcome == "mismatch":
+                mismatches.append(f"{where}: {check.problem}")
+            elif check.name == "numa_node" and check.outcome == "unknown":
+                warnings.append(f"{where}: {check.problem}; using the config's numa_node {spec.numa_node}")
+        resolved.append(_ResolvedGpu(spec, gpu, planned_numa_node(spec, gpu)))
     strictness = options.strictness or config.runtime.strictness
     if mismatches and strictness == "fail":
         raise TopologyError(
@@ -309,49 +310,6 @@ def _resolve(
             "to launch anyway."
         )
     return tuple(resolved), mismatches + warnings
-
-
-def _bus_mismatch(where: str, spec: GpuSpec, gpu: GpuInfo) -> list[str]:
-    if spec.pci_bus_id is None or gpu.pci_bus_id is None:
-        return []
-    if normalize_bus_id(spec.pci_bus_id) == gpu.pci_bus_id:
-        return []
-    return [f"{where}: pci_bus_id is {spec.pci_bus_id} in the config but {spec.uuid} is at {gpu.pci_bus_id}"]
-
-
-def _numa(where: str, spec: GpuSpec, gpu: GpuInfo) -> tuple[int | None, list[str], list[str]]:
-    """The NUMA node to use (sysfs wins), and any mismatch / warning about it."""
-    if spec.numa_node is None or spec.numa_node == gpu.numa_node:
-        return gpu.numa_node, [], []
-    if gpu.numa_node is None:
-        return (
-            spec.numa_node,
-            [],
-            [
-                f"{where}: this host has no NUMA information for {spec.uuid}; using the config's numa_node "
-                f"{spec.numa_node}"
-            ],
-        )
-    return (
-        gpu.numa_node,
-        [f"{where}: numa_node is {spec.numa_node} in the config but {spec.uuid} is on NUMA node {gpu.numa_node}"],
-        [],
-    )
-
-
-def _nvlink_mismatches(where: str, spec: GpuSpec, gpu: GpuInfo, topology: Topology) -> list[str]:
-    """Configured peers that are not NVLinked. A link the topology knows nothing about is not a
-    mismatch (validate warns about it): the rule is ``Topology.link_between``, as in validate."""
-    out: list[str] = []
-    for peer_uuid in spec.nvlink_peers:
-        peer = topology.gpu_by_uuid(peer_uuid)
-        if peer is None:
-            out.append(f"{where}: NVLink peer {peer_uuid} is not on this host")
-            continue
-        link = topology.link_between(gpu, peer)
-        if link is not None and not topology.nvlinked(gpu, peer):
-            out.append(f"{where}: {spec.uuid} is not NVLinked to its configured peer {peer_uuid} (link found: {link})")
-    return out
 
 
 def _slots(resolved: Sequence[_ResolvedGpu], procs_per_gpu: int) -> list[Slot]:

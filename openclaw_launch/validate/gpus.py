@@ -1,10 +1,12 @@
-"""The per-GPU checks of the validator: identity (UUID, bus id, NUMA node, NVLink peers), the GPU's
-health (via ``validate_fabric`` for links; retired pages, ECC), MPS clients, and host GPUs not configured."""
+"""The per-GPU checks of the validator: identity (UUID; bus id, NUMA node and NVLink peers by the rules
+``plan`` uses, ``config/checks.py``), the GPU's health (links via ``validate/fabric.py``; retired pages,
+ECC), MPS clients, and host GPUs not configured."""
 
 from __future__ import annotations
 
+from openclaw_launch.config.checks import GpuCheck, identity_checks
 from openclaw_launch.config.model import GpuSpec, NodeSpec, Runtime
-from openclaw_launch.topology.model import INACTIVE_NVLINK, GpuInfo, Topology
+from openclaw_launch.topology.model import GpuInfo, Topology
 from openclaw_launch.validate.fabric import check_aer, check_nvlink_errors, check_nvlinks_active, check_pcie
 from openclaw_launch.validate.results import CheckResult, MpsStatusLike, Status, Thresholds
 
@@ -49,9 +51,7 @@ def gpu_checks(
     subject = _host_subject(gpu)
     results = [CheckResult("uuid_present", "pass", subject, f"bus {gpu.pci_bus_id or '?'}", "present")]
     maybe = [
-        _check_bus_id(subject, gpu_spec, gpu, mismatch),
-        _check_numa(subject, gpu_spec, gpu, mismatch),
-        *(_check_peer(subject, gpu, peer, topology, mismatch) for peer in gpu_spec.nvlink_peers),
+        *(_identity(subject, check, mismatch) for check in identity_checks(gpu_spec, gpu, topology)),
         check_nvlinks_active(subject, gpu),
         check_pcie(subject, gpu.pcie),
         check_aer(subject, gpu.aer, th),
@@ -75,69 +75,11 @@ def _absent(gpu_spec: GpuSpec, topology: Topology) -> CheckResult:
     )
 
 
-def _check_bus_id(subject: str, spec: GpuSpec, gpu: GpuInfo, mismatch: Status) -> CheckResult | None:
-    if spec.pci_bus_id is None:
-        return None
-    expected = spec.pci_bus_id.lower()
-    if gpu.pci_bus_id is None:
-        return CheckResult("bus_id", "warn", subject, "not available", expected, "host did not report a bus id")
-    if gpu.pci_bus_id.lower() == expected:
-        return CheckResult("bus_id", "pass", subject, gpu.pci_bus_id, expected)
-    return CheckResult(
-        "bus_id",
-        mismatch,
-        subject,
-        gpu.pci_bus_id,
-        expected,
-        "GPU moved slot or config is stale; update pci_bus_id",
-    )
-
-
-def _check_numa(subject: str, spec: GpuSpec, gpu: GpuInfo, mismatch: Status) -> CheckResult | None:
-    if spec.numa_node is None:
-        return None
-    expected = str(spec.numa_node)
-    if gpu.numa_node is None:
-        return CheckResult(
-            "numa_node",
-            "warn",
-            subject,
-            "not available",
-            expected,
-            "host reports no NUMA information (sysfs numa_node -1); the configured node cannot be confirmed",
-        )
-    if gpu.numa_node == spec.numa_node:
-        return CheckResult("numa_node", "pass", subject, str(gpu.numa_node), expected)
-    return CheckResult(
-        "numa_node",
-        mismatch,
-        subject,
-        str(gpu.numa_node),
-        expected,
-        "workers would be bound to the wrong socket and cross the CPU interconnect; update numa_node",
-    )
-
-
-def _check_peer(subject: str, gpu: GpuInfo, peer_uuid: str, topology: Topology, mismatch: Status) -> CheckResult:
-    expected = f"NVLink to {peer_uuid}"
-    peer = topology.gpu_by_uuid(peer_uuid)
-    if peer is None:
-        return CheckResult("nvlink_peer", mismatch, subject, "peer not on this host", expected)
-    kind = topology.link_between(gpu, peer)  # the rule plan uses too
-    found = f"{kind or 'unknown'} to GPU {peer.index}"
-    if kind is None:
-        return CheckResult("nvlink_peer", "warn", subject, found, expected, "link type not available")
-    if topology.nvlinked(gpu, peer):
-        return CheckResult("nvlink_peer", "pass", subject, found, expected)
-    why = "its NVLinks to this peer are down: reset the GPU or drain the node" if kind == INACTIVE_NVLINK else ""
-    return CheckResult(
-        "nvlink_peer",
-        mismatch,
-        subject,
-        found,
-        expected,
-        f"traffic to this peer goes over PCIe; {why or 'check nvlink_peers'}",
-    )
+def _identity(subject: str, check: GpuCheck, mismatch: Status) -> CheckResult:
+    """A shared rule's outcome (``config/checks.py``, which ``plan`` applies too) as a result line."""
+    status: Status = {"match": "pass", "mismatch": mismatch, "unknown": "warn"}[check.outcome]
+    message = check.advice if check.outcome == "mismatch" else "; ".join(filter(None, (check.problem, check.advice)))
+    return CheckResult(check.name, status, subject, check.found, check.expected, message)
 
 
 def _check_retired_pages(subject: str, gpu: GpuInfo, th: Thresholds) -> CheckResult | None:

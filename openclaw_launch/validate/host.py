@@ -6,44 +6,18 @@ constructed topologies. Besides "is this the machine the config describes", it l
 for the health signals that make one GPU a straggler: a down NVLink, a PCIe link
 trained below its maximum, AER errors, retired pages, ECC errors, bad IB ports.
 
-The checks live in ``validate_gpus`` (per GPU) and ``validate_fabric`` (PCIe/AER, NVLink, IB, NIC);
-the result types in ``validate_results``, re-exported here.
+Here: the entry and the node checks. Per GPU: ``validate/gpus.py``; PCIe/AER, NVLink, IB, NIC:
+``validate/fabric.py``; the result type, thresholds and output formats: ``validate/results.py``.
 """
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 from openclaw_launch.config.model import Config, NodeSpec, Runtime, Strictness
 from openclaw_launch.plan.binding import numactl_missing, uses_numactl
 from openclaw_launch.topology.model import Topology
 from openclaw_launch.validate.fabric import fabric_checks
 from openclaw_launch.validate.gpus import check_unconfigured, gpu_checks
-from openclaw_launch.validate.results import (
-    IB_ERROR_THRESHOLDS,
-    NVLINK_ERROR_THRESHOLDS,
-    CheckResult,
-    MpsStatusLike,
-    Status,
-    Thresholds,
-)
-
-__all__ = [
-    "IB_ERROR_THRESHOLDS",
-    "NVLINK_ERROR_THRESHOLDS",
-    "VALIDATE_SCHEMA",
-    "CheckResult",
-    "MpsStatusLike",
-    "Status",
-    "Thresholds",
-    "exit_code",
-    "format_results",
-    "results_to_json",
-    "run_checks",
-    "summarize",
-]
-
-VALIDATE_SCHEMA = 1
+from openclaw_launch.validate.results import CheckResult, MpsStatusLike, Status, Thresholds
 
 
 def run_checks(
@@ -78,48 +52,6 @@ def run_checks(
     results += check_unconfigured(spec, topology)
     results += fabric_checks(spec, topology, th)
     return results
-
-
-def summarize(results: Sequence[CheckResult]) -> tuple[int, int, int]:
-    """(passed, warnings, failed)."""
-
-    def count(status: Status) -> int:
-        return sum(r.status == status for r in results)
-
-    return count("pass"), count("warn"), count("fail")
-
-
-def exit_code(results: Sequence[CheckResult]) -> int:
-    """0 only when no check failed; warnings do not change the exit code."""
-    return 1 if any(r.status == "fail" for r in results) else 0
-
-
-def format_results(results: Sequence[CheckResult]) -> str:
-    """One line per check (``PASS  subject  name: found (expected ...) - message``) and a summary."""
-    width = max((len(r.subject) for r in results), default=0)
-    lines = [_format_line(r, width) for r in results]
-    n_pass, n_warn, n_fail = summarize(results)
-    lines.append(f"{n_pass} passed, {n_warn} warnings, {n_fail} failed")
-    return "\n".join(lines)
-
-
-def results_to_json(results: Sequence[CheckResult]) -> dict[str, object]:
-    """``{"schema": 1, "checks": [...], "summary": {"passed", "warnings", "failed"}}``."""
-    n_pass, n_warn, n_fail = summarize(results)
-    return {
-        "schema": VALIDATE_SCHEMA,
-        "checks": [r.to_json() for r in results],
-        "summary": {"passed": n_pass, "warnings": n_warn, "failed": n_fail},
-    }
-
-
-def _format_line(r: CheckResult, width: int) -> str:
-    line = f"{r.status.upper()}  {r.subject:<{width}}  {r.name}: {r.found}"
-    if r.expected:
-        line += f" (expected {r.expected})"
-    if r.message:
-        line += f" - {r.message}"
-    return line
 
 
 # --- node checks -------------------------------------------------------------

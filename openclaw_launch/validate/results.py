@@ -1,16 +1,18 @@
-"""What every validator check returns, and the thresholds the health checks compare against.
+"""What every validator check returns, the thresholds the health checks compare against, and the
+output (lines, JSON, exit code).
 
-Shared by ``validate`` (the entry, node checks, formatting), ``validate_gpus`` (each configured
-GPU) and ``validate_fabric`` (PCIe/AER, NVLink, InfiniBand, NIC); ``validate`` re-exports them.
+Shared by ``validate/host.py`` (the entry, node checks), ``validate/gpus.py`` (each configured GPU)
+and ``validate/fabric.py`` (PCIe/AER, NVLink, InfiniBand, NIC).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Literal, Protocol
 
 Status = Literal["pass", "warn", "fail"]
+VALIDATE_SCHEMA = 1  # of ``validate --json``
 
 # Error counters under /sys/class/infiniband/<dev>/ports/<n>/counters and the count above
 # which a port is reported. Counters accumulate from when they were last cleared, so a
@@ -94,3 +96,45 @@ class CheckResult:
 
     def to_json(self) -> dict[str, str]:
         return asdict(self)
+
+
+def summarize(results: Sequence[CheckResult]) -> tuple[int, int, int]:
+    """(passed, warnings, failed)."""
+
+    def count(status: Status) -> int:
+        return sum(r.status == status for r in results)
+
+    return count("pass"), count("warn"), count("fail")
+
+
+def exit_code(results: Sequence[CheckResult]) -> int:
+    """0 only when no check failed; warnings do not change the exit code."""
+    return 1 if any(r.status == "fail" for r in results) else 0
+
+
+def format_results(results: Sequence[CheckResult]) -> str:
+    """One line per check (``PASS  subject  name: found (expected ...) - message``) and a summary."""
+    width = max((len(r.subject) for r in results), default=0)
+    lines = [_format_line(r, width) for r in results]
+    n_pass, n_warn, n_fail = summarize(results)
+    lines.append(f"{n_pass} passed, {n_warn} warnings, {n_fail} failed")
+    return "\n".join(lines)
+
+
+def results_to_json(results: Sequence[CheckResult]) -> dict[str, object]:
+    """``{"schema": 1, "checks": [...], "summary": {"passed", "warnings", "failed"}}``."""
+    n_pass, n_warn, n_fail = summarize(results)
+    return {
+        "schema": VALIDATE_SCHEMA,
+        "checks": [r.to_json() for r in results],
+        "summary": {"passed": n_pass, "warnings": n_warn, "failed": n_fail},
+    }
+
+
+def _format_line(r: CheckResult, width: int) -> str:
+    line = f"{r.status.upper()}  {r.subject:<{width}}  {r.name}: {r.found}"
+    if r.expected:
+        line += f" (expected {r.expected})"
+    if r.message:
+        line += f" - {r.message}"
+    return line
