@@ -1,4 +1,5 @@
-"""NVML samples per GPU, taken by a thread of the launcher (never by the supervision loop).
+"""NVML samples per GPU, taken by a thread of the statistics helper process (stats/helper.py),
+never by the launcher itself (it forks with one thread: run/helper.py).
 
 Every ``interval_s``: utilisation, SM clock, power, temperature, clock-event (throttle) reasons,
 memory used, and on GPUs with GPM (Hopper and newer) SM and tensor-pipe activity, which tell real
@@ -11,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -171,10 +172,19 @@ class GpuSummary:
 
 
 class GpuSampler:
-    """Samples every GPU of the plan on its own thread until ``stop``."""
+    """Samples every GPU of the plan on its own thread until ``stop``; ``on_round`` is called (on that
+    thread) after each round of samples."""
 
-    def __init__(self, source: SampleSource, uuids: Sequence[str], interval_s: float = 1.0, pcie_every: int = 30):
+    def __init__(
+        self,
+        source: SampleSource,
+        uuids: Sequence[str],
+        interval_s: float = 1.0,
+        pcie_every: int = 30,
+        on_round: Callable[[GpuSampler], None] | None = None,
+    ):
         self._source = source
+        self._on_round = on_round
         self._uuids = list(uuids)
         self._interval_s = interval_s
         self._pcie_every = pcie_every
@@ -200,6 +210,8 @@ class GpuSampler:
                             self._summaries[uuid].add(sample)
                             self._latest[uuid] = {**self._latest.get(uuid, {}), **sample}
                 tick += 1
+                if self._on_round is not None:
+                    self._on_round(self)
                 if self._stop.wait(self._interval_s):
                     break
         except Exception as exc:  # NVML went away mid-job: keep what we have, say so in the report

@@ -1,14 +1,18 @@
 """Live numbers while the job runs: a Prometheus endpoint (``--metrics-port``) and a JSON-lines file
-(``--stats-file``). Both read a snapshot the supervision loop builds (``snapshot``) and hands over
-by one reference assignment; the HTTP server and the file writer are threads of their own, so a
-slow scraper or a slow disk never delays supervision. Metric names and labels:
+(``--stats-file``). The supervision loop builds a snapshot (``snapshot``) and hands it to the
+statistics helper process (stats/helper.py), where the HTTP server and the file writer run on
+threads of their own, so a slow scraper or a slow disk never delays supervision and the launcher
+forks with one thread. The launcher binds the endpoint's socket itself (``listen``): the port is
+known, and a busy one an error, before any worker starts. Metric names and labels:
 docs/hangs-and-metrics.md.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import queue
+import socket
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -17,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from openclaw_launch.errors import LaunchError
 
 if TYPE_CHECKING:
-    from openclaw_launch.plan.build import LaunchPlan
+    from openclaw_launch.plan.model import LaunchPlan
     from openclaw_launch.stats.collect import RankSummary
 
 REFRESH_S = 1.0  # the endpoint's numbers are at most this old
@@ -113,39 +117,47 @@ class _Collector:
         yield from gpu_families.values()
 
 
-class MetricsServer:
-    """``--metrics-port``: prometheus-client's HTTP server on a thread of its own."""
+def listen(port: int) -> socket.socket:
+    """``--metrics-port``'s listening socket (0: a free port), in the launcher; served by the helper."""
+    if importlib.util.find_spec("prometheus_client") is None:
+        raise LaunchError("--metrics-port needs prometheus-client: pip install 'openclaw-launch[metrics]'")
+    try:
+        return socket.create_server(("0.0.0.0", port), backlog=64)  # SO_REUSEADDR, as prometheus-client's
+    except OSError as exc:
+        raise LaunchError(f"--metrics-port {port}: cannot listen: {exc}") from exc
 
-    def __init__(self, port: int) -> None:
-        try:
-            from prometheus_client import start_http_server
-            from prometheus_client.core import CollectorRegistry
-        except ImportError:
-            raise LaunchError(
-                "--metrics-port needs prometheus-client: pip install 'openclaw-launch[metrics]'"
-            ) from None
+
+class MetricsServer:
+    """prometheus-client's handler on a listening socket, one thread per request (in the helper)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        from http.server import ThreadingHTTPServer
+
+        from prometheus_client.core import CollectorRegistry
+        from prometheus_client.exposition import MetricsHandler
+
         self._collector = _Collector()
         registry = CollectorRegistry(auto_describe=False)
         registry.register(self._collector)
-        try:
-            started = start_http_server(port, addr="0.0.0.0", registry=registry)
-        except OSError as exc:
-            raise LaunchError(f"--metrics-port {port}: cannot listen: {exc}") from exc
-        self._server = started[0] if isinstance(started, tuple) else None
-        self.port = self._server.server_address[1] if self._server is not None else port
+        server = ThreadingHTTPServer(sock.getsockname()[:2], MetricsHandler.factory(registry), bind_and_activate=False)
+        server.socket.close()
+        server.socket = sock
+        server.daemon_threads = True
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, name="openclaw-metrics", daemon=True)
+        self._thread.start()
 
     def publish(self, snap: dict[str, Any]) -> None:
         self._collector.latest = snap  # one reference: the server thread sees the old or the new one
 
     def close(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+        self._server.shutdown()
+        self._server.server_close()
 
 
 class StatsFile:
-    """``--stats-file``: one JSON line per interval, appended by a writer thread (a slow or full
-    disk drops lines, counted in ``dropped``, instead of delaying supervision)."""
+    """``--stats-file``: one JSON line per interval, appended by a writer thread of the helper (a
+    slow or full disk drops lines, counted in ``dropped``, instead of delaying the helper's link)."""
 
     def __init__(self, path: str) -> None:
         self.path = path

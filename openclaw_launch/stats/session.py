@@ -1,7 +1,8 @@
-"""One job's statistics: the inbox, the collector, the GPU sampler, the live line and the result.
+"""One job's statistics: the inbox, the collector, the live line and the result; NVML sampling,
+the metrics endpoint and the stats file run in the statistics helper process (stats/helper.py).
 
 Everything the supervisor calls here is quick and non-blocking (a socket drain, arithmetic on
-bounded summaries); NVML runs on the sampler's own thread.
+bounded summaries, a line to the helper); the launcher itself runs no thread.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from openclaw_launch.stats.inbox import Inbox
 from openclaw_launch.telemetry import wire
 
 if TYPE_CHECKING:
-    from openclaw_launch.plan.build import LaunchPlan
-    from openclaw_launch.stats.gpu import GpuSampler, SampleSource
+    from openclaw_launch.plan.model import LaunchPlan
+    from openclaw_launch.stats.gpu import SampleSource
     from openclaw_launch.stats.hang_monitor import HangMonitor
-    from openclaw_launch.stats.metrics import MetricsServer, StatsFile
+    from openclaw_launch.stats.helper import StatsHelper
 
 log = logging.getLogger(__name__)
 
@@ -33,28 +34,45 @@ class StatsSession:
         threshold_pct: float,
         say: Callable[[str], None],
         gpu_source: Callable[[list[str]], SampleSource] | None = None,
+        metrics_port: int | None = None,
+        stats_file: str | None = None,
     ) -> None:
+        """``gpu_source`` (called in the helper), ``metrics_port`` (0: a free one) and ``stats_file``:
+        the helper's parts; it is started only when one of them is asked for."""
         self.plan = plan
         self.threshold_pct = threshold_pct
         self._say = say
         self.collector = Collector()
+        sock = None
+        if metrics_port is not None:  # first: a busy port fails before anything exists
+            from openclaw_launch.stats.metrics import listen
+
+            sock = listen(metrics_port)
+        self.metrics_port: int | None = sock.getsockname()[1] if sock is not None else None  # as bound
         self.inbox = Inbox(socket_path)
-        self.sampler: GpuSampler | None = None
-        self.gpu_error: str | None = None
         self.hang: HangMonitor | None = None  # --hang-timeout-s
-        self.metrics: MetricsServer | None = None  # --metrics-port
-        self.stats_file: StatsFile | None = None  # --stats-file
+        self.helper: StatsHelper | None = None
+        self.stats_file = stats_file  # --stats-file
         self.attempt = 0
         self.states: dict[int, str] = {}  # rank -> worker state for the live metrics
-        uuids = sorted({r.gpu_uuid for r in plan.ranks if r.gpu_uuid})
-        if uuids and gpu_source is not None:
-            from openclaw_launch.stats.gpu import GpuSampler
+        uuids = sorted({r.gpu_uuid for r in plan.ranks if r.gpu_uuid}) if gpu_source is not None else []
+        if uuids or sock is not None or stats_file:
+            from openclaw_launch.stats.helper import StatsHelper
 
-            try:
-                self.sampler = GpuSampler(gpu_source(uuids), uuids).start()
-            except Exception as exc:  # no NVML in this container, a driver mismatch: statistics go on
-                self.gpu_error = f"GPU sampling off: {exc}"
-                say(f"openclaw-launch: warning: {self.gpu_error}")
+            self.helper = StatsHelper.start(
+                uuids, gpu_source, sock, stats_file, lambda text: say(f"openclaw-launch: warning: {text}")
+            )
+
+    @property
+    def gpu_error(self) -> str | None:
+        return self.helper.gpu_error if self.helper is not None else None
+
+    def readers(self) -> dict[int, Callable[[], None]]:
+        """The descriptors the supervisor watches for the session: the inbox, the helper's link."""
+        out = {self.inbox.fileno(): self.drain}
+        if self.helper is not None:
+            out[self.helper.fileno()] = self.helper.drain
+        return out
 
     # ---- called by the supervisor ----------------------------------------------------------------
 
@@ -90,20 +108,20 @@ class StatsSession:
     def publish(self) -> None:
         """Every metrics.REFRESH_S: the endpoint's numbers."""
         self.drain()
-        if self.metrics is not None:
-            self.metrics.publish(self.snapshot())
+        if self.helper is not None and self.metrics_port is not None:
+            self.helper.publish(self.snapshot())
 
     def snapshot(self) -> dict[str, Any]:
         from openclaw_launch.stats.metrics import snapshot
 
-        gpus = self.sampler.latest() if self.sampler is not None else {}
+        gpus = self.helper.latest if self.helper is not None else {}
         return snapshot(self.plan, self.attempt, self.collector.summaries(), self.states, gpus)
 
     def live_line(self) -> None:
         """The one-line summary printed every --stats-interval-s (and a line of --stats-file)."""
         self.drain()
-        if self.stats_file is not None:
-            self.stats_file.append(self.snapshot())
+        if self.helper is not None and self.stats_file:
+            self.helper.append(self.snapshot())
         window = self.collector.window()
         if not window:
             return
@@ -129,13 +147,13 @@ class StatsSession:
     def finish(self, binding_warnings: Mapping[int, str]) -> dict[str, Any]:
         """Stop sampling, read the last batches, judge. Returns the report's statistics part."""
         self.drain()
-        if self.stats_file is not None:  # the last line: the job's final numbers
-            self.stats_file.append(self.snapshot())
+        if self.helper is not None and self.stats_file:  # the last line: the job's final numbers
+            self.helper.append(self.snapshot())
         self.close()
         summaries = self.collector.summaries()
         found = verdict.find_stragglers(summaries, self._facts(binding_warnings), self.threshold_pct)
         bound = verdict.sync_bound(summaries)
-        gpus = self.sampler.summaries() if self.sampler is not None else {}
+        gpus = self._gpu_summaries()
         if found:
             log.info("straggler verdict: %s", [s.to_json() for s in found])
         return {
@@ -150,20 +168,17 @@ class StatsSession:
         }
 
     def close(self) -> None:
-        """Idempotent: the launcher calls it on every path, ``finish`` on the normal one."""
-        if self.metrics is not None:
-            self.metrics.close()
-            self.metrics = None
-        if self.stats_file is not None:
-            self.stats_file.close()
-            self.stats_file = None
-        if self.sampler is not None:
-            self.sampler.stop()
-            self.gpu_error = self.gpu_error or self.sampler.error
+        """Idempotent: the launcher calls it on every path, ``finish`` on the normal one. The helper
+        hands over its final GPU summaries, writes what is queued for the stats file, and exits."""
+        if self.helper is not None:
+            self.helper.finish()
         self.inbox.close()
 
+    def _gpu_summaries(self) -> dict[str, dict[str, object]]:
+        return self.helper.summaries if self.helper is not None else {}
+
     def _facts(self, binding_warnings: Mapping[int, str] | None = None) -> dict[int, verdict.RankFacts]:
-        gpus = self.sampler.summaries() if self.sampler is not None else {}
+        gpus = self._gpu_summaries()
         return {
             r.rank: verdict.RankFacts(
                 node=r.node,

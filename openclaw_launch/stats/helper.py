@@ -1,0 +1,169 @@
+"""The statistics helper: a process (run/helper.py) that samples NVML, serves ``--metrics-port`` and
+appends ``--stats-file``, so none of their threads runs in the launcher.
+
+The launcher forks it when the session starts (after the guardian, before the first worker) and
+does not wait for it: NVML's start (pynvml's import alone is 60-90 ms) runs beside the workers'.
+Messages, one JSON object per line:
+
+- launcher -> helper: ``publish`` (the endpoint's snapshot), ``append`` (a stats-file line),
+  ``finish`` (stop sampling, write what is queued, answer ``done``, exit).
+- helper -> launcher: ``gpus`` after every round of samples (the latest sample and the running
+  summary per GPU), ``gpu_error`` (NVML did not start), ``done`` (the final summaries and errors).
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from openclaw_launch.run.helper import Helper, Link, Message
+
+if TYPE_CHECKING:
+    from openclaw_launch.stats.gpu import GpuSampler, Sample, SampleSource
+
+FINISH_TIMEOUT_S = 12.0  # the sampler's and the file writer's own bounds (5 s each), and a margin
+
+
+class StatsHelper:
+    """The launcher's side: non-blocking sends, ``drain`` from the supervisor's event loop.
+    ``on_gpu_error`` is told when NVML did not start in the helper."""
+
+    def __init__(self, helper: Helper, on_gpu_error: Callable[[str], None]) -> None:
+        self._helper = helper
+        self._on_gpu_error = on_gpu_error
+        self.latest: dict[str, Sample] = {}  # the last sample per GPU
+        self.summaries: dict[str, dict[str, object]] = {}  # the running summary per GPU
+        self.gpu_error: str | None = None  # why GPU sampling is off or stopped
+        self.stats_file_error: str | None = None
+        self.stats_file_dropped = 0
+        self._done = False
+
+    @classmethod
+    def start(
+        cls,
+        uuids: Sequence[str],
+        gpu_source: Callable[[list[str]], SampleSource] | None,
+        metrics_socket: socket.socket | None,
+        stats_file: str | None,
+        on_gpu_error: Callable[[str], None],
+    ) -> StatsHelper:
+        """Fork the helper (the launcher closes its copy of ``metrics_socket``)."""
+
+        def main(link: Link) -> None:
+            _serve(link, list(uuids), gpu_source, metrics_socket, stats_file)
+
+        keep = (metrics_socket.fileno(),) if metrics_socket is not None else ()
+        helper = Helper.fork("openclaw-stats", main, keep_fds=keep)
+        if metrics_socket is not None:
+            metrics_socket.close()
+        return cls(helper, on_gpu_error)
+
+    @property
+    def pid(self) -> int:
+        return self._helper.pid
+
+    def fileno(self) -> int:
+        return self._helper.fileno()
+
+    def drain(self) -> None:
+        for message in self._helper.link.receive():
+            self._take(message)
+
+    def publish(self, snap: dict[str, Any]) -> None:
+        self._helper.link.send({"op": "publish", "snap": snap})
+
+    def append(self, snap: dict[str, Any]) -> None:
+        if not self._helper.link.send({"op": "append", "snap": snap}):
+            self.stats_file_dropped += 1
+
+    def finish(self, timeout_s: float = FINISH_TIMEOUT_S) -> None:
+        """Ask for the final summaries (bounded), then end the helper. Idempotent."""
+        if self._done:
+            return
+        self._done = True
+        link = self._helper.link
+        link.send({"op": "finish"})
+        link.flush(timeout_s)
+        done = False
+        while not done and not link.closed:
+            messages = link.wait(timeout_s)
+            if not messages:
+                break
+            for message in messages:
+                self._take(message)
+                done = done or message["op"] == "done"
+        self._helper.end()
+
+    def _take(self, message: Message) -> None:
+        op = message["op"]
+        if op in ("gpus", "done"):
+            self.latest = message["latest"]
+            self.summaries = message["summaries"]
+        if op == "gpu_error":
+            self.gpu_error = message["text"]
+            self._on_gpu_error(message["text"])
+        if op == "done":
+            self.gpu_error = self.gpu_error or message["gpu_error"]
+            self.stats_file_error = message["stats_file_error"]
+            self.stats_file_dropped += message["stats_file_dropped"]
+
+
+def _serve(
+    link: Link,
+    uuids: list[str],
+    gpu_source: Callable[[list[str]], SampleSource] | None,
+    metrics_socket: socket.socket | None,
+    stats_file: str | None,
+) -> None:
+    """The helper's main thread: start the parts, then follow the launcher's messages until
+    ``finish`` or EOF (the launcher is gone: nobody to answer)."""
+    from openclaw_launch.stats.metrics import MetricsServer, StatsFile
+
+    server = MetricsServer(metrics_socket) if metrics_socket is not None else None
+    writer = StatsFile(stats_file) if stats_file else None
+    sampler = _start_sampler(link, uuids, gpu_source)
+    finish = False
+    while not finish and not link.closed:
+        for message in link.wait(None):
+            op = message["op"]
+            if op == "publish" and server is not None:
+                server.publish(message["snap"])
+            elif op == "append" and writer is not None:
+                writer.append(message["snap"])
+            elif op == "finish":
+                finish = True
+    if sampler is not None:
+        sampler.stop()
+    if writer is not None:
+        writer.close()
+    if server is not None:
+        server.close()
+    if finish:
+        link.send(
+            {
+                "op": "done",
+                "latest": sampler.latest() if sampler is not None else {},
+                "summaries": sampler.summaries() if sampler is not None else {},
+                "gpu_error": sampler.error if sampler is not None else None,
+                "stats_file_error": writer.error if writer is not None else None,
+                "stats_file_dropped": writer.dropped if writer is not None else 0,
+            }
+        )
+
+
+def _start_sampler(
+    link: Link, uuids: list[str], gpu_source: Callable[[list[str]], SampleSource] | None
+) -> GpuSampler | None:
+    if not uuids or gpu_source is None:
+        return None
+    from openclaw_launch.stats.gpu import GpuSampler
+
+    def send(sampler: GpuSampler) -> None:
+        link.send({"op": "gpus", "latest": sampler.latest(), "summaries": sampler.summaries()})
+
+    try:
+        return GpuSampler(gpu_source(uuids), uuids, on_round=send).start()
+    except Exception as exc:  # no NVML in this container, a driver mismatch: statistics go on
+        link.send({"op": "gpu_error", "text": f"GPU sampling off: {exc}"})
+        return None

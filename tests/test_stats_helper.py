@@ -1,0 +1,130 @@
+"""The statistics helper process (stats/helper.py): NVML samples (replayed from a recording of the
+2x H200 host: NVML is the absent hardware), the metrics endpoint and the stats file run in a forked
+helper, and their numbers reach the session over its link."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from openclaw_launch.errors import LaunchError
+from openclaw_launch.stats.gpu import RecordedSource, SampleSource
+from openclaw_launch.stats.session import StatsSession
+
+SAMPLES = Path(__file__).parent / "data" / "nvml-samples-h200x2.json"
+UUIDS = sorted(json.loads(SAMPLES.read_text())["samples"])
+DEADLINE_S = 60.0
+
+
+@dataclass(frozen=True)
+class _Rank:
+    rank: int
+    local_rank: int
+    gpu_uuid: str | None
+    node: str = "n0"
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What the session reads of a plan."""
+
+    ranks: tuple[_Rank, ...] = field(default_factory=lambda: tuple(_Rank(i, i, u) for i, u in enumerate(UUIDS)))
+    run_id: str = "helper-test"
+    node: str = "n0"
+
+
+def _session(tmp: Path, said: list[str], **kw: Any) -> StatsSession:
+    sock = tempfile.mktemp(prefix="oc-", suffix=".sock", dir="/tmp")  # AF_UNIX paths are short
+    return StatsSession(cast(Any, _Plan()), sock, 5.0, said.append, **kw)
+
+
+def _until(condition: Any, what: str) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_samples_metrics_and_stats_file_come_from_the_helper(tmp_path: Path) -> None:
+    stats_file = tmp_path / "stats.jsonl"
+    said: list[str] = []
+
+    def recorded(uuids: list[str]) -> SampleSource:
+        return RecordedSource.load(SAMPLES)
+
+    session = _session(tmp_path, said, gpu_source=recorded, metrics_port=0, stats_file=str(stats_file))
+    helper = session.helper
+    assert helper is not None and helper.pid != os.getpid() and session.metrics_port
+    def sampled() -> bool:
+        helper.drain()
+        return set(helper.latest) == set(UUIDS)
+
+    _until(sampled, "no samples over the link")
+    assert helper.latest[UUIDS[0]]["sm_clock_mhz"] == 1980.0
+
+    session.publish()
+    url = f"http://127.0.0.1:{session.metrics_port}/metrics"
+
+    def served() -> bool:
+        return "openclaw_gpu_power_w" in urllib.request.urlopen(url, timeout=10).read().decode()
+
+    _until(served, "the endpoint never served the GPU numbers")
+    session.live_line()  # a stats-file line
+    result = session.finish({})
+    lines = [json.loads(line) for line in stats_file.read_text().splitlines()]
+    assert len(lines) == 2 and set(lines[-1]["gpus"]) == set(UUIDS)  # the interval's line and the final one
+    assert [r["gpu_uuid"] for r in lines[-1]["ranks"]] == UUIDS
+    assert result["gpu_error"] is None and all(result["gpus"][u]["samples"] >= 1 for u in UUIDS)
+    assert result["gpus"][UUIDS[0]]["sm_clock_mhz_min"] == 1980.0
+    assert not _alive(helper.pid) and said == []
+    with pytest.raises(OSError):
+        urllib.request.urlopen(url, timeout=10)  # the endpoint went with the helper
+
+
+def test_nvml_that_does_not_start_is_a_warning_and_in_the_report(tmp_path: Path) -> None:
+    said: list[str] = []
+
+    def broken(uuids: list[str]) -> SampleSource:
+        raise RuntimeError("NVML Shared Library Not Found")
+
+    session = _session(tmp_path, said, gpu_source=broken)
+    helper = session.helper
+    assert helper is not None
+    def warned() -> bool:
+        helper.drain()
+        return bool(said)
+
+    _until(warned, "no warning from the helper")
+    assert said == ["openclaw-launch: warning: GPU sampling off: NVML Shared Library Not Found"]
+    result = session.finish({})
+    assert result["gpu_error"] == "GPU sampling off: NVML Shared Library Not Found" and result["gpus"] == {}
+
+
+def test_no_gpus_no_metrics_no_file_no_helper(tmp_path: Path) -> None:
+    session = _session(tmp_path, [], gpu_source=None)
+    assert session.helper is None
+    session.close()
+
+
+def test_a_busy_metrics_port_is_an_error_before_any_helper(tmp_path: Path) -> None:
+    with socket.create_server(("0.0.0.0", 0)) as busy:
+        port = busy.getsockname()[1]
+        with pytest.raises(LaunchError, match=f"--metrics-port {port}: cannot listen"):
+            _session(tmp_path, [], metrics_port=port)
