@@ -24,6 +24,28 @@ $PY -m pip install -q --disable-pip-version-check "torch==2.13.0" numpy -e ".${e
   | grep -v -e "is ignored: it is neither a file nor a directory" -e "Running pip as the 'root' user" || true
 $PY -c "import openclaw_launch, torch, click, yaml, psutil, pynvml" # fail loudly if the install did not work
 
+# The Slurm tests' daemons (tests/test_slurm.py, tests/slurm/start-slurm.sh): as root on Debian,
+# slurmctld, slurmd and slurm-client (with munge, which they depend on), installed with a
+# policy-rc.d that keeps the packages from starting any daemon. Nothing is configured here: the
+# tests write their cluster's configuration into their temporary directory (SLURM_CONF).
+if [ "${1:-}" = "--test" ] && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+  slurm_missing=()
+  for p in slurmctld slurmd slurm-client; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || slurm_missing+=("$p")
+  done
+  if [ ${#slurm_missing[@]} -gt 0 ]; then
+    made_policy=0
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+      printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d && made_policy=1
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${slurm_missing[@]}" >/dev/null 2>&1 \
+      || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        "${slurm_missing[@]}" >/dev/null; } \
+      || echo "setup.sh: Slurm (${slurm_missing[*]}) could not be installed; the Slurm tests then fail naming it" >&2
+    [ "$made_policy" -eq 0 ] || rm -f /usr/sbin/policy-rc.d
+  fi
+fi
+
 # The container tests' engine (tests/test_container.py): as root on Debian, podman + runc and the
 # cached Debian and torch base images (about 3 minutes the first time, then nothing). A failure
 # here does not stop the other checks; the container tests then fail naming it.

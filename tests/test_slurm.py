@@ -1,6 +1,10 @@
 """Slurm places the launchers: real slurmctld + 2 slurmd on this host (tests/slurm/start-slurm.sh,
 the project's tested single-host recipe), one `openclaw-launch` per Slurm node via srun/sbatch,
-node identity from SLURM_NODEID, and scancel leaves no worker behind."""
+node identity from SLURM_NODEID, and scancel leaves no worker behind.
+
+The cluster lives in the tests' temporary directory (its slurm.conf named by SLURM_CONF in every
+command's environment) and leaves the machine as it found it: no file under /etc/slurm, no daemon
+left running (checked when the module's cluster stops). scripts/setup.sh --test installs Slurm."""
 
 from __future__ import annotations
 
@@ -14,20 +18,15 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 from test_supervise_run import recorded_pids, wait_gone
 
 ROOT = Path(__file__).resolve().parent.parent
 SLURM = ROOT / "tests" / "slurm"
-ENV = {
-    **os.environ,
-    "AUTH": "none",
-    "NODES": "2",
-    "GPUS_PER_NODE": "0",
-    "RUN_DIR": "/tmp/openclaw-slurm-tests/run",
-    "CTLD_PORT": "16917",
-    "NODE_BASE_PORT": "17100",
-}
+CLUSTER = {"NODES": "2", "CTLD_PORT": "16917", "NODE_BASE_PORT": "17100"}
+SLURM_DAEMONS = {"slurmctld", "slurmd", "slurmstepd"}
+ETC_SLURM = Path("/etc/slurm")
 LAUNCH = [sys.executable, "-m", "openclaw_launch", "--config", "configs/two-nodes-loopback.yaml"]
 
 pytestmark = pytest.mark.skipif(
@@ -41,21 +40,42 @@ def free_port() -> str:
         return str(s.getsockname()[1])
 
 
+def slurm_daemon_pids() -> set[int]:
+    """Every running Slurm daemon or step daemon of this host, ours or not."""
+    return {p.pid for p in psutil.process_iter(["name"]) if p.info["name"] in SLURM_DAEMONS}
+
+
+def etc_slurm_listing() -> dict[str, tuple[int, int, int]]:
+    """/etc/slurm as (mode, size, mtime_ns) per path: equal before and after means untouched."""
+    listing: dict[str, tuple[int, int, int]] = {}
+    for path in [ETC_SLURM, *ETC_SLURM.rglob("*")] if ETC_SLURM.exists() else []:
+        st = path.lstat()
+        listing[str(path)] = (st.st_mode, st.st_size, st.st_mtime_ns)
+    return listing
+
+
 @pytest.fixture(scope="module")
-def slurm() -> Iterator[None]:
-    started = subprocess.run(["bash", str(SLURM / "start-slurm.sh")], env=ENV, capture_output=True, text=True)
+def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A running two-node cluster in a temporary directory; yields the environment for its commands."""
+    run_dir = tmp_path_factory.mktemp("slurm")
+    env = {**os.environ, **CLUSTER, "RUN_DIR": str(run_dir), "SLURM_CONF": str(run_dir / "etc" / "slurm.conf")}
+    daemons_before, etc_before = slurm_daemon_pids(), etc_slurm_listing()
+    started = subprocess.run(["bash", str(SLURM / "start-slurm.sh")], env=env, capture_output=True, text=True)
     try:
         assert started.returncode == 0, started.stdout + started.stderr
-        yield
+        yield env
     finally:
-        subprocess.run(["bash", str(SLURM / "stop-slurm.sh")], env=ENV, capture_output=True, timeout=120)
+        subprocess.run(["bash", str(SLURM / "stop-slurm.sh")], env=env, capture_output=True, timeout=120)
+        assert wait_gone(sorted(slurm_daemon_pids() - daemons_before)) == [], "a Slurm daemon of ours is left"
+        assert etc_slurm_listing() == etc_before, "the Slurm tests changed /etc/slurm"
 
 
-def test_srun_starts_one_launcher_per_node_and_they_form_one_world(slurm: None) -> None:
+def test_srun_starts_one_launcher_per_node_and_they_form_one_world(slurm: dict[str, str]) -> None:
     out = subprocess.run(
         ["srun", "--immediate=30", "-l", "-N2", "--ntasks-per-node=1", *LAUNCH, "--master-port", free_port()]
         + ["tests/allreduce_worker.py"],
         cwd=ROOT,
+        env=slurm,
         capture_output=True,
         text=True,
         timeout=120,
@@ -67,7 +87,7 @@ def test_srun_starts_one_launcher_per_node_and_they_form_one_world(slurm: None) 
     assert "1: [rank 2] rank 2/3 local 0 sum 3" in lines  # Slurm node 1 -> config node1: rank 2
 
 
-def test_sbatch_script(slurm: None, tmp_path: Path) -> None:
+def test_sbatch_script(slurm: dict[str, str], tmp_path: Path) -> None:
     script = tmp_path / "job.sh"
     script.write_text(
         "#!/bin/bash\n#SBATCH -N2 --ntasks-per-node=1\n"
@@ -77,7 +97,7 @@ def test_sbatch_script(slurm: None, tmp_path: Path) -> None:
     )
     out = tmp_path / "job.out"
     done = subprocess.run(
-        ["sbatch", "--wait", "-o", str(out), str(script)], capture_output=True, text=True, timeout=120
+        ["sbatch", "--wait", "-o", str(out), str(script)], env=slurm, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stdout + done.stderr + (out.read_text() if out.exists() else "")
     assert "[rank 2] rank 2/3 local 0 sum 3" in out.read_text()
@@ -91,19 +111,20 @@ def test_sbatch_script(slurm: None, tmp_path: Path) -> None:
     assert out.read_text().count("job report (every node):") == 1
 
 
-def test_scancel_usr1_reaches_every_worker_and_the_job_goes_on(slurm: None, tmp_path: Path) -> None:
+def test_scancel_usr1_reaches_every_worker_and_the_job_goes_on(slurm: dict[str, str], tmp_path: Path) -> None:
     worker = [sys.executable, str(ROOT / "tests" / "fake_worker.py"), "--log-signals", f"{tmp_path}/sig-{{rank}}"]
     worker += ["--survive-usr", "--ready-file", f"{tmp_path}/ready-{{rank}}", "--sleep", "6"]
     job = subprocess.Popen(
         ["srun", "-N2", "--ntasks-per-node=1", "-J", "openclaw-usr1", *LAUNCH, "--master-port", free_port()]
         + ["--no-python", "--", *worker],
         cwd=ROOT,
+        env=slurm,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     _wait_ready(tmp_path, job)
-    subprocess.run(["scancel", "--signal=USR1", "-n", "openclaw-usr1"], check=True, timeout=30)
+    subprocess.run(["scancel", "--signal=USR1", "-n", "openclaw-usr1"], env=slurm, check=True, timeout=30)
     out, err = job.communicate(timeout=90)
     assert job.returncode == 0, out + err  # checkpoint requested, training went on to its end
     # Slurm signals every process of the step (proctrack), and the launcher forwards it too: a
@@ -112,7 +133,7 @@ def test_scancel_usr1_reaches_every_worker_and_the_job_goes_on(slurm: None, tmp_
         assert set((tmp_path / f"sig-{r}").read_text().split()) == {"SIGUSR1"}
 
 
-def test_scancel_stops_the_launchers_and_leaves_no_worker(slurm: None, tmp_path: Path) -> None:
+def test_scancel_stops_the_launchers_and_leaves_no_worker(slurm: dict[str, str], tmp_path: Path) -> None:
     worker = [
         sys.executable,
         str(ROOT / "tests" / "fake_worker.py"),
@@ -140,25 +161,28 @@ def test_scancel_stops_the_launchers_and_leaves_no_worker(slurm: None, tmp_path:
             *worker,
         ],
         cwd=ROOT,
+        env=slurm,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     _wait_ready(tmp_path, job)
-    subprocess.run(["scancel", "-n", "openclaw-scancel"], check=True, timeout=30)
+    subprocess.run(["scancel", "-n", "openclaw-scancel"], env=slurm, check=True, timeout=30)
     job.communicate(timeout=60)
     pids = recorded_pids(tmp_path)
     assert len(pids) == 6
     assert wait_gone(pids) == []
 
 
-def test_example_sbatch_script_forwards_the_batch_usr1_and_the_job_goes_on(slurm: None, tmp_path: Path) -> None:
+def test_example_sbatch_script_forwards_the_batch_usr1_and_the_job_goes_on(
+    slurm: dict[str, str], tmp_path: Path
+) -> None:
     """examples/slurm-job.sh as submitted, SIGUSR1 to its batch shell only (what --signal=B:USR1@90
     does at the time limit): every worker sees it, none stops, the job ends 0."""
     worker = f"{sys.executable} {ROOT}/tests/fake_worker.py --log-signals {tmp_path}/sig-{{rank}} --survive-usr "
     worker += f"--ready-file {tmp_path}/ready-{{rank}} --sleep 6"
     env = {
-        **os.environ,
+        **slurm,
         "CONFIG": "configs/two-nodes-loopback.yaml",
         "TRAIN": f"--master-port {free_port()} --no-python -- {worker}",
         "REQUEUE": "0",
@@ -185,11 +209,11 @@ def test_example_sbatch_script_forwards_the_batch_usr1_and_the_job_goes_on(slurm
     while not all((tmp_path / f"ready-{r}").exists() for r in range(3)):
         assert time.monotonic() < deadline, (tmp_path / "job.out").read_text()
         time.sleep(0.1)
-    subprocess.run(["scancel", "--batch", "--signal=USR1", job_id], check=True, timeout=30)
-    while subprocess.run(["squeue", "-h", "-j", job_id], capture_output=True, text=True).stdout.strip():
+    subprocess.run(["scancel", "--batch", "--signal=USR1", job_id], env=slurm, check=True, timeout=30)
+    while subprocess.run(["squeue", "-h", "-j", job_id], env=slurm, capture_output=True, text=True).stdout.strip():
         assert time.monotonic() < deadline + 60, "the job never ended"
         time.sleep(0.2)
-    shown = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True).stdout
+    shown = subprocess.run(["scontrol", "show", "job", job_id], env=slurm, capture_output=True, text=True).stdout
     assert "ExitCode=0:0" in shown and "JobState=COMPLETED" in shown, shown + (tmp_path / "job.out").read_text()
     for r in range(3):
         assert set((tmp_path / f"sig-{r}").read_text().split()) == {"SIGUSR1"}
