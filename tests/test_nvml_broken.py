@@ -1,6 +1,8 @@
 """Issue 8: a GPU host whose NVML is broken (driver/library mismatch) must not silently plan CPU
-workers with gloo: it fails with NVML's reason (exit 2, before anything starts), and CPU mode is
-asked for explicitly (``--nproc-per-node cpu``). NVML is injected: a provider whose start raises."""
+workers with gloo: it fails with NVML's reason (exit 2, before anything starts) wherever NVML is
+asked, and CPU mode is asked for explicitly (``--nproc-per-node cpu``). Where the plan needs no NVML
+answer and the driver's /proc files list the GPUs, NVML is not started: the GPUs are planned as GPUs
+(tests/test_topology_procfs.py). NVML is injected: a provider whose start raises."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from click.testing import CliRunner
 from openclaw_launch.cli.main import cli
 from openclaw_launch.topology import live
 from openclaw_launch.topology.live import NvmlBroken, discover_topology
-from openclaw_launch.topology.nvml import NvmlUnavailable
+from openclaw_launch.topology.nvml import NvmlProvider, NvmlUnavailable
 from tests.topo_helpers import write_sysfs
 
 # str() of pynvml's NVMLError_LibRmVersionMismatch (NVML_ERROR_LIB_RM_VERSION_MISMATCH), what nvidia-smi
@@ -21,11 +23,9 @@ from tests.topo_helpers import write_sysfs
 RECORDED_REASON = "RM has detected an NVML/RM version mismatch."
 
 
-class MismatchedNvml:
+def mismatched_nvml() -> NvmlProvider:
     """``PynvmlProvider`` on a host after a driver upgrade without reboot: its start raises."""
-
-    def __init__(self) -> None:
-        raise NvmlUnavailable(f"NVML could not start ({RECORDED_REASON}); is the NVIDIA driver loaded?")
+    raise NvmlUnavailable(f"NVML could not start ({RECORDED_REASON}); is the NVIDIA driver loaded?")
 
 
 def _gpu_host(root: Path) -> Path:
@@ -36,7 +36,7 @@ def _gpu_host(root: Path) -> Path:
 
 def test_driver_present_but_nvml_broken_raises_with_nvmls_reason(tmp_path: Path) -> None:
     with pytest.raises(NvmlBroken) as info:
-        discover_topology(_gpu_host(tmp_path), open_nvml=MismatchedNvml)
+        discover_topology(_gpu_host(tmp_path), open_nvml=mismatched_nvml)
     text = str(info.value)
     assert RECORDED_REASON in text and "--nproc-per-node cpu" in text and "reboot" in text
     assert info.value.exit_code == 2
@@ -44,15 +44,16 @@ def test_driver_present_but_nvml_broken_raises_with_nvmls_reason(tmp_path: Path)
 
 def test_no_driver_is_still_a_cpu_host(tmp_path: Path) -> None:
     root = write_sysfs(tmp_path, {0: range(4)}, siblings=[(c,) for c in range(4)])
-    topo = discover_topology(root, open_nvml=MismatchedNvml)  # never opened: no driver
+    topo = discover_topology(root, open_nvml=mismatched_nvml)  # never opened: no driver
     assert topo.gpus == () and topo.numa_nodes == {0: (0, 1, 2, 3)}
 
 
 @pytest.fixture
-def broken_nvml_here(monkeypatch: pytest.MonkeyPatch) -> None:
-    """This host as a GPU host with a mismatched driver: the driver check and NVML are injected."""
-    monkeypatch.setattr(live, "driver_present", lambda root=live._ROOT: True)
-    monkeypatch.setattr(live, "PynvmlProvider", MismatchedNvml)
+def broken_nvml_here(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """This host as a GPU host with a mismatched driver whose /proc files list no GPU: the host's
+    tree and NVML are injected."""
+    monkeypatch.setattr(live, "HOST_ROOT", _gpu_host(tmp_path / "host"))
+    monkeypatch.setattr(live, "PynvmlProvider", mismatched_nvml)
 
 
 @pytest.mark.usefixtures("broken_nvml_here")

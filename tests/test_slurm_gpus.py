@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from openclaw_launch.agents.slurm_gpus import allocated_minors, minor_to_bus_id, slurm_gpu_problems
+from openclaw_launch.agents.slurm_gpus import allocated_minors, slurm_gpu_problems
 from openclaw_launch.config.model import GpuSpec, NodeSpec
+from openclaw_launch.topology.procfs import minor_to_bus_id
 
 INFORMATION = """Model: \t\t NVIDIA H200
 IRQ:   \t\t 222

@@ -9,19 +9,17 @@ UUID and bus id. Reading is injected (``root``); the comparison is pure.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from openclaw_launch.config.model import NodeSpec
 from openclaw_launch.topology.model import normalize_bus_id
-
-_GPU_LIST_VARS = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS")
+from openclaw_launch.topology.procfs import SLURM_GPU_VARS, minor_to_bus_id
 
 
 def allocated_minors(environ: Mapping[str, str]) -> tuple[int, ...] | None:
     """The device minors Slurm allocated to this step, or None outside a GPU allocation."""
-    for var in _GPU_LIST_VARS:
+    for var in SLURM_GPU_VARS:
         text = environ.get(var, "").strip()
         if text:
             minors = [part.strip() for part in text.split(",")]
@@ -29,25 +27,6 @@ def allocated_minors(environ: Mapping[str, str]) -> tuple[int, ...] | None:
                 return tuple(int(m) for m in minors)
             return None  # a form we do not know (e.g. a GRES type prefix): say nothing rather than guess
     return None
-
-
-def minor_to_bus_id(root: Path = Path("/")) -> dict[int, str]:
-    """Device minor -> normalised PCI bus id, from the driver's /proc files ({} without a driver)."""
-    mapping: dict[int, str] = {}
-    gpus = root / "proc/driver/nvidia/gpus"
-    if not gpus.is_dir():
-        return mapping
-    for entry in sorted(gpus.iterdir()):
-        try:
-            text = (entry / "information").read_text(errors="replace")
-        except OSError:
-            continue
-        for line in text.splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "Device Minor" and value.strip().isdigit():
-                with contextlib.suppress(ValueError):  # not a PCI address: not a GPU entry we understand
-                    mapping[int(value.strip())] = normalize_bus_id(entry.name)
-    return mapping
 
 
 def allocation_problems(node: NodeSpec, minors: Sequence[int], bus_of_minor: Mapping[int, str]) -> list[str]:

@@ -38,20 +38,21 @@ def warn(message: str) -> None:
     click.echo(f"openclaw-launch: warning: {message}", err=True)
 
 
-def live_topology(with_gpus: bool) -> Topology:
-    """Read this host; NVML is only touched when GPUs are wanted (it costs start-up time)."""
+def live_topology(with_gpus: bool, nvml_facts: bool = True) -> Topology:
+    """Read this host; NVML is only touched when GPUs are wanted and, with ``nvml_facts`` False
+    (no NVLink needed), not even then where the driver's /proc files list the GPUs: start-up time."""
     from openclaw_launch.topology.live import discover_topology
     from openclaw_launch.topology.nvml import no_gpus
 
-    return discover_topology(nvml=None if with_gpus else no_gpus())
+    return discover_topology(nvml=None if with_gpus else no_gpus(), nvml_facts=nvml_facts)
 
 
-def read_topology(snapshot: str | None, with_gpus: bool) -> Topology:
+def read_topology(snapshot: str | None, with_gpus: bool, nvml_facts: bool = True) -> Topology:
     if snapshot:
         from openclaw_launch.topology.snapshot import load_snapshot
 
         return load_snapshot(Path(snapshot))
-    return live_topology(with_gpus)
+    return live_topology(with_gpus, nvml_facts)
 
 
 def make_plan(
@@ -84,13 +85,15 @@ def plan_and_config(
         config = load_config(c.config_path)  # its warnings come back in the plan's
         node_name = node_by_rank(config, want.nnodes, want.node_rank, c.node) or node_name_for(config, c.node)
         _check_slurm_gpus(config, node_name, c.topology_path)
-        topology = read_topology(c.topology_path, not config.node(node_name).is_cpu)
+        node = config.node(node_name)  # NVLinks only to check the peers it lists
+        topology = read_topology(c.topology_path, not node.is_cpu, any(g.nvlink_peers for g in node.gpus))
     else:
         if c.node is not None:
             raise click.UsageError("--node names a node of --config; without --config use --nnodes and --node-rank")
         from openclaw_launch.topology.discover import host_config
 
-        topology = read_topology(c.topology_path, want.nproc_per_node != "cpu")
+        # host_config makes this host's NVLinks the GPUs' peers, which only TP groups use
+        topology = read_topology(c.topology_path, want.nproc_per_node != "cpu", (c.tp or 1) > 1)
         config = host_config(topology, want.nproc_per_node, want.nnodes or 1)
         node_name = config.nodes[want.node_rank or 0].name
     if want.binding:

@@ -1,10 +1,17 @@
-"""The live host: NVML for the GPUs, sysfs for everything NUMA.
+"""The live host: the NVIDIA driver's /proc files or NVML for the GPUs, sysfs for everything NUMA.
 
 sysfs is the source of truth for where a GPU sits (NVML's NUMA query is often
-NotSupported, as on the H200 host). Without a driver the host is read as
-GPU-less, with its CPUs and NUMA nodes: the CPU-worker path, silently. With a
-driver whose NVML does not start (a driver/library mismatch) nothing is planned:
-``NvmlBroken`` says why, and CPU mode has to be asked for.
+NotSupported, as on the H200 host). A caller that needs no NVML-only fact
+(``nvml_facts=False``: NVLinks, PCIe levels, ECC) gets the GPUs from the driver's
+/proc files where they surely are the GPUs NVML would list (``procfs.usable_driver_gpus``),
+without importing pynvml: that is the start path of ``run``. Otherwise, and for
+everything else (validate, discover, preflight), NVML. Without a driver the host
+is read as GPU-less, with its CPUs and NUMA nodes: the CPU-worker path, silently.
+With a driver whose NVML does not start (a driver/library mismatch) nothing is
+planned where NVML is asked: ``NvmlBroken`` says why, and CPU mode has to be asked
+for. On the /proc path NVML is not started, so its state is not checked there: the
+GPUs are still planned as GPUs (never CPU workers with gloo), and a mismatch shows
+as the workers' CUDA error.
 """
 
 from __future__ import annotations
@@ -18,11 +25,13 @@ from pathlib import Path
 from openclaw_launch.errors import TopologyError
 from openclaw_launch.topology.model import GpuInfo, Topology, normalize_bus_id
 from openclaw_launch.topology.nvml import NvmlProvider, NvmlUnavailable, PynvmlProvider, no_gpus, nvml_available
+from openclaw_launch.topology.procfs import usable_driver_gpus
 from openclaw_launch.topology.sysfs import SysfsFacts, read_allowed_mems, read_sysfs
 
 __all__ = ["NvmlBroken", "discover_topology", "nvml_available"]
 
-_ROOT = Path("/")
+#: This host's tree (``proc/``, ``sys/``, ``dev/``); tests point it at a recorded host's.
+HOST_ROOT = Path("/")
 
 
 def _bus(raw: str | None) -> str | None:
@@ -100,12 +109,12 @@ def _links(gpus: tuple[GpuInfo, ...], nvml: NvmlProvider) -> dict[tuple[int, int
     return links
 
 
-def _discover(root: Path, nvml: NvmlProvider, allowed_cpus: Iterable[int] | None) -> Topology:
+def _discover(root: Path, live: bool, nvml: NvmlProvider, allowed_cpus: Iterable[int] | None) -> Topology:
     buses = [_bus(nvml.pci_bus_id(i)) for i in range(nvml.device_count())]
     facts = read_sysfs(root, [b for b in buses if b])
     if allowed_cpus is not None:
         allowed = tuple(sorted(set(allowed_cpus)))
-    elif root == _ROOT:
+    elif live:
         allowed = tuple(sorted(os.sched_getaffinity(0)))
     else:
         allowed = facts.cpus  # a recorded tree: this process's affinity says nothing about it
@@ -119,12 +128,12 @@ def _discover(root: Path, nvml: NvmlProvider, allowed_cpus: Iterable[int] | None
         socket_of=facts.socket_of,
         links=_links(gpus, nvml),
         infiniband=facts.infiniband,
-        hostname=socket.gethostname() if root == _ROOT else None,
-        source="live" if root == _ROOT else f"sysfs:{root}",
+        hostname=socket.gethostname() if live else None,
+        source="live" if live else f"sysfs:{root}",
     )
 
 
-def driver_present(root: Path = _ROOT) -> bool:
+def driver_present(root: Path) -> bool:
     """The NVIDIA kernel driver is loaded (NVML cannot work without it)."""
     return (root / "proc/driver/nvidia").exists() or (root / "dev/nvidiactl").exists()
 
@@ -134,8 +143,7 @@ class NvmlBroken(TopologyError):
     after an upgrade): planning CPU workers with gloo instead would hide it, so nothing starts."""
 
 
-def broken_nvml_message(root: Path, reason: str) -> str:
-    where = "this host" if root == _ROOT else f"the host at {root}"
+def broken_nvml_message(where: str, reason: str) -> str:
     return (
         f"{where} has the NVIDIA driver but NVML does not start: {reason}. Fix the driver (after a "
         "driver upgrade, a 'Driver/library version mismatch' needs a reboot or a reload of the nvidia "
@@ -145,30 +153,41 @@ def broken_nvml_message(root: Path, reason: str) -> str:
 
 
 def discover_topology(
-    sysfs_root: Path = _ROOT,
+    sysfs_root: Path | None = None,
     nvml: NvmlProvider | None = None,
     allowed_cpus: Iterable[int] | None = None,
     open_nvml: Callable[[], NvmlProvider] | None = None,
+    *,
+    nvml_facts: bool = True,
+    environ: Mapping[str, str] | None = None,
 ) -> Topology:
-    """This host (or the sysfs tree at ``sysfs_root``) as a ``Topology``.
+    """This host (``HOST_ROOT``), or the tree of ``sys/``, ``proc/`` and ``dev/`` at ``sysfs_root``,
+    as a ``Topology``.
 
-    ``nvml`` None means NVML as ``open_nvml`` (default: the real NVML) starts it: a host without
-    the NVIDIA driver has no GPUs; a host with the driver whose NVML does not start raises
-    ``NvmlBroken`` with NVML's reason (CPU mode must be asked for: pass ``nvml.no_gpus()``).
-    A provider passed in stays open. ``allowed_cpus`` None means this process's affinity on the
-    live root, and all CPUs of the tree for any other root.
+    ``nvml`` None means: with ``nvml_facts`` False, the driver's /proc files when they serve
+    (``environ``, default this process's, says whether Slurm fences devices); else NVML as
+    ``open_nvml`` (default: the real NVML) starts it: a host without the NVIDIA driver has no
+    GPUs; a host with the driver whose NVML does not start raises ``NvmlBroken`` with NVML's
+    reason (CPU mode must be asked for: pass ``nvml.no_gpus()``). A provider passed in is used as
+    it is and stays open. ``allowed_cpus`` None means this process's affinity on the live root,
+    and all CPUs of the tree for any other root.
     """
-    root = Path(sysfs_root)
+    root = HOST_ROOT if sysfs_root is None else Path(sysfs_root)
+    live = root == HOST_ROOT
     if nvml is not None:
-        return _discover(root, nvml, allowed_cpus)
+        return _discover(root, live, nvml, allowed_cpus)
+    if not nvml_facts:
+        driver_gpus = usable_driver_gpus(root, os.environ if environ is None else environ)
+        if driver_gpus is not None:
+            return _discover(root, live, driver_gpus, allowed_cpus)
     if not driver_present(root):  # skip pynvml's import and library search: start-up time
-        return _discover(root, no_gpus(), allowed_cpus)
+        return _discover(root, live, no_gpus(), allowed_cpus)
     try:
         provider = (open_nvml or PynvmlProvider)()
     except NvmlUnavailable as e:
-        raise NvmlBroken(broken_nvml_message(root, str(e))) from None
+        raise NvmlBroken(broken_nvml_message("this host" if live else f"the host at {root}", str(e))) from None
     with contextlib.ExitStack() as stack:
         close = getattr(provider, "close", None)
         if close is not None:
             stack.callback(close)
-        return _discover(root, provider, allowed_cpus)
+        return _discover(root, live, provider, allowed_cpus)
