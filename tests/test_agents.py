@@ -63,7 +63,7 @@ def _config(nthreads: int | None = None) -> Config:
 def _fp(node: str, config: Config, env: dict[str, str], versions: dict[str, str] | None = None) -> dict[str, str]:
     topo = Topology(numa_nodes={0: (0, 1, 2, 3)}, allowed_cpus=(0, 1, 2, 3), source="test:cpus")
     plan = build_plan(config, topo, PlanOptions(entry=Entry("script", "t.py"), node=node, base_env=env, run_id="j"))
-    return fingerprint(config, plan, versions or {"torch": "2.13.0"})
+    return fingerprint(config, plan, versions or {"torch": "2.13.0"}, env)
 
 
 def test_same_job_same_fingerprint_on_every_node() -> None:
@@ -139,6 +139,15 @@ def test_job_report_judges_stragglers_over_every_node_and_names_node_and_rank() 
     assert [n["node"] for n in job["nodes"]] == ["a", "b"] and job["missing_nodes"] == ["c"]
     assert [(s["node"], s["rank"]) for s in job["stragglers"]] == [("b", 2)]
     assert job["ranks"][0]["statistics"]["wait_share"] > 0.4  # rank 0 waited for rank 2 on node b
+
+
+def test_a_variable_the_workers_inherit_from_one_launcher_is_a_difference() -> None:
+    """The plan copies no CUDA_* variable, but the workers inherit the launcher's environment."""
+    prints = {
+        "a": _fp("a", _config(), {}),
+        "b": _fp("b", _config(), {"CUDA_LAUNCH_BLOCKING": "1", "CUDA_VISIBLE_DEVICES": "3", "SLURM_NODEID": "1"}),
+    }
+    assert differences(prints) == ["node b: env.CUDA_LAUNCH_BLOCKING = '1', node a has <unset>"]
 
 
 def test_supervisor_forwards_usr1_without_stopping_and_stops_on_term(tmp_path: Path) -> None:

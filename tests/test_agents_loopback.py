@@ -78,12 +78,15 @@ def test_agents_agree_and_the_first_node_writes_one_report_for_the_job(tmp_path:
     assert not (tmp_path / "report-node1-job.json").exists()
 
 
-@pytest.mark.parametrize("what", ["nccl-variable", "config-value"])
+@pytest.mark.parametrize("what", ["nccl-variable", "inherited-cuda-variable", "config-value"])
 def test_a_mismatch_stops_every_node_before_start_with_the_difference(tmp_path: Path, what: str) -> None:
     env, config = {}, {}
     if what == "nccl-variable":
         env = {"node1": {"NCCL_DEBUG": "INFO"}}
         says = "node node1: env.NCCL_DEBUG = 'INFO', node node0 has <unset>"
+    elif what == "inherited-cuda-variable":  # not in the plan: the workers inherit it from node1's launcher
+        env = {"node1": {"CUDA_LAUNCH_BLOCKING": "1"}}
+        says = "node node1: env.CUDA_LAUNCH_BLOCKING = '1', node node0 has <unset>"
     else:
         changed = tmp_path / "changed.yaml"
         changed.write_text(CONFIG.read_text().replace("binding: none", "binding: none\n  nccl_nthreads: 8"))

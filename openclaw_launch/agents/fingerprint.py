@@ -3,8 +3,9 @@ except ``runtime_versions`` (which reads versions; called only on the multi-node
 
 A fingerprint is a flat ``key -> value`` map so a difference names one key with both values:
 ``config.*`` (the config in canonical form), ``job.*`` (world size, nodes, master address and
-port), ``env.*`` (every NCCL_*/CUDA_*/TORCH_*/OPENCLAW_* variable the ranks get, from
-``env.common_env``) and ``version.*`` (torch, NCCL, CUDA driver, launcher, Python).
+port), ``env.*`` (every NCCL_*/CUDA_*/TORCH_*/OPENCLAW_*/NVSHMEM_* variable the ranks get: the
+plan's common environment on top of the launcher's own, which the workers inherit; per-rank
+values left out) and ``version.*`` (torch, NCCL, CUDA driver, launcher, Python).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 from openclaw_launch.config.model import Config
 from openclaw_launch.plan.build import LaunchPlan
-from openclaw_launch.plan.env import common_env
+from openclaw_launch.plan.env import PER_RANK_ENV, common_env
 
 UNSET = "<unset>"
 _ENV_PREFIXES = ("NCCL_", "CUDA_", "TORCH_", "OPENCLAW_", "NVSHMEM_")
@@ -37,14 +38,20 @@ def canonical_config(config: Config) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k not in _CONFIG_SKIP}
 
 
-def fingerprint(config: Config, plan: LaunchPlan, versions: Mapping[str, str]) -> dict[str, str]:
+def fingerprint(
+    config: Config, plan: LaunchPlan, versions: Mapping[str, str], launcher_env: Mapping[str, str]
+) -> dict[str, str]:
+    """This node's fingerprint. ``launcher_env`` is the launcher's environment: the workers start
+    with it under the plan's variables, so a ``CUDA_LAUNCH_BLOCKING=1`` set on one node only is a
+    difference even though the plan never names it."""
     fp: dict[str, str] = {}
     _flatten("config", canonical_config(config), fp)
     fp["job.world_size"] = str(plan.world_size)
     fp["job.nnodes"] = str(plan.nnodes)
     fp["job.master"] = f"{plan.master_addr}:{plan.master_port}"
     fp["job.run_id"] = plan.run_id
-    for key, value in common_env(plan).items():
+    inherited = {k: v for k, v in launcher_env.items() if k.startswith(_ENV_PREFIXES) and k not in PER_RANK_ENV}
+    for key, value in sorted({**inherited, **common_env(plan)}.items()):
         if key.startswith(_ENV_PREFIXES) or key in _JOB_ENV:
             fp[f"env.{key}"] = value
     for key, value in versions.items():
