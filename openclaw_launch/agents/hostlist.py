@@ -1,9 +1,10 @@
 """Slurm hostlists (``n[1-2,5]``, ``gpu-a[01-03],gpu-b7``) as host names.
 
-``scontrol show hostnames`` is used when it is on PATH (Slurm's own expansion, always right).
-Without it (a config planned off-cluster, tests) a small parser covers Slurm's documented forms:
-comma-separated names, each with any number of bracketed ranges/lists, zero padding kept
-(``[08-10]`` is 08, 09, 10). No library fits: python-hostlist is GPL-2.0, ClusterShell is
+``expand_hostlist`` (the multi-node MASTER_ADDR default, cli/common.py) runs ``scontrol show
+hostnames`` when it is on PATH (Slurm's own expansion, always right); finding this node's position
+(agents/identity.py) and a host without scontrol use ``parse_hostlist``, which covers Slurm's
+documented forms: comma-separated names, each with any number of bracketed ranges/lists, zero
+padding kept (``[08-10]`` is 08, 09, 10). No library fits: python-hostlist is GPL-2.0, ClusterShell is
 CeCILL-C (copyleft) and a large dependency, py-hostlist is an unmaintained 0.0.2.dev0.
 """
 
