@@ -1,20 +1,27 @@
 """torchrun's command line, flag by flag, under both launchers (torch is installed): the same
 workers with the same rank variables and the same exit code; refused values exit 2 with nothing
-started; the docs table is the flag table."""
+started; the docs tables are the flag table and the defaults table; signal lists are read by one
+parser in every spelling; every default is the one in config/defaults.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from openclaw_launch.cli.torchrun_compat import FLAGS, compat_table_markdown
+from openclaw_launch.config import defaults
+from openclaw_launch.config.signals import forwardable_names, parse_signals
 
 torch_run = pytest.importorskip("torch.distributed.run")
 
@@ -199,6 +206,8 @@ def test_two_nodes_two_launchers_per_side(tmp_path: Path) -> None:
         (["--nproc-per-node", "xpu"], "--nproc-per-node"),
         (["--standalone", "--nnodes", "2"], "--standalone"),
         (["--signals-to-handle", "SIGKILL"], "--signals-to-handle"),
+        (["--signals-to-handle", "SIGTERM,usr9"], "SIGUSR1"),  # the message lists the valid names
+        (["--forward-signals", "stop"], "--forward-signals"),
         (["--redirects", "7"], "--redirects"),
         (["--nproc_per_node=1", "--rdzv_idd=3"], "--rdzv_id"),  # unknown option: did you mean
         (["--nproc-per-node=1", "--bogus", "--dry-run"], "--bogus"),  # --dry-run after it starts nothing
@@ -252,3 +261,146 @@ def test_every_torchrun_flag_is_in_the_table() -> None:
 def test_docs_table_is_the_flag_table() -> None:
     doc = (ROOT / "docs" / "torchrun-compat.md").read_text()
     assert compat_table_markdown() in doc, "regenerate the table: python -m openclaw_launch.cli.torchrun_compat"
+
+
+def test_docs_defaults_table_is_the_defaults_table() -> None:
+    doc = (ROOT / "docs" / "torchrun-compat.md").read_text()
+    assert defaults.defaults_table_markdown() in doc, "regenerate: python -m openclaw_launch.config.defaults"
+
+
+def test_torchrun_column_of_the_defaults_table_is_torchruns() -> None:
+    parser = torch_run.get_args_parser()
+    theirs = {a.dest: a.default for a in parser._actions}
+    rows = {d.option.split(", ")[0]: d for d in defaults.DEFAULTS}
+    assert rows["--signals-to-handle"].torchrun == theirs["signals_to_handle"]
+    assert rows["--max-restarts"].torchrun == str(theirs["max_restarts"])
+    from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import DEFAULT_PORT
+
+    assert defaults.RDZV_PORT == DEFAULT_PORT
+    assert set(parse_signals(theirs["signals_to_handle"])) <= set(defaults.HANDLED_SIGNALS)
+
+
+def test_every_option_default_is_the_one_definition() -> None:
+    """The click options of run and plan, and the option dataclasses, read config/defaults.py."""
+    from openclaw_launch.agents.fate import AgentOptions
+    from openclaw_launch.cli.main import cli
+    from openclaw_launch.preflight.command import PreflightOptions
+    from openclaw_launch.run.supervise import SuperviseOptions
+    from openclaw_launch.stats.verdict import find_stragglers
+    from openclaw_launch.stats.wiring import StatsOptions
+
+    expected = {
+        "--grace-period-s": defaults.GRACE_PERIOD_S,
+        "--kill-timeout-s": defaults.KILL_TIMEOUT_S,
+        "--max-restarts": defaults.MAX_RESTARTS,
+        "--restart-backoff-s": defaults.RESTART_BACKOFF_S,
+        "--forward-signals": ",".join(defaults.FORWARD_ONLY_SIGNALS),
+        "--telemetry": defaults.TELEMETRY_MODE,
+        "--stats-interval-s": defaults.STATS_INTERVAL_S,
+        "--straggler-threshold-pct": defaults.STRAGGLER_THRESHOLD_PCT,
+        "--agent-timeout-s": defaults.AGENT_TIMEOUT_S,
+        "--keepalive-s": defaults.KEEPALIVE_S,
+    }
+    run_params = {opt: p for p in cli.commands["run"].params for opt in getattr(p, "opts", ())}
+    assert {opt: run_params[opt].default for opt in expected} == expected
+    documented = {d.option.split(", ")[0] for d in defaults.DEFAULTS}
+    assert set(expected) <= documented
+    supervise = SuperviseOptions()
+    assert (supervise.grace_period_s, supervise.kill_timeout_s, supervise.max_restarts) == (
+        defaults.GRACE_PERIOD_S,
+        defaults.KILL_TIMEOUT_S,
+        defaults.MAX_RESTARTS,
+    )
+    assert (supervise.restart_backoff_s, supervise.restart_backoff_max_s) == (
+        defaults.RESTART_BACKOFF_S,
+        defaults.RESTART_BACKOFF_MAX_S,
+    )
+    assert supervise.forwarded_signals == tuple(signal.Signals[n] for n in defaults.HANDLED_SIGNALS)
+    assert supervise.prefix_template == defaults.CONSOLE_PREFIX
+    stats = StatsOptions()
+    assert (stats.interval_s, stats.threshold_pct) == (defaults.STATS_INTERVAL_S, defaults.STRAGGLER_THRESHOLD_PCT)
+    agent_fields = {f.name: f.default for f in dataclasses.fields(AgentOptions)}
+    assert (agent_fields["join_timeout_s"], agent_fields["keepalive_s"]) == (
+        defaults.AGENT_TIMEOUT_S,
+        defaults.KEEPALIVE_S,
+    )
+    assert PreflightOptions().grace_period_s == defaults.GRACE_PERIOD_S
+    import inspect
+
+    assert inspect.signature(find_stragglers).parameters["threshold_pct"].default == defaults.STRAGGLER_THRESHOLD_PCT
+
+
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [
+        ("SIGUSR1", ("SIGUSR1",)),
+        ("usr1", ("SIGUSR1",)),
+        ("USR1, sigterm", ("SIGUSR1", "SIGTERM")),
+        (f"{int(signal.SIGUSR2)},15", ("SIGUSR2", "SIGTERM")),
+        ("SIGTERM,term,15", ("SIGTERM",)),  # each once
+        ("SIGIOT", ("SIGABRT",)),  # an alias: the canonical name
+    ],
+)
+def test_one_signal_parser_takes_every_spelling(text: str, names: tuple[str, ...]) -> None:
+    assert parse_signals(text) == names
+
+
+@pytest.mark.parametrize("text", ["SIGKILL", "stop", "9", "", " , ", "SIGFOO", "999", "none", "SIG_DFL"])
+def test_signal_parser_refuses_what_cannot_be_forwarded(text: str) -> None:
+    with pytest.raises(ValueError) as info:
+        parse_signals(text)
+    message = str(info.value)
+    assert "cannot be forwarded" in message or "at least one" in message or "SIGUSR1, SIGSEGV" in message
+    assert parse_signals("none", allow_none=True) == () == parse_signals("", allow_none=True)
+
+
+def test_every_catchable_name_torchrun_takes_is_taken() -> None:
+    """torchrun takes exact names (getattr(signal, name)); each of those means the same here."""
+    for name in forwardable_names():
+        assert parse_signals(name) == (name,) and parse_signals(name.lower().removeprefix("sig")) == (name,)
+
+
+def wait_until(done: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + TIMEOUT_S  # a guard against a hung test, not a timed assertion
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def test_signal_spellings_reach_the_workers_and_the_supervisor(tmp_path: Path) -> None:
+    """--signals-to-handle by number and --forward-signals in lower case, on a real launcher: the
+    workers' TORCHELASTIC_SIGNALS_TO_HANDLE has the canonical names, SIGUSR2 (forward-only) reaches
+    the worker and the job goes on, SIGUSR1 (handled) stops it with 128+SIGUSR1."""
+    usr1 = int(signal.SIGUSR1)
+    worker = str(ROOT / "tests" / "fake_worker.py")
+    handled = ["--nproc-per-node", "1", "--signals-to-handle", f"{usr1},term,usr2"]
+    args = [*handled, "--telemetry", "off", "--forward-signals", "usr2", worker, "--log-signals", f"{tmp_path}/sig"]
+    args += ["--survive-usr", "--ready-file", f"{tmp_path}/ready", "--sleep", "60"]
+    plan = subprocess.run(
+        [*launcher_cmd("openclaw"), "plan", "--json", *handled, worker],
+        env=env_for({}),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert plan.returncode == 0, plan.stderr
+    (rank,) = json.loads(plan.stdout)["ranks"]
+    assert rank["env"]["TORCHELASTIC_SIGNALS_TO_HANDLE"] == "SIGUSR1,SIGTERM,SIGUSR2"
+    proc = subprocess.Popen(
+        [*launcher_cmd("openclaw"), *args], env=env_for({}), cwd=ROOT, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        ready, log = tmp_path / "ready", tmp_path / "sig"
+        wait_until(lambda: ready.exists() or proc.poll() is not None)
+        assert ready.exists(), proc.stderr.read() if proc.stderr else ""
+        proc.send_signal(signal.SIGUSR2)
+        wait_until(lambda: log.exists() and "SIGUSR2" in log.read_text())
+        assert proc.poll() is None, "a forward-only signal stopped the job"
+        proc.send_signal(signal.SIGUSR1)
+        _, err = proc.communicate(timeout=TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 128 + usr1, err
+    assert log.read_text().split() == ["SIGUSR2", "SIGUSR1"]

@@ -33,6 +33,7 @@ from typing import Any
 
 from openclaw_launch.agents.fingerprint import differences
 from openclaw_launch.agents.store import AgentError, AgentStore
+from openclaw_launch.config import defaults
 from openclaw_launch.plan.build import LaunchPlan
 from openclaw_launch.run.results import WorkerResult, format_root_cause, signal_name
 
@@ -44,8 +45,8 @@ class AgentOptions:
     store_addr: str  # where the first node's agent listens (its config ip, or MASTER_ADDR)
     port: int
     nodes: tuple[str, ...]  # config order: node rank -> name
-    join_timeout_s: float = 300.0
-    keepalive_s: float = 15.0
+    join_timeout_s: float = defaults.AGENT_TIMEOUT_S
+    keepalive_s: float = defaults.KEEPALIVE_S
     max_restarts: int = 0
 
 

@@ -1,4 +1,5 @@
-"""Click types for the launcher's numeric options, bounded by ``limits`` (one definition per bound).
+"""Click types for the launcher's numeric options, bounded by ``limits`` (one definition per bound),
+and for its signal lists (``config/signals.py``'s parser).
 
 ``click.FloatRange(min=0)`` takes ``nan`` and ``inf`` (every comparison with nan is false); these
 do not, and their message names the accepted range.
@@ -12,6 +13,7 @@ from typing import Any
 import click
 
 from openclaw_launch.config.limits import MAX_PERCENT, MAX_RESTARTS, MAX_SECONDS, MAX_WORLD_SIZE, MIN_HANG_TIMEOUT_S
+from openclaw_launch.config.signals import parse_signals
 
 
 class _FiniteRange(click.FloatRange):
@@ -42,3 +44,25 @@ def restarts() -> click.IntRange:
 
 def node_rank() -> click.IntRange:
     return click.IntRange(0, MAX_WORLD_SIZE - 1)
+
+
+class _SignalList(click.ParamType):
+    """A comma-separated signal list -> canonical names; the message lists the valid names."""
+
+    name = "signals"
+
+    def __init__(self, allow_none: bool) -> None:
+        self.allow_none = allow_none
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, tuple):  # already converted (a default given as names)
+            return value
+        try:
+            return parse_signals(str(value), self.allow_none)
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+
+
+def signal_list(allow_none: bool = False) -> click.ParamType:
+    """``--signals-to-handle``; ``allow_none``: ``none`` means no signal (``--forward-signals``)."""
+    return _SignalList(allow_none)

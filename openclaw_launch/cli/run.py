@@ -22,6 +22,7 @@ from openclaw_launch.cli.common import (
     with_common,
 )
 from openclaw_launch.cli.torchrun_resolve import resolve
+from openclaw_launch.config import defaults
 from openclaw_launch.config.model import Config
 from openclaw_launch.errors import OpenclawError
 from openclaw_launch.plan.build import LaunchPlan, format_plan_table
@@ -34,14 +35,14 @@ from openclaw_launch.telemetry.wire import TELEMETRY_MODES
 @click.option(
     "--restart-backoff-s",
     type=option_types.seconds(),
-    default=1.0,
+    default=defaults.RESTART_BACKOFF_S,
     show_default=True,
-    help="Wait before restart k: this times 2**k (at most 30 s).",
+    help=f"Wait before restart k: this times 2**k (at most {defaults.RESTART_BACKOFF_MAX_S:g} s).",
 )
 @click.option(
     "--kill-timeout-s",
     type=option_types.seconds(),
-    default=5.0,
+    default=defaults.KILL_TIMEOUT_S,
     show_default=True,
     help="After SIGKILL, how long to wait for workers stuck in the kernel before giving up.",
 )
@@ -55,14 +56,15 @@ from openclaw_launch.telemetry.wire import TELEMETRY_MODES
     "--prefix",
     "prefix_template",
     default=None,
-    help="Console line prefix; fields {rank}, {local_rank}, {node} (default: '[rank {rank}] ', or "
+    help="Console line prefix; fields {rank}, {local_rank}, {node} "
+    f"(default: {defaults.CONSOLE_PREFIX!r}, or "
     "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE).",
 )
 @click.option("--report", "report_path", type=click.Path(dir_okay=False), help="Write the run report JSON here.")
 @click.option(
     "--telemetry",
     type=click.Choice(TELEMETRY_MODES),
-    default="hooks",
+    default=defaults.TELEMETRY_MODE,
     show_default=True,
     help="Per-step statistics: hooks = zero-code torch hooks and the telemetry API; full = the same plus, "
     "on GPUs, NCCL's flight recorder (the wait signal that names a rank slow in GPU work; it costs about "
@@ -71,14 +73,14 @@ from openclaw_launch.telemetry.wire import TELEMETRY_MODES
 @click.option(
     "--stats-interval-s",
     type=option_types.seconds(),
-    default=60.0,
+    default=defaults.STATS_INTERVAL_S,
     show_default=True,
     help="Print a one-line straggler summary this often while the job runs (0 = never).",
 )
 @click.option(
     "--straggler-threshold-pct",
     type=option_types.percent(),
-    default=5.0,
+    default=defaults.STRAGGLER_THRESHOLD_PCT,
     show_default=True,
     help="Name a straggler when one rank is busy this % of the median step longer than the others.",
 )
@@ -106,7 +108,8 @@ from openclaw_launch.telemetry.wire import TELEMETRY_MODES
 )
 @click.option(
     "--forward-signals",
-    default="SIGUSR1,SIGUSR2",
+    type=option_types.signal_list(allow_none=True),
+    default=",".join(defaults.FORWARD_ONLY_SIGNALS),
     show_default=True,
     envvar="OPENCLAW_FORWARD_SIGNALS",
     help="Signals forwarded to the workers WITHOUT stopping the job (checkpoint requests: Slurm's "
@@ -121,7 +124,7 @@ from openclaw_launch.telemetry.wire import TELEMETRY_MODES
 @click.option(
     "--agent-timeout-s",
     type=click.FloatRange(min=1),
-    default=300.0,
+    default=defaults.AGENT_TIMEOUT_S,
     show_default=True,
     envvar="OPENCLAW_AGENT_TIMEOUT_S",
     help="Several nodes: how long the agents wait for every node before starting nothing.",
@@ -129,7 +132,7 @@ from openclaw_launch.telemetry.wire import TELEMETRY_MODES
 @click.option(
     "--keepalive-s",
     type=click.FloatRange(min=0.5),
-    default=15.0,
+    default=defaults.KEEPALIVE_S,
     show_default=True,
     envvar="OPENCLAW_KEEPALIVE_S",
     help="Several nodes: a node silent this long is lost, and every other node stops its workers.",
@@ -162,7 +165,7 @@ def run(
     hang_timeout_s: float | None,
     metrics_port: int | None,
     stats_file: str | None,
-    forward_signals: str,
+    forward_signals: tuple[str, ...],
     agent_port: int | None,
     agent_timeout_s: float,
     keepalive_s: float,
@@ -173,7 +176,8 @@ def run(
     """Run SCRIPT [ARGS...] on every planned rank and supervise it."""
     if not c.script:
         raise click.UsageError("give the training script (or -m MODULE, or --no-python COMMAND) to run")
-    from openclaw_launch.cli.torchrun_resolve import check_prefix, prefix_from_env, signal_numbers
+    from openclaw_launch.cli.torchrun_resolve import check_prefix, prefix_from_env
+    from openclaw_launch.config.signals import signal_numbers
     from openclaw_launch.run.launch import StatsOptions, launch, run_dir_for
     from openclaw_launch.run.supervise import SuperviseOptions
 
@@ -184,8 +188,8 @@ def run(
     elif env_prefix:
         prefix = check_prefix(prefix_from_env(env_prefix, c.tr.role), "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE")
     else:
-        prefix = "[rank {rank}] "
-    pass_signals = _pass_signals(forward_signals)
+        prefix = defaults.CONSOLE_PREFIX
+    pass_signals = signal_numbers(forward_signals)
     if want.local_ranks_shown is not None and console_ranks != "all":
         raise click.UsageError("--console-ranks and --local-ranks-filter both choose the console's ranks; give one")
     given_ids = {c.tr.run_id, os.environ.get("SLURM_JOB_ID")} - {None}
@@ -294,22 +298,6 @@ def _check_metrics_extra() -> None:
         )
 
 
-def _pass_signals(text: str) -> tuple[int, ...]:
-    if text.strip().lower() in ("", "none"):
-        return ()
-    import signal
-
-    names = [s.strip().upper() for s in text.split(",") if s.strip()]
-    numbers = []
-    for name in names:
-        name = name if name.startswith("SIG") else "SIG" + name
-        sig = getattr(signal, name, None)
-        if not isinstance(sig, signal.Signals) or name in ("SIGKILL", "SIGSTOP", "SIGCHLD"):
-            raise click.BadParameter(f"{name!r} is not a signal that can be forwarded", param_hint="--forward-signals")
-        numbers.append(int(sig))
-    return tuple(numbers)
-
-
 def _job_report_path(report_path: str | None) -> str | None:
     if not report_path:
         return None
@@ -341,7 +329,7 @@ def _agent_setup(
         keepalive_s=keepalive_s,
         max_restarts=max_restarts,
     )
-    return AgentSetup(options=options, fingerprint=fingerprint(config, plan, versions, os.environ))
+    return AgentSetup(options=options, fingerprint=fingerprint(config, plan, versions))
 
 
 def _console_ranks(text: str) -> frozenset[int] | None:

@@ -14,12 +14,13 @@ from typing import Any
 import click
 
 from openclaw_launch.cli import option_types
-
-DEFAULT_SHUTDOWN_TIMEOUT_S = 30.0  # torchrun's default grace period (TORCH_ELASTIC_SHUTDOWN_TIMEOUT)
-RDZV_DEFAULT_PORT = 29400  # torchrun's rendezvous port when --rdzv-endpoint has none
-# What the launcher forwards when --signals-to-handle is not given: torchrun's four, plus Slurm's
-# SIGUSR1/SIGUSR2 (sent before a job's time limit).
-DEFAULT_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+from openclaw_launch.config.defaults import (
+    FORWARD_ONLY_SIGNALS,
+    GRACE_PERIOD_S,
+    HANDLED_SIGNALS,
+    MAX_RESTARTS,
+    RDZV_PORT,
+)
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "rdzv_endpoint",
         _both("rdzv-endpoint"),
-        f"HOST[:PORT]: MASTER_ADDR and MASTER_PORT of every rank (port default {RDZV_DEFAULT_PORT}).",
+        f"HOST[:PORT]: MASTER_ADDR and MASTER_PORT of every rank (port default {RDZV_PORT}).",
         env=_pet("rdzv_endpoint"),
     ),
     Flag(
@@ -116,7 +117,7 @@ FLAGS: tuple[Flag, ...] = (
         "Restart the job's workers this many times after a failure: with several nodes every node "
         "restarts together (lockstep) or none does.",
         env=_pet("max_restarts"),
-        kwargs={"type": option_types.restarts(), "default": 0, "show_default": True},
+        kwargs={"type": option_types.restarts(), "default": MAX_RESTARTS, "show_default": True},
     ),
     Flag(
         "monitor_interval",
@@ -241,10 +242,11 @@ FLAGS: tuple[Flag, ...] = (
         "signals_to_handle",
         _both("signals-to-handle"),
         "Signals forwarded to the workers that also stop the job (SIGKILL after the grace period), like "
-        "SIGTERM,SIGINT (also TORCHELASTIC_SIGNALS_TO_HANDLE of the workers). Default: "
-        f"{','.join(DEFAULT_SIGNALS)}; those also in --forward-signals (default SIGUSR1,SIGUSR2) are "
-        "forwarded only: the job goes on.",
+        "SIGTERM,USR1,15 (names in any case, with or without SIG, or numbers; the workers' "
+        f"TORCHELASTIC_SIGNALS_TO_HANDLE gets the names). Default: {','.join(HANDLED_SIGNALS)}; those also in "
+        f"--forward-signals (default {','.join(FORWARD_ONLY_SIGNALS)}) are forwarded only: the job goes on.",
         env=_pet("signals_to_handle"),
+        kwargs={"type": option_types.signal_list()},
     ),
     Flag(
         "grace_period_s",
@@ -252,7 +254,7 @@ FLAGS: tuple[Flag, ...] = (
         "After SIGTERM, how long workers get before SIGKILL; workers that exit end the job at once.",
         ours=("--grace-period-s",),
         env=(*_pet("shutdown_timeout"), "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"),
-        kwargs={"type": option_types.seconds(), "default": DEFAULT_SHUTDOWN_TIMEOUT_S, "show_default": True},
+        kwargs={"type": option_types.seconds(), "default": GRACE_PERIOD_S, "show_default": True},
     ),
     Flag(
         "virtual_local_rank",
@@ -311,7 +313,7 @@ class TorchrunArgs:
     local_addr: str | None
     logs_specs: str | None
     numa_binding: str | None
-    signals_to_handle: str | None
+    signals_to_handle: tuple[str, ...] | None  # canonical names (config/signals.py)
     grace_period_s: float
     virtual_local_rank: bool
 

@@ -5,13 +5,13 @@ refused value raises ``click.BadParameter`` naming the option, before anything s
 
 from __future__ import annotations
 
-import signal
 import string
 from dataclasses import dataclass
 
 import click
 
-from openclaw_launch.cli.torchrun_compat import DEFAULT_SIGNALS, RDZV_DEFAULT_PORT, TorchrunArgs
+from openclaw_launch.cli.torchrun_compat import TorchrunArgs
+from openclaw_launch.config.defaults import HANDLED_SIGNALS, RDZV_PORT
 from openclaw_launch.config.limits import MAX_PREFIX_LEN, MAX_RANKS_PER_NODE, MAX_WORLD_SIZE, host_problem
 from openclaw_launch.config.model import Config
 
@@ -28,7 +28,7 @@ class Resolved:
     master_addr: str | None
     master_port: int | None
     binding: str | None  # overrides runtime.binding
-    signals: tuple[str, ...]  # forwarded, by name
+    signals: tuple[str, ...]  # forwarded, by canonical name
     console_hidden: frozenset[tuple[int, str]]  # (local rank, stream) kept off the console (--redirects)
     wants_logs: bool  # --redirects/--tee: a log directory is needed
     local_ranks_shown: frozenset[int] | None  # --local-ranks-filter
@@ -87,7 +87,7 @@ def resolve(args: TorchrunArgs, with_config: bool) -> Resolved:
         master_addr=addr,
         master_port=port,
         binding=args.numa_binding,
-        signals=_signals(args.signals_to_handle),
+        signals=args.signals_to_handle or HANDLED_SIGNALS,
         console_hidden=hidden,
         wants_logs=bool(hidden or teed),
         local_ranks_shown=_local_ranks(args.local_ranks_filter),
@@ -136,7 +136,7 @@ def _endpoint(text: str) -> tuple[str, int]:
     if not host:
         raise _bad("--rdzv-endpoint", f"{text!r}: use HOST[:PORT]")
     if not port:
-        return host, RDZV_DEFAULT_PORT
+        return host, RDZV_PORT
     if not port.isdigit() or not 0 < int(port) < 65536:
         raise _bad("--rdzv-endpoint", f"{text!r}: the port must be 1..65535")
     return host, int(port)
@@ -171,24 +171,6 @@ def _local_ranks(text: str | None) -> frozenset[int] | None:
         return frozenset(int(r) for r in text.split(","))
     except ValueError:
         raise _bad("--local-ranks-filter", f"{text!r}: use local ranks like 0,1,2") from None
-
-
-def _signals(text: str | None) -> tuple[str, ...]:
-    if text is None:
-        return DEFAULT_SIGNALS
-    names = tuple(s.strip() for s in text.split(",") if s.strip())
-    for name in names:
-        if not name.startswith("SIG") or not isinstance(getattr(signal, name, None), signal.Signals):
-            raise _bad("--signals-to-handle", f"{name!r} is not a signal name (like SIGTERM)")
-        if name in ("SIGKILL", "SIGSTOP", "SIGCHLD"):
-            raise _bad("--signals-to-handle", f"{name} cannot be forwarded")
-    if not names:
-        raise _bad("--signals-to-handle", "give at least one signal, like SIGTERM")
-    return names
-
-
-def signal_numbers(names: tuple[str, ...]) -> tuple[int, ...]:
-    return tuple(int(getattr(signal, name)) for name in names)
 
 
 def prefix_from_env(template: str, role: str) -> str:

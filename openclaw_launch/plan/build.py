@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from openclaw_launch.config.checks import identity_checks, planned_numa_node
+from openclaw_launch.config.defaults import HANDLED_SIGNALS
 from openclaw_launch.config.model import Config, GpuSpec, NodeSpec, node_rank_counts, procs_per_gpu_problem
 from openclaw_launch.config.parallel import ParallelSpec, size_problems
 from openclaw_launch.errors import PlanError, TopologyError
@@ -69,7 +70,7 @@ class PlanOptions:
     telemetry_socket: str | None = None  # where ranks send per-step statistics; None = statistics off
     telemetry_mode: str = "full"  # wire.TELEMETRY_MODES: full/hooks run Python entries through the bootstrap
     role: str = "default"  # ROLE_NAME (torchrun's --role)
-    signals_to_handle: str = "SIGINT,SIGTERM,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2"  # TORCHELASTIC_SIGNALS_TO_HANDLE
+    signals_to_handle: str = ",".join(HANDLED_SIGNALS)  # TORCHELASTIC_SIGNALS_TO_HANDLE
     virtual_local_rank: bool = False  # torchrun's --virtual-local-rank: LOCAL_RANK=0, only its own GPU
     free_master_port: int | None = None  # a port the launcher found free here: a one-node job's default
     parallel: ParallelSpec = field(default_factory=ParallelSpec)  # --tp/--pp/--dp (override the config's)

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from openclaw_launch.config.defaults import HANDLED_SIGNALS
 from openclaw_launch.config.model import Runtime
 from openclaw_launch.telemetry import wire
 from openclaw_launch.topology.cpulist import format_cpulist
@@ -69,7 +70,7 @@ class JobEnv:
     telemetry_socket: str | None = None  # per-step statistics go here (telemetry.wire)
     telemetry_mode: str = "full"  # wire.TELEMETRY_MODES
     role: str = "default"  # ROLE_NAME (torchrun's --role)
-    signals_to_handle: str = "SIGINT,SIGTERM,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2"  # what the launcher forwards
+    signals_to_handle: str = ",".join(HANDLED_SIGNALS)  # what the launcher forwards
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from openclaw_launch.config.defaults import GRACE_PERIOD_S
 from openclaw_launch.config.model import PreflightSettings
 from openclaw_launch.errors import OpenclawError
 from openclaw_launch.files import write_atomic
@@ -50,7 +51,7 @@ class PreflightOptions:
     expect_path: str | None = None
     as_json: bool = False
     report_path: str | None = None
-    grace_period_s: float = 30.0
+    grace_period_s: float = GRACE_PERIOD_S
     timeout_s: float = 300.0  # a collective that hangs this long fails its worker
 
 

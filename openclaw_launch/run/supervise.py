@@ -31,6 +31,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
+from openclaw_launch.config import defaults
+from openclaw_launch.config.signals import signal_numbers
 from openclaw_launch.errors import LaunchError
 from openclaw_launch.run import console
 from openclaw_launch.run.guard import Guardian
@@ -49,14 +51,6 @@ from openclaw_launch.topology.cpulist import format_cpulist, parse_cpulist
 if TYPE_CHECKING:  # plan.py pulls in config/yaml; the supervisor only needs the shapes
     from openclaw_launch.plan.build import LaunchPlan, RankPlan
 
-FORWARDED_SIGNALS = (
-    signal.SIGINT,
-    signal.SIGTERM,
-    signal.SIGHUP,
-    signal.SIGQUIT,
-    signal.SIGUSR1,
-    signal.SIGUSR2,
-)
 ESCALATING_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # a second one while stopping means "SIGKILL now"
 _MAX_DRAIN = 16 << 20  # bytes read from a pipe after its worker is gone, at most
 _CONSOLE_RETRY_S = 0.05  # a console that did not take everything is retried this often
@@ -72,18 +66,18 @@ class State(enum.Enum):
 
 @dataclass(frozen=True)
 class SuperviseOptions:
-    grace_period_s: float = 30.0  # SIGTERM -> SIGKILL (torchrun's default shutdown timeout)
-    kill_timeout_s: float = 5.0  # SIGKILL -> give up (uninterruptible sleep)
+    grace_period_s: float = defaults.GRACE_PERIOD_S  # SIGTERM -> SIGKILL (torchrun's default shutdown timeout)
+    kill_timeout_s: float = defaults.KILL_TIMEOUT_S  # SIGKILL -> give up (uninterruptible sleep)
     max_restarts: int = 0
-    restart_backoff_s: float = 1.0  # attempt k waits restart_backoff_s * 2**k ...
-    restart_backoff_max_s: float = 30.0  # ... at most this
+    restart_backoff_s: float = defaults.RESTART_BACKOFF_S  # attempt k waits restart_backoff_s * 2**k ...
+    restart_backoff_max_s: float = defaults.RESTART_BACKOFF_MAX_S  # ... at most this
     log_dir: str | None = None  # <log_dir>/<run_id>/attempt-<n>/rank-<r>/{stdout,stderr}.log
     console_ranks: frozenset[int] | None = None  # None = every rank reaches the console
     console_hidden: frozenset[tuple[int, str]] = frozenset()  # (local rank or -1 = all, stream) kept off it
-    forwarded_signals: tuple[int, ...] = FORWARDED_SIGNALS  # torchrun's --signals-to-handle
+    forwarded_signals: tuple[int, ...] = signal_numbers(defaults.HANDLED_SIGNALS)  # torchrun's --signals-to-handle
     pass_signals: tuple[int, ...] = ()  # forwarded to the workers WITHOUT stopping them (--forward-signals)
     error_files_kept: bool = True  # the workers' error files outlive the job (the summary may name them)
-    prefix_template: str = "[rank {rank}] "  # keys: rank, local_rank, node, attempt
+    prefix_template: str = defaults.CONSOLE_PREFIX  # keys: rank, local_rank, node, attempt
     readback_delay_s: float = 0.05  # first binding read-back after start; doubles per retry
     readback_attempts: int = 6  # read-backs while the worker is still numactl
     stderr_tail_lines: int = 50

@@ -21,10 +21,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from openclaw_launch.config.defaults import STRAGGLER_THRESHOLD_PCT
 from openclaw_launch.stats.collect import OTHER, RankSummary
 from openclaw_launch.telemetry import wire
 
-DEFAULT_THRESHOLD_PCT = 5.0  # of the median step time
 MIN_STEPS = 5  # measured steps a rank needs before it is judged
 HIGH_SYNC_SHARE = 0.3  # every rank waiting this much of its step: the fabric, not one rank
 
@@ -95,7 +95,7 @@ def waited_for_others(ranks: Sequence[RankSummary]) -> dict[int, float]:
 def find_stragglers(
     ranks: Sequence[RankSummary],
     facts: Mapping[int, RankFacts],
-    threshold_pct: float = DEFAULT_THRESHOLD_PCT,
+    threshold_pct: float = STRAGGLER_THRESHOLD_PCT,
 ) -> list[Straggler]:
     judged = [r for r in ranks if r.measured_steps >= MIN_STEPS]
     if len(judged) < 2:

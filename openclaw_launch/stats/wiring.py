@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from openclaw_launch.config import defaults
 from openclaw_launch.plan.build import LaunchPlan
 from openclaw_launch.run.results import JobResult
 from openclaw_launch.run.supervise import SuperviseHooks, SuperviseOptions
@@ -25,8 +26,8 @@ if TYPE_CHECKING:
 class StatsOptions:
     """Per-step statistics and the straggler verdict (on when the plan has a telemetry socket)."""
 
-    interval_s: float = 60.0  # the live one-line summary; 0 = none
-    threshold_pct: float = 5.0  # a straggler is busy this much of the median step longer than the others
+    interval_s: float = defaults.STATS_INTERVAL_S  # the live one-line summary; 0 = none
+    threshold_pct: float = defaults.STRAGGLER_THRESHOLD_PCT  # a straggler is busy this much longer than the others
     sample_gpus: bool = True  # NVML sampling of the plan's GPUs
     hang_timeout_s: float | None = None  # --hang-timeout-s (openclaw_launch/stats/hang.py); None = off
     metrics_port: int | None = None  # --metrics-port (openclaw_launch/stats/metrics.py); 0 = any free port

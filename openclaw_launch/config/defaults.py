@@ -1,0 +1,95 @@
+"""Every default of the launcher's options, defined once.
+
+The click options, the option dataclasses of the supervisor, the statistics and the agents, and the
+defaults table of docs/torchrun-compat.md (``defaults_table_markdown``; a test holds the doc to it)
+all read these names. Bounds on the values are ``config/limits.py``'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GRACE_PERIOD_S = 30.0  # SIGTERM -> SIGKILL; torchrun's default shutdown timeout
+KILL_TIMEOUT_S = 5.0  # SIGKILL -> give up on workers stuck in the kernel
+MAX_RESTARTS = 0
+RESTART_BACKOFF_S = 1.0  # restart k waits this times 2**k ...
+RESTART_BACKOFF_MAX_S = 30.0  # ... at most this
+#: What the launcher forwards and stops on: torchrun's four, plus Slurm's SIGUSR1/SIGUSR2 (sent
+#: before a job's time limit).
+HANDLED_SIGNALS: tuple[str, ...] = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+#: Of those, the ones forwarded without stopping the job (checkpoint requests).
+FORWARD_ONLY_SIGNALS: tuple[str, ...] = ("SIGUSR1", "SIGUSR2")
+CONSOLE_PREFIX = "[rank {rank}] "
+TELEMETRY_MODE = "hooks"
+STATS_INTERVAL_S = 60.0  # the live one-line straggler summary; 0 = never
+STRAGGLER_THRESHOLD_PCT = 5.0  # of the median step
+AGENT_TIMEOUT_S = 300.0  # several nodes: how long the agents wait for every node
+KEEPALIVE_S = 15.0  # several nodes: a node silent this long is lost
+RDZV_PORT = 29400  # torchrun's rendezvous port when --rdzv-endpoint has none
+
+
+@dataclass(frozen=True)
+class Default:
+    """One row of the defaults table."""
+
+    option: str  # its spellings, ", "-separated
+    value: str  # as the docs show it
+    torchrun: str  # torchrun's default for the same thing; "-" where torchrun has none
+    meaning: str
+
+
+def _s(seconds: float) -> str:
+    return f"{seconds:g} s"
+
+
+DEFAULTS: tuple[Default, ...] = (
+    Default(
+        "--grace-period-s, --shutdown-timeout",
+        _s(GRACE_PERIOD_S),
+        "30 s",
+        "after SIGTERM, how long workers get before SIGKILL",
+    ),
+    Default(
+        "--kill-timeout-s", _s(KILL_TIMEOUT_S), "-", "after SIGKILL, how long to wait for workers stuck in the kernel"
+    ),
+    Default("--max-restarts", str(MAX_RESTARTS), "0", "restarts of the workers after a failure"),
+    Default(
+        "--restart-backoff-s",
+        _s(RESTART_BACKOFF_S),
+        "-",
+        f"wait before restart k: this times 2**k, at most {_s(RESTART_BACKOFF_MAX_S)}",
+    ),
+    Default(
+        "--signals-to-handle",
+        ",".join(HANDLED_SIGNALS),
+        "SIGTERM,SIGINT,SIGHUP,SIGQUIT",
+        "forwarded to the workers; they stop the job unless also in --forward-signals",
+    ),
+    Default("--forward-signals", ",".join(FORWARD_ONLY_SIGNALS), "-", "forwarded without stopping the job"),
+    Default("--prefix", repr(CONSOLE_PREFIX), "-", "console line prefix"),
+    Default("--telemetry", TELEMETRY_MODE, "-", "per-step statistics"),
+    Default("--stats-interval-s", _s(STATS_INTERVAL_S), "-", "the live one-line straggler summary (0 = never)"),
+    Default(
+        "--straggler-threshold-pct",
+        f"{STRAGGLER_THRESHOLD_PCT:g} %",
+        "-",
+        "a straggler is busy this share of the median step longer than the others",
+    ),
+    Default("--hang-timeout-s", "off", "-", "no step for this long is a hang (config runtime.hang_timeout_s)"),
+    Default("--agent-timeout-s", _s(AGENT_TIMEOUT_S), "-", "several nodes: how long the agents wait for every node"),
+    Default("--keepalive-s", _s(KEEPALIVE_S), "-", "several nodes: a node silent this long is lost"),
+    Default("--rdzv-endpoint", f"port {RDZV_PORT}", f"port {RDZV_PORT}", "the port (MASTER_PORT) when HOST has none"),
+)
+
+
+def defaults_table_markdown() -> str:
+    """The defaults table of docs/torchrun-compat.md."""
+    rows = ["| option | default | torchrun's | what |", "|---|---|---|---|"]
+    for d in DEFAULTS:
+        names = ", ".join(f"`{name}`" for name in d.option.split(", "))
+        rows.append(f"| {names} | `{d.value}` | {d.torchrun} | {d.meaning} |")
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":  # regenerate the defaults table of docs/torchrun-compat.md
+    print(defaults_table_markdown(), end="")
