@@ -329,7 +329,7 @@ def _agent_setup(
         keepalive_s=keepalive_s,
         max_restarts=max_restarts,
     )
-    return AgentSetup(options=options, fingerprint=fingerprint(config, plan, versions))
+    return AgentSetup(options=options, fingerprint=fingerprint(config, plan, versions, os.environ))
 
 
 def _console_ranks(text: str) -> frozenset[int] | None:
