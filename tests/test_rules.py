@@ -21,10 +21,11 @@ from openclaw_launch.config.model import (
 )
 from openclaw_launch.config.parallel import PARALLEL_DIMS
 from openclaw_launch.config.reader import parse_config
-from openclaw_launch.errors import ConfigError, LaunchError, PlanError
+from openclaw_launch.errors import ConfigError, LaunchError, PlanError, TopologyError
 from openclaw_launch.plan.build import Entry, LaunchPlan, MpsPlan, PlanOptions, RankPlan, build_plan
 from openclaw_launch.run.mps.daemon import _FIX_HINT, MpsDaemon, check_client_limit, start_mps, validate_pinned_limit
-from openclaw_launch.topology.model import GpuInfo, Topology
+from openclaw_launch.topology.model import GpuInfo, NvLink, Topology
+from openclaw_launch.validate.host import run_checks
 
 UUID0 = "GPU-584f87b1-e561-d9a3-aa91-5ea20ea584ee"
 
@@ -200,3 +201,51 @@ def test_allowed_mems_read_from_the_injected_root_and_kept_in_snapshots(tmp_path
     assert topology_from_snapshot(doc).allowed_mems == (0, 2)
     del doc["allowed_mems"]  # a snapshot from before the field: unknown
     assert topology_from_snapshot(doc).allowed_mems == ()
+
+
+# --- a configured GPU against the host: plan and validate judge with config/checks.py ------------
+
+UUID1 = "GPU-593502f1-407a-3b77-45a0-032830195d52"
+BUS0, BUS1 = "0000:00:06.0", "0000:00:07.0"
+
+
+def _pair(links: tuple[NvLink, ...], numa: int | None = 0) -> Topology:
+    gpus = (
+        GpuInfo(0, UUID0, pci_bus_id=BUS0, numa_node=numa, nvlinks=links),
+        GpuInfo(1, UUID1, pci_bus_id=BUS1, numa_node=numa),
+    )
+    return Topology(gpus=gpus, numa_nodes={0: tuple(range(8))}, allowed_cpus=tuple(range(8)), source="test")
+
+
+_UP = tuple(NvLink(link=i, active=True, remote_bus_id=BUS1, remote_type="gpu") for i in range(2))
+_DOWN = tuple(NvLink(link=i, active=False, remote_bus_id=BUS1, remote_type="gpu") for i in range(2))
+
+
+@pytest.mark.parametrize(
+    ("spec", "topology", "mismatched"),
+    [
+        ({"pci_bus_id": BUS0, "numa_node": 0, "nvlink_peers": (UUID1,)}, _pair(_UP), set()),
+        ({"pci_bus_id": "0000:00:09.0"}, _pair(_UP), {"bus_id"}),
+        ({"pci_bus_id": "00000000:00:06.0"}, _pair(_UP), set()),  # NVML's spelling is the same bus
+        ({"numa_node": 1}, _pair(_UP), {"numa_node"}),
+        ({"numa_node": 1}, _pair(_UP, numa=None), set()),  # the host cannot say: a warning in both
+        ({"nvlink_peers": (UUID1,)}, _pair(_DOWN), {"nvlink_peer"}),
+        ({"nvlink_peers": ("GPU-11111111-2222-3333-4444-555555555555",)}, _pair(_UP), {"nvlink_peer"}),
+        ({"nvlink_peers": (UUID1,)}, _pair(()), set()),  # no link facts: unknown, not a mismatch
+    ],
+)
+def test_plan_and_validate_find_the_same_mismatches(
+    spec: dict[str, object], topology: Topology, mismatched: set[str]
+) -> None:
+    gpus = (config_module.GpuSpec(uuid=UUID0, **spec), config_module.GpuSpec(uuid=UUID1))  # type: ignore[arg-type]
+    cfg = Config(nodes=(NodeSpec(name="n0", gpus=gpus),))
+    results = run_checks(cfg, topology, "n0", numactl_path=None)
+    failed = {r.name for r in results if r.status == "fail" and r.name in ("bus_id", "numa_node", "nvlink_peer")}
+    assert failed == mismatched, results
+    options = PlanOptions(entry=Entry("script", "t.py"), numactl=None)
+    if mismatched:
+        with pytest.raises(TopologyError) as info:
+            build_plan(cfg, topology, options)
+        assert str(info.value).count("cluster.nodes[0].gpus[0]") == len(mismatched)
+    else:
+        build_plan(cfg, topology, options)
