@@ -1,6 +1,7 @@
 """What torchrun users rely on besides the command line, with real processes: two one-node jobs on
 one host, a 30 s grace period for a checkpointing SIGTERM handler, output of a SIGKILLed worker, a
-progress bar drawn with \\r, and the launcher's own TORCHELASTIC_ERROR_FILE."""
+progress bar drawn with \\r, the launcher's own TORCHELASTIC_ERROR_FILE, and every PET_* variable
+under both launchers."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -146,3 +148,79 @@ def test_without_log_dir_the_summary_names_no_deleted_file(tmp_path: Path) -> No
         message["message"].startswith("ChildFailedError")
         and "exited with code 3" in message["extraInfo"]["py_callstack"]
     )
+
+
+# Every PET_* variable torchrun reads, set alone on a one-node job (with what it needs to take
+# effect under torchrun: on one node torchrun ignores a run id and master address unless a port or
+# endpoint is given), as (variables, launcher arguments, worker variables both launchers must
+# give). "{port}" is a free port, "{dump}" the launcher's output directory.
+_DUMP = ["tests/compat_worker.py", "--dump", "{dump}"]
+_TWO = ["--nproc-per-node=2", *_DUMP]
+_PORT = {"PET_MASTER_PORT": "{port}"}
+PET_CASES: dict[str, tuple[dict[str, str], list[str], dict[str, str]]] = {
+    "PET_NPROC_PER_NODE": ({"PET_NPROC_PER_NODE": "2"}, _DUMP, {"WORLD_SIZE": "2"}),
+    "PET_NNODES": ({"PET_NNODES": "1"}, _TWO, {"GROUP_WORLD_SIZE": "1"}),
+    "PET_NODE_RANK": ({"PET_NODE_RANK": "0"}, _TWO, {"GROUP_RANK": "0"}),
+    "PET_RDZV_BACKEND": ({"PET_RDZV_BACKEND": "c10d", "PET_RDZV_ENDPOINT": "localhost:{port}"}, _TWO, {}),
+    "PET_RDZV_ENDPOINT": ({"PET_RDZV_ENDPOINT": "127.0.0.1:{port}"}, _TWO, {"MASTER_PORT": "{port}"}),
+    "PET_RDZV_ID": ({"PET_RDZV_ID": "pet-id", **_PORT}, _TWO, {"TORCHELASTIC_RUN_ID": "pet-id"}),
+    "PET_RDZV_CONF": ({"PET_RDZV_CONF": "join_timeout=60"}, _TWO, {}),
+    "PET_STANDALONE": ({"PET_STANDALONE": "1"}, _TWO, {}),
+    "PET_MAX_RESTARTS": ({"PET_MAX_RESTARTS": "3"}, _TWO, {"TORCHELASTIC_MAX_RESTARTS": "3"}),
+    "PET_MONITOR_INTERVAL": ({"PET_MONITOR_INTERVAL": "0.5"}, _TWO, {}),
+    "PET_START_METHOD": ({"PET_START_METHOD": "fork"}, _TWO, {}),
+    "PET_EVENT_LOG_HANDLER": ({"PET_EVENT_LOG_HANDLER": "null"}, _TWO, {}),
+    "PET_ROLE": ({"PET_ROLE": "trainer"}, _TWO, {"ROLE_NAME": "trainer"}),
+    "PET_MODULE": ({"PET_MODULE": "1"}, ["--nproc-per-node=2", "compat_worker", "--dump", "{dump}"], {}),
+    "PET_NO_PYTHON": ({"PET_NO_PYTHON": "1"}, ["--nproc-per-node=2", sys.executable, *_DUMP], {}),
+    "PET_RUN_PATH": ({"PET_RUN_PATH": "1"}, _TWO, {}),
+    "PET_LOG_DIR": ({"PET_LOG_DIR": "{dump}/logs"}, _TWO, {}),
+    "PET_REDIRECTS": ({"PET_REDIRECTS": "1"}, _TWO, {}),
+    "PET_TEE": ({"PET_TEE": "2"}, _TWO, {}),
+    "PET_LOCAL_RANKS_FILTER": ({"PET_LOCAL_RANKS_FILTER": "0"}, _TWO, {}),
+    "PET_DUPLICATE_STDOUT_FILTERS": ({"PET_DUPLICATE_STDOUT_FILTERS": ""}, _TWO, {}),
+    "PET_DUPLICATE_STDERR_FILTERS": ({"PET_DUPLICATE_STDERR_FILTERS": ""}, _TWO, {}),
+    "PET_MASTER_ADDR": ({"PET_MASTER_ADDR": "127.0.0.1", **_PORT}, _TWO, {"MASTER_ADDR": "127.0.0.1"}),
+    "PET_MASTER_PORT": (_PORT, _TWO, {"MASTER_PORT": "{port}"}),
+    "PET_LOCAL_ADDR": ({"PET_LOCAL_ADDR": "127.0.0.1"}, _TWO, {}),
+    "PET_SIGNALS_TO_HANDLE": (
+        {"PET_SIGNALS_TO_HANDLE": "SIGTERM,SIGINT"},
+        _TWO,
+        {"TORCHELASTIC_SIGNALS_TO_HANDLE": "SIGTERM,SIGINT"},
+    ),
+    "PET_SHUTDOWN_TIMEOUT": ({"PET_SHUTDOWN_TIMEOUT": "10"}, _TWO, {}),
+    "PET_VIRTUAL_LOCAL_RANK": ({"PET_VIRTUAL_LOCAL_RANK": "1"}, _TWO, {"LOCAL_RANK": "0"}),
+}
+
+
+def test_every_pet_variable_has_a_case() -> None:
+    from openclaw_launch.cli.torchrun_compat import FLAGS
+
+    assert set(PET_CASES) == {name for flag in FLAGS for name in flag.env if name.startswith("PET_")}
+
+
+@pytest.mark.parametrize("variable", sorted(PET_CASES))
+def test_each_pet_variable_gives_the_workers_of_torchrun(tmp_path: Path, variable: str) -> None:
+    """Both launchers at once with the variable set: the same exit code, ranks, rank variables and
+    argv (tests/test_torchrun_compat.py's comparison), and the values the variable asks for."""
+    from test_torchrun_compat import assert_same, free_port, run_one
+
+    env, args, expected = PET_CASES[variable]
+    jobs, wanted = {}, {}
+    with ThreadPoolExecutor(2) as pool:
+        for which in ("torchrun", "openclaw"):
+            port, out = str(free_port()), tmp_path / which
+
+            def fill(text: str, port: str = port, out: Path = out) -> str:
+                return text.replace("{port}", port).replace("{dump}", str(out))
+
+            wanted[which] = {k: fill(v) for k, v in expected.items()}
+            variables = {k: fill(v) for k, v in env.items()}
+            jobs[which] = pool.submit(run_one, which, [fill(a) for a in args], variables, out)
+        results = {which: job.result() for which, job in jobs.items()}
+    assert_same(variable, results["torchrun"], results["openclaw"])
+    for which, (_, ranks) in results.items():
+        for rank, got in ranks.items():
+            assert {k: got.get(k) for k in wanted[which]} == wanted[which], f"{which} rank {rank}"
+    if variable == "PET_LOG_DIR":  # both wrote their workers' logs there
+        assert (tmp_path / "torchrun" / "logs").is_dir() and (tmp_path / "openclaw" / "logs").is_dir()
