@@ -184,3 +184,62 @@ def test_job_report_names_the_straggler_by_node_and_rank(tmp_path: Path) -> None
     assert (s["node"], s["rank"], s["phase"]) == ("node1", 2, "input")
     assert all(r["statistics"]["steps"] > 0 for r in job["ranks"])
     assert "straggler: rank 2 on node node1" in results["node0"][1]
+
+
+# ---- a hang is the job's fate (issue 16) -------------------------------------------------------
+
+STEPPER = str(ROOT / "tests" / "telemetry_workers" / "stepper.py")  # steps alone: no collective, no torch
+HANG_TIMEOUT_S = 3.0
+
+
+def start_steppers(tmp: Path, worker: Sequence[str]) -> dict[str, subprocess.Popen[str]]:
+    """Both nodes with the hang watch on and one restart allowed, the workers stepping on their own
+    (a hung rank on node1 does not hold node0's ranks back: only the agents can stop them)."""
+    master, agent = free_port(), free_port()
+    procs = {}
+    for node in ("node0", "node1"):
+        cmd = [sys.executable, "-m", "openclaw_launch", "--config", str(CONFIG), "--node", node]
+        cmd += ["--master-port", master, "--agent-port", agent, "--run-id", "hang", "--keepalive-s", "2"]
+        cmd += ["--grace-period-s", "2", "--hang-timeout-s", str(HANG_TIMEOUT_S), "--max-restarts", "1"]
+        cmd += ["--restart-backoff-s", "0.1", "--report", str(tmp / f"report-{node}.json"), STEPPER, *worker]
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        procs[node] = subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+    return procs
+
+
+def assert_one_hang_fate(tmp: Path, procs: dict[str, subprocess.Popen[str]], hung: Path) -> dict[str, tuple[int, str]]:
+    wait_files([hung], procs)
+    hung_at = time.monotonic()
+    for p in procs.values():
+        p.wait(timeout=60)
+    took = time.monotonic() - hung_at
+    results = finish(procs)
+    assert [code for code, _ in results.values()] == [124, 124], results  # one fate, every node
+    assert took < HANG_TIMEOUT_S + 8, f"both nodes stopped {took:.1f} s after the hang"
+    assert "node node1: hang: no step for 3 s; stuck: rank 2" in results["node0"][1]
+    for node in ("node0", "node1"):
+        report = json.loads((tmp / f"report-{node}.json").read_text())
+        assert report["exit_code"] == 124 and report["attempts"] == 1, node
+    job = json.loads((tmp / "report-node0-job.json").read_text())
+    assert job["exit_code"] == 124 and job["attempts"] == 1
+    assert [(r["rank"], r["node"]) for r in job["hang"]["ranks"] if r["stuck"]] == [(2, "node1")]
+    return results
+
+
+def test_a_hang_on_node1_alone_stops_both_nodes_with_124_and_no_restart(tmp_path: Path) -> None:
+    hung = tmp_path / "hung"
+    procs = start_steppers(tmp_path, ["--hang-rank", "2", "--hang-at", "10", "--hung-file", str(hung)])
+    results = assert_one_hang_fate(tmp_path, procs, hung)
+    assert "attempt 2/" not in results["node0"][1] + results["node1"][1]
+
+
+def test_a_hang_on_node1_then_a_failure_on_node0_is_still_the_hang(tmp_path: Path) -> None:
+    """Issue 16's case: rank 2 (node1) stops stepping, 12 s later rank 0 (node0) would exit 7. The
+    hang is the job's fate first: node0 is stopped before its rank fails; nobody restarts."""
+    hung = tmp_path / "hung"
+    worker = ["--hang-rank", "2", "--hang-at", "10", "--hung-file", str(hung)]
+    worker += ["--exit-rank", "0", "--exit-code", "7", "--exit-after-hung-s", "12"]
+    results = assert_one_hang_fate(tmp_path, start_steppers(tmp_path, worker), hung)
+    assert "EXITING rank 0" not in results["node0"][1]

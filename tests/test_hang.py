@@ -11,15 +11,18 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import IO
 
 import psutil
 import pytest
 
+from openclaw_launch.run.participant import StopKind, StopReason
 from openclaw_launch.stats.hang import HANG_EXIT_CODE, HangWatch
 from openclaw_launch.stats.hang_monitor import HangMonitor, HangOs, excerpt
 from openclaw_launch.telemetry import wire
 
 WORKER = str(Path(__file__).parent / "telemetry_workers" / "hang.py")
+STEPPER = str(Path(__file__).parent / "telemetry_workers" / "stepper.py")  # no torch, no collective
 ROOT = str(Path(__file__).parent.parent)
 
 
@@ -73,24 +76,66 @@ def test_monitor_signals_every_rank_reads_stacks_and_asks_for_124(tmp_path: Path
     said: list[str] = []
     hos = HangOs(kill=lambda pid, sig: sent.append((pid, sig)), monotonic=lambda: clock[0], find_py_spy=lambda: None)
     m = HangMonitor(
-        HangWatch(2.0, [(0, 0, "n"), (1, 1, "n")]), said.append, files, lambda r: str(tmp_path / f"log{r}"), hos
+        HangWatch(2.0, [(0, 0, "n"), (1, 1, "n")]), said.append, files, lambda r, a: str(tmp_path / f"log{r}"), hos
     )
-    m.before_attempt()
+    m.begin_attempt(0)
     for r in (0, 1):
         m.on_datagram(wire.Progress(r, 4, 0.0, None, 0.0, None, dump_signal=40, pid=10 + r))
     m.tick()
-    assert m.stop_code() is None and not sent
+    assert m.stop_reason() is None and not sent
     clock[0] = 2.0
     m.tick()
-    assert sorted(sent) == [(10, 40), (11, 40)] and m.stop_code() is None
+    assert sorted(sent) == [(10, 40), (11, 40)] and m.stop_reason() is None
     clock[0] = 3.5
     m.tick()
-    assert m.stop_code() == HANG_EXIT_CODE
+    reason = m.stop_reason()
+    assert reason is not None and reason.exit_code == HANG_EXIT_CODE and not reason.restartable
+    assert reason.kind is StopKind.HANG and reason.rank == 0 and not m.vote_restart(0, True)
     report = m.to_json()
     assert report is not None and report["stack_source"] == "faulthandler"
     assert report["ranks"][0]["stack"][:2] == ["Current thread 0x2:", "  rank0"]
     assert "rank1" in (tmp_path / "log1").read_text()
     assert any("stopping the job (exit code 124)" in s for s in said)
+
+
+def test_a_new_attempt_starts_the_watch_afresh_and_a_hang_in_it_is_judged_on_its_own_steps(tmp_path: Path) -> None:
+    """Attempt 0 hangs (the monitor ends in its stop state), the job restarts anyway (in the test:
+    another node's failure won), attempt 1 steps, then rank 1 stops: detected one timeout after its
+    own last step of attempt 1, not at once from attempt 0's state; a failure after a verdict
+    never restarts."""
+    clock = [0.0]
+    hos = HangOs(kill=lambda pid, sig: None, monotonic=lambda: clock[0], find_py_spy=lambda: None)
+    said: list[str] = []
+    m = HangMonitor(HangWatch(2.0, [(0, 0, "n"), (1, 1, "n")]), said.append, {}, lambda r, a: None, hos)
+
+    def steps(at: float, ranks: tuple[int, ...] = (0, 1)) -> None:
+        clock[0] = at
+        for r in ranks:
+            m.on_datagram(wire.Progress(r, int(at * 10), 0.0, None, 0.0, None, dump_signal=None, pid=10 + r))
+        m.tick()
+
+    m.begin_attempt(0)
+    steps(1.0)
+    steps(3.5, ranks=(0,))
+    steps(4.0, ranks=(0,))  # no dump signal announced: straight to the stop
+    assert m.stop_reason() is not None and not m.vote_restart(0, True)
+    m.begin_attempt(1)
+    assert m.stop_reason() is None and m.verdict is None and m.vote_restart(1, True)
+    for t in (4.5, 5.0, 5.5, 6.0):
+        steps(t)
+        assert m.stop_reason() is None
+    for t in (7.0, 7.9):
+        steps(t, ranks=(0,))
+        assert m.stop_reason() is None, "judged on attempt 0's state"
+    steps(8.1, ranks=(0,))
+    steps(8.2, ranks=(0,))
+    reason = m.stop_reason()
+    assert reason is not None and reason.rank == 1 and m.attempt == 1
+    m.begin_attempt(2)
+    steps(9.0)
+    m.on_stop(StopReason(StopKind.FAILURE, 3, "rank 0 exited 3", True, "n", 0))
+    steps(12.0, ranks=())  # the node is stopping: its ranks stop stepping, which is no hang
+    assert m.stop_reason() is None and m.vote_restart(2, True)
 
 
 def test_excerpt_is_bounded() -> None:
@@ -105,7 +150,9 @@ def test_excerpt_is_bounded() -> None:
 class Job:
     """The launcher as a user runs it; its stderr lines with the time each arrived."""
 
-    def __init__(self, tmp: Path, launcher_args: list[str], worker_args: list[str], nproc: int = 2) -> None:
+    def __init__(
+        self, tmp: Path, launcher_args: list[str], worker_args: list[str], nproc: int = 2, worker: str = WORKER
+    ) -> None:
         self.tmp = tmp
         self.marker = f"mark-{os.getpid()}-{time.monotonic_ns()}"
         self.report = tmp / "report.json"
@@ -127,7 +174,7 @@ class Job:
                 "--stats-interval-s",
                 "1",
                 *launcher_args,
-                WORKER,
+                worker,
                 "--marker",
                 self.marker,
                 *worker_args,
@@ -147,7 +194,7 @@ class Job:
             t.start()
 
     @staticmethod
-    def _pump(stream, into: list[tuple[float, str]]) -> None:  # type: ignore[no-untyped-def]
+    def _pump(stream: IO[str], into: list[tuple[float, str]]) -> None:
         for line in stream:
             into.append((time.time(), line.rstrip("\n")))
 
@@ -202,6 +249,42 @@ def test_a_hung_rank_is_named_with_its_stack_and_the_job_ends(tmp_path: Path, mo
         assert waiting["phase"] == "collective" and waiting["collective"] == "all_reduce"
         shown = "\n".join(line for _, line in job.err)
         assert f'hang.py", line {line} in main' in shown  # the stuck rank's stack on the console
+    assert job.leftovers() == []
+
+
+def test_after_a_hang_no_restart_even_with_max_restarts(tmp_path: Path) -> None:
+    job = Job(
+        tmp_path,
+        ["--hang-timeout-s", "2", "--max-restarts", "2", "--restart-backoff-s", "0.1"],
+        ["--hang-rank", "1", "--hang-at", "5"],
+        worker=STEPPER,
+    )
+    assert job.wait() == HANG_EXIT_CODE, "\n".join(line for _, line in job.err)
+    report = json.loads(job.report.read_text())
+    assert report["exit_code"] == HANG_EXIT_CODE and report["attempts"] == 1
+    assert [r["rank"] for r in report["hang"]["ranks"] if r["stuck"]] == [1]
+    assert not [line for _, line in job.err if "openclaw-launch: attempt 2/" in line]
+    assert job.leftovers() == []
+
+
+def test_a_failure_restarts_and_a_hang_in_the_next_attempt_is_detected_on_its_own_steps(tmp_path: Path) -> None:
+    """The hang watch starts afresh per attempt: rank 1 exits 7 in attempt 0 (a restart), hangs in attempt 1."""
+    timeout_s = 2.0
+    job = Job(
+        tmp_path,
+        ["--hang-timeout-s", str(timeout_s), "--max-restarts", "1", "--restart-backoff-s", "0.1"],
+        ["--exit-rank", "1", "--exit-at", "5", "--exit-attempts", "0"]
+        + ["--hang-rank", "1", "--hang-at", "8", "--hang-attempts", "1"],
+        worker=STEPPER,
+    )
+    assert job.wait() == HANG_EXIT_CODE, "\n".join(line for _, line in job.err)
+    hung_at = float(job.first(job.out, r"HANGING rank 1 attempt 1")[1].split()[-1])
+    named_at, _ = job.first(job.err, r"^openclaw-launch: hang: no step for")
+    assert 0 <= named_at - hung_at <= timeout_s + 2.0
+    report = json.loads(job.report.read_text())
+    assert report["exit_code"] == HANG_EXIT_CODE and report["attempts"] == 2
+    assert [r["rank"] for r in report["hang"]["ranks"] if r["stuck"]] == [1]
+    assert [h["root_cause"]["exit_code"] if h["root_cause"] else None for h in report["attempt_history"]] == [7, None]
     assert job.leftovers() == []
 
 

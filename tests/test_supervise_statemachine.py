@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import io
 import signal
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pytest
 from supervise_driver import make_plan
 
 from openclaw_launch.run.osproc import Reaped, Spawned
-from openclaw_launch.run.supervise import SuperviseHooks, SuperviseOptions, WorkerResult, supervise
+from openclaw_launch.run.participant import Participant, StopKind, StopReason
+from openclaw_launch.run.supervise import JobResult, SuperviseOptions, supervise
 
 WAKE_FD = 1000
 TERM, KILL = signal.SIGTERM, signal.SIGKILL
@@ -156,9 +157,9 @@ class FakeOs:
         return [(t, pid) for t, call, pid, s in self.calls if s == sig and call == "killpg"]
 
 
-def run(fake: FakeOs, n: int, hooks: SuperviseHooks | None = None, **kw: object):  # type: ignore[no-untyped-def]
+def run(fake: FakeOs, n: int, participants: Sequence[Participant] = (), **kw: object) -> JobResult:
     options = SuperviseOptions(use_guardian=False, stderr=io.StringIO(), **kw)  # type: ignore[arg-type]
-    return supervise(make_plan(n, []), options, fake, hooks)
+    return supervise(make_plan(n, []), options, fake, participants)
 
 
 def test_failure_sigterms_all_groups_then_sigkills_survivors_after_grace() -> None:
@@ -206,11 +207,14 @@ def test_restart_with_exponential_backoff_and_hooks() -> None:
     fake = FakeOs(procs)
     seen: list[tuple[str, int]] = []
 
-    def after(attempt: int, results: tuple[WorkerResult, ...]) -> None:
-        seen.append(("after", attempt))
+    class Recorder(Participant):
+        def begin_attempt(self, attempt: int) -> None:
+            seen.append(("before", attempt))
 
-    hooks = SuperviseHooks(before_attempt=lambda a: seen.append(("before", a)), after_attempt=after)
-    result = run(fake, 1, hooks, max_restarts=5, restart_backoff_s=0.5)
+        def end_attempt(self, attempt: int) -> None:
+            seen.append(("after", attempt))
+
+    result = run(fake, 1, [Recorder()], max_restarts=5, restart_backoff_s=0.5)
     assert result.exit_code == 0 and result.attempts == 3
     # attempt 0 ends at 1.0, backoff 0.5 -> 1.5; attempt 1 ends at 2.5, backoff 1.0 -> 3.5
     assert [t for t, _ in fake.spawned] == [0.0, 1.5, 3.5]
@@ -230,6 +234,87 @@ def test_exempt_pids_are_not_killed_as_leftovers() -> None:
     fake = FakeOs([FakeProc(exit_after=1.0)])
     fake.by_pid[50] = daemon
     daemon.pid = 50
-    result = run(fake, 1, SuperviseHooks(exempt_pids=lambda: [50]))
+
+    class Daemon(Participant):
+        def exempt_pids(self) -> list[int]:
+            return [50]
+
+    result = run(fake, 1, [Daemon()])
     assert result.exit_code == 0
     assert not [c for c in fake.calls if c[2] == 50]
+
+
+class Scripted(Participant):
+    """A participant that gives ``reason`` once the fake clock reaches ``at`` (in attempt ``in_attempt``),
+    and records what the supervisor tells it."""
+
+    def __init__(self, fake: FakeOs, reason: StopReason | None = None, at: float = 0.0, in_attempt: int = 0) -> None:
+        self.fake, self.reason, self.at, self.in_attempt = fake, reason, at, in_attempt
+        self.attempt = -1
+        self.told: list[tuple[int, StopKind]] = []
+        self.votes: list[tuple[int, bool]] = []
+
+    def begin_attempt(self, attempt: int) -> None:
+        self.attempt = attempt
+
+    def timers(self) -> list[tuple[float, Callable[[], None]]]:
+        return [(0.5, lambda: None)]  # the loop wakes up to ask for the reason
+
+    def stop_reason(self) -> StopReason | None:
+        due = self.attempt == self.in_attempt and self.fake.now >= self.at
+        return self.reason if due else None
+
+    def on_stop(self, reason: StopReason) -> None:
+        self.told.append((self.attempt, reason.kind))
+
+    def vote_restart(self, attempt: int, wish: bool) -> bool:
+        self.votes.append((attempt, wish))
+        return wish
+
+
+HANG = StopReason(StopKind.HANG, 124, "hang: rank 0", False, "node0", 0)
+
+
+def test_a_participants_stop_reason_stops_every_group_tells_the_others_and_is_never_restarted() -> None:
+    fake = FakeOs([FakeProc(), FakeProc()])
+    hang, other = Scripted(fake, HANG, at=2.0), Scripted(fake)
+    result = run(fake, 2, [hang, other], max_restarts=3, grace_period_s=5.0)
+    assert fake.signals_sent(TERM)[:2] == [(2.0, 100), (2.0, 101)]
+    assert result.exit_code == 124 and result.attempts == 1 and result.root_cause is None
+    assert other.told == [(0, StopKind.HANG)] and hang.told == []  # the source is not told its own reason
+    assert other.votes == [(0, False)]  # the node's own wish: a hang is not restartable
+
+
+def test_a_failure_restarts_unless_a_participant_votes_no_and_the_next_attempt_starts_afresh() -> None:
+    fake = FakeOs([FakeProc(exit_after=1.0, exit_code=3), FakeProc(exit_after=1.0)])
+    watcher = Scripted(fake, HANG, at=0.0, in_attempt=1)  # a reason in attempt 1 only
+    result = run(fake, 1, [watcher], max_restarts=3, restart_backoff_s=0.5)
+    assert watcher.told == [(0, StopKind.FAILURE)] and watcher.votes == [(0, True), (1, False)]
+    assert result.attempts == 2 and result.exit_code == 124
+
+    class Veto(Participant):
+        def vote_restart(self, attempt: int, wish: bool) -> bool:
+            return False
+
+    fake = FakeOs([FakeProc(exit_after=1.0, exit_code=3)])
+    result = run(fake, 1, [Veto()], max_restarts=3)
+    assert result.attempts == 1 and result.exit_code == 3
+
+
+def test_the_job_wide_reason_decides_the_exit_code_over_this_nodes_first() -> None:
+    fake = FakeOs([FakeProc(exit_after=1.0, exit_code=3)])
+    remote = StopReason(StopKind.REMOTE, 124, "node node1: hang: rank 2", False, "node1", 2)
+    agent = Scripted(fake, remote, at=1.0)  # came in the same step as the local failure, second
+    result = run(fake, 1, [agent], max_restarts=3)
+    assert agent.told == [(0, StopKind.FAILURE)]
+    assert result.exit_code == 124 and result.attempts == 1
+    assert result.root_cause is not None and result.root_cause.exit_code == 3  # still this node's root cause
+
+
+def test_a_signal_while_stopping_for_a_failure_is_a_reason_too_no_restart() -> None:
+    fake = FakeOs([FakeProc(exit_after=1.0, exit_code=3), FakeProc(dies_on=frozenset({KILL}))], signals=[(2.0, TERM)])
+    other = Scripted(fake)
+    result = run(fake, 2, [other], max_restarts=3, grace_period_s=30.0)
+    assert other.told == [(0, StopKind.FAILURE), (0, StopKind.SIGNAL)]
+    assert result.attempts == 1 and result.exit_code == 3  # the root cause's code, as before
+    assert (2.0, 101) in fake.signals_sent(KILL)  # the second stop request escalates

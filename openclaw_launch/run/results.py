@@ -110,3 +110,21 @@ def read_error_file(text: str) -> str:
         parts = [str(message.get("message") or ""), str(extra.get("py_callstack") or "")]
         return "\n".join(p.rstrip() for p in parts if p)
     return text.strip()
+
+
+def format_summary(job: JobResult, kill_timeout_s: float, error_file_kept: bool) -> str:
+    """The lines printed when the job ends: the signal received, the root cause, what would not die."""
+    lines: list[str] = []
+    if job.signal_received is not None:
+        name = signal_name(job.signal_received)
+        lines.append(f"openclaw-launch: received {name}; forwarded it to the workers and stopped them")
+    if job.root_cause is not None:
+        lines.append(f"openclaw-launch: job failed with exit code {job.exit_code}")
+        lines.append(format_root_cause(job.root_cause, error_file_kept))
+    if job.unkillable:
+        pids = ", ".join(map(str, job.unkillable))
+        lines.append(
+            f"openclaw-launch: gave up on pid(s) {pids}: still alive {kill_timeout_s}s after "
+            "SIGKILL (uninterruptible sleep, state D; check hung I/O or the GPU driver)"
+        )
+    return "\n".join(lines)

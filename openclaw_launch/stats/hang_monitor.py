@@ -1,8 +1,12 @@
-"""The effects of hang detection: ``HangMonitor`` runs ``stats.hang.HangWatch`` from the
-supervisor's periodic hook and never blocks the loop: it sends the stack-dump signal the bootstrap's
-faulthandler listens for (or runs ``py-spy dump`` in a thread when py-spy is installed), waits a
-bounded time for the stacks, appends each rank's stack to its stderr log, prints the stuck ranks'
-stacks on the console, and asks the supervisor to stop the job with ``HANG_EXIT_CODE``.
+"""The effects of hang detection: ``HangMonitor`` runs ``stats.hang.HangWatch`` on a timer of the
+supervisor and never blocks the loop: it sends the stack-dump signal the bootstrap's faulthandler
+listens for (or runs ``py-spy dump`` in a thread when py-spy is installed), waits a bounded time for
+the stacks, appends each rank's stack to its stderr log, prints the stuck ranks' stacks on the
+console, and then gives the supervisor its stop reason: a hang, ``HANG_EXIT_CODE``, never restarted.
+
+It is a supervision participant (run/participant.py): every attempt starts it afresh (nothing armed,
+no verdict), it watches only while the attempt runs (a rank that stops stepping because the node is
+stopping is no hang), and it votes against a restart once it has a verdict in the attempt.
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from openclaw_launch.run.participant import Participant, StopKind, StopReason, Timer
 from openclaw_launch.stats.hang import (
+    CHECK_INTERVAL_S,
     EXCERPT_LINES,
     HANG_EXIT_CODE,
     MAX_STACK_BYTES,
@@ -104,34 +110,67 @@ class HangOs:
     find_py_spy: Callable[[], PySpy | None] = PySpy.find
 
 
-class HangMonitor:
-    """Detect -> dump stacks -> report -> ask the supervisor to stop (``stop_code``)."""
+class HangMonitor(Participant):
+    """Detect -> dump stacks -> report -> stop reason (states: watching -> dumping -> stop; off once
+    the node stops for another reason)."""
 
     def __init__(
         self,
         watch: HangWatch,
         say: Callable[[str], None],
         stack_files: Mapping[int, str],
-        log_path: Callable[[int], str | None],
+        log_path: Callable[[int, int], str | None],
         os_: HangOs | None = None,
     ) -> None:
         self.watch = watch
         self._say = say
         self._stack_files = dict(stack_files)  # rank -> the faulthandler's file
-        self._log_path = log_path  # rank -> its stderr log of this attempt (None: no logs)
+        self._log_path = log_path  # (rank, attempt) -> its stderr log (None: no logs)
         self.os = os_ or HangOs()
+        self.attempt = 0
+        self.begin_attempt(0)
+
+    # ---- the attempt contract (run/participant.py) ------------------------------------------------
+
+    def begin_attempt(self, attempt: int) -> None:
+        """Nothing of the previous attempt survives: no armed rank, no verdict, no stop."""
+        self.attempt = attempt
+        self.watch.reset(self.os.monotonic())
         self.verdict: Verdict | None = None
         self.stacks: dict[int, str] = {}
         self.stack_source: str | None = None
         self.detected_at: float | None = None
         self._deadline = 0.0
         self._py_spy: PySpy | None = None
-        self._state = "watching"  # -> dumping -> stop
+        self._state = "watching"  # -> dumping -> stop; or off
         self._told_no_source = False
 
-    def before_attempt(self) -> None:
-        if self._state == "watching":
-            self.watch.reset(self.os.monotonic())
+    def timers(self) -> list[Timer]:
+        return [(CHECK_INTERVAL_S, self.tick)]
+
+    def stop_reason(self) -> StopReason | None:
+        if self._state != "stop" or self.verdict is None:
+            return None
+        stuck = self.verdict.stuck or self.verdict.ranks
+        text = f"hang: no step for {self.watch.timeout_s:g} s; stuck: " + "; ".join(h.describe() for h in stuck)
+        first = stuck[0] if stuck else None
+        return StopReason(
+            StopKind.HANG, HANG_EXIT_CODE, text, False, first.node if first else None, first.rank if first else None
+        )
+
+    def on_stop(self, reason: StopReason) -> None:
+        """The node stops for another reason: watch no more; a verdict already taken still stands
+        (its stacks as far as they came), so that the attempt is not restarted."""
+        if self._state == "dumping":
+            self._collect()
+            self._state = "stop"
+        elif self._state == "watching":
+            self._state = "off"
+
+    def vote_restart(self, attempt: int, wish: bool) -> bool:
+        return wish and self.verdict is None
+
+    # ---- the watch -------------------------------------------------------------------------------
 
     def on_datagram(self, item: wire.Batch | wire.Progress) -> None:
         now = self.os.monotonic()
@@ -147,9 +186,6 @@ class HangMonitor:
         elif self._state == "dumping" and (now >= self._deadline or self._dumps_done()):
             self._collect()
             self._state = "stop"
-
-    def stop_code(self) -> int | None:
-        return HANG_EXIT_CODE if self._state == "stop" else None
 
     def _watch(self, now: float) -> None:
         waited = now - self.watch.started
@@ -211,7 +247,7 @@ class HangMonitor:
             self.stacks = {r: read_stack_file(p) for r, p in self._stack_files.items() if r in self.watch.ranks}
         self.stacks = {r: t for r, t in self.stacks.items() if t.strip()}
         for rank, text in sorted(self.stacks.items()):
-            path = self._log_path(rank)
+            path = self._log_path(rank, self.attempt)
             if path:
                 try:
                     with open(path, "ab") as f:  # O_APPEND: interleaves by whole writes with the supervisor's
@@ -229,8 +265,8 @@ class HangMonitor:
                 lines += [f"  {line}" for line in excerpt(stack)]
         if not self.stacks:
             lines.append(
-                "openclaw-launch: hang: no stacks (install py-spy, or run the workers under the bootstrap: "
-                "--telemetry hooks/full/api)"
+                "openclaw-launch: hang: no stacks (install py-spy; without it the stacks come from the "
+                "bootstrap's faulthandler, which runs only in Python workers the launcher starts, not --no-python)"
             )
         lines.append(f"openclaw-launch: hang: stopping the job (exit code {HANG_EXIT_CODE})")
         self._say("\n".join(lines))

@@ -12,6 +12,7 @@ import statistics
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from openclaw_launch.run.participant import Participant, Timer
 from openclaw_launch.stats import verdict
 from openclaw_launch.stats.collect import Collector, RankSummary
 from openclaw_launch.stats.inbox import Inbox
@@ -26,7 +27,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class StatsSession:
+class StatsSession(Participant):
+    """A supervision participant: its readers (the inbox, the helper's link), its timers (the live
+    line, the metrics refresh), a reset per attempt."""
+
     def __init__(
         self,
         plan: LaunchPlan,
@@ -36,6 +40,7 @@ class StatsSession:
         gpu_source: Callable[[list[str]], SampleSource] | None = None,
         metrics_port: int | None = None,
         stats_file: str | None = None,
+        interval_s: float = 0.0,
     ) -> None:
         """``gpu_source`` (called in the helper), ``metrics_port`` (0: a free one) and ``stats_file``:
         the helper's parts; it is started only when one of them is asked for."""
@@ -53,6 +58,7 @@ class StatsSession:
         self.hang: HangMonitor | None = None  # --hang-timeout-s
         self.helper: StatsHelper | None = None
         self.stats_file = stats_file  # --stats-file
+        self.interval_s = interval_s  # the live line (and a --stats-file line) this often; 0: none
         self.attempt = 0
         self.states: dict[int, str] = {}  # rank -> worker state for the live metrics
         uuids = sorted({r.gpu_uuid for r in plan.ranks if r.gpu_uuid}) if gpu_source is not None else []
@@ -90,20 +96,19 @@ class StatsSession:
             if self.hang is not None:
                 self.hang.on_datagram(item)
 
-    def before_attempt(self, attempt: int) -> None:
+    def begin_attempt(self, attempt: int) -> None:
+        """Statistics are per attempt: a restart starts from nothing (the hang watch resets itself)."""
         self.collector.reset()
         self.attempt = attempt
         self.states = {}
-        if self.hang is not None:
-            self.hang.before_attempt()
 
-    def hang_tick(self) -> None:
-        """Every hang.CHECK_INTERVAL_S while workers run."""
-        self.drain()
-        if self.hang is not None:
-            self.hang.tick()
-            if self.hang.verdict is not None:
-                self.states.update({h.rank: "hung" for h in self.hang.verdict.stuck})
+    def timers(self) -> list[Timer]:
+        from openclaw_launch.stats.metrics import REFRESH_S
+
+        out: list[Timer] = [(self.interval_s, self.live_line)] if self.interval_s > 0 else []
+        if self.metrics_port is not None:
+            out.append((REFRESH_S, self.publish))
+        return out
 
     def publish(self) -> None:
         """Every metrics.REFRESH_S: the endpoint's numbers."""
@@ -115,7 +120,10 @@ class StatsSession:
         from openclaw_launch.stats.metrics import snapshot
 
         gpus = self.helper.latest if self.helper is not None else {}
-        return snapshot(self.plan, self.attempt, self.collector.summaries(), self.states, gpus)
+        states = dict(self.states)
+        if self.hang is not None and self.hang.verdict is not None:
+            states.update({h.rank: "hung" for h in self.hang.verdict.stuck})
+        return snapshot(self.plan, self.attempt, self.collector.summaries(), states, gpus)
 
     def live_line(self) -> None:
         """The one-line summary printed every --stats-interval-s (and a line of --stats-file)."""

@@ -1,0 +1,94 @@
+"""The attempt contract: the one interface every part taking part in supervision implements.
+
+The supervisor (``run/supervise.py``) holds a list of participants (statistics session, hang
+watch, node agent, MPS daemon, job cgroup) and asks each the same questions; no participant's
+answer depends on another's or on its place in the list:
+
+- ``begin_attempt(n)``: attempt n starts; forget everything of the previous one (a stopped
+  state carried into the next attempt would stop it at once).
+- ``readers()``: descriptors watched for the whole job, and what to call when one is readable.
+- ``timers()``: ``(interval_s, callback)`` pairs, called while an attempt is open.
+- ``stop_reason()``: None, or why this node must stop now (a ``StopReason``); asked after every
+  loop step while an attempt is open. Stays the same until the next ``begin_attempt``.
+- ``on_stop(reason)``: this node stops, for a reason that is not this participant's own (a
+  worker failed, a signal, another participant's reason); the agent publishes it as the job's fate.
+- ``holds_attempt()``: keep the attempt open after its workers are gone (the agent: until every
+  node is done with it).
+- ``vote_restart(attempt, wish)``: after the attempt, given this node's wish (every stop reason
+  restartable and attempts left). The job restarts iff the wish holds and no participant says no.
+- ``exempt_pids()``: processes never killed as leftovers (the MPS daemon).
+- ``end_attempt(n)``: attempt n's workers and their leftovers are gone.
+
+What a participant contributes to the report is read from it after ``supervise`` returns
+(``StatsSession.finish``, ``Agent.finish``). Pre-flight (``run --preflight``) is no participant:
+it runs before supervision starts (cli/run.py) and starts nothing if a tier fails.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+
+class StopKind(enum.Enum):
+    FAILURE = "failure"  # a worker of this node failed, or could not be started
+    SIGNAL = "signal"  # this launcher received a stopping signal
+    HANG = "hang"  # --hang-timeout-s fired on this node (stats/hang_monitor.py)
+    LOST = "lost"  # a node of the job, or the first node's store, is gone (agents)
+    REMOTE = "remote"  # another node stopped first: the job's fate (agents/fate.py)
+
+
+@dataclass(frozen=True)
+class StopReason:
+    """Why a node stops an attempt; the job's exit code is the job-wide reason's, else the first."""
+
+    kind: StopKind
+    exit_code: int
+    text: str  # what the user is told (a remote reason: the other node's text)
+    restartable: bool  # a failure is; a signal, a hang or a lost node never is
+    node: str | None = None  # whose stop it is (a remote or lost reason: the other node)
+    rank: int | None = None  # the failed or stuck rank, where there is one
+
+    @property
+    def job_wide(self) -> bool:
+        """The agents' word on the whole job: it decides the exit code over this node's own reasons."""
+        return self.kind in (StopKind.REMOTE, StopKind.LOST)
+
+    @property
+    def headline(self) -> str:
+        return self.text.splitlines()[0] if self.text else self.kind.value
+
+
+Timer = tuple[float, Callable[[], None]]
+
+
+class Participant:
+    """Base of every participant: each method's default is "no part in this"."""
+
+    def begin_attempt(self, attempt: int) -> None:
+        return None
+
+    def readers(self) -> Mapping[int, Callable[[], None]]:
+        return {}
+
+    def timers(self) -> Sequence[Timer]:
+        return ()
+
+    def stop_reason(self) -> StopReason | None:
+        return None
+
+    def on_stop(self, reason: StopReason) -> None:
+        return None
+
+    def holds_attempt(self) -> bool:
+        return False
+
+    def vote_restart(self, attempt: int, wish: bool) -> bool:
+        return wish
+
+    def exempt_pids(self) -> Iterable[int]:
+        return ()
+
+    def end_attempt(self, attempt: int) -> None:
+        return None
