@@ -17,12 +17,10 @@ from supervise_driver import make_plan
 
 from openclaw_launch.agents.fingerprint import differences, fingerprint
 from openclaw_launch.agents.hostlist import expand_hostlist, parse_hostlist
-from openclaw_launch.agents.merge import merge_reports, node_payload
 from openclaw_launch.config.model import Config, NodeSpec, Runtime
 from openclaw_launch.errors import PlanError
 from openclaw_launch.plan.build import Entry, PlanOptions, build_plan
 from openclaw_launch.run.supervise import JobResult, SuperviseOptions, supervise
-from openclaw_launch.stats.collect import PhaseSummary, RankSummary
 from openclaw_launch.topology.model import Topology
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,71 +81,6 @@ def test_one_nccl_variable_one_config_value_one_version_each_named_with_both_val
         "node b: env.NCCL_NTHREADS = '8', node a has <unset>",
         "node b: version.torch = '2.12.0', node a has '2.13.0'",
     ]
-
-
-def _summary(rank: int, step_s: float, work_s: float) -> RankSummary:
-    wait = step_s - work_s
-    return RankSummary(
-        rank=rank,
-        steps=20,
-        measured_steps=17,
-        step_p50_s=step_s,
-        step_p90_s=step_s,
-        step_p99_s=step_s,
-        step_max_s=step_s,
-        step_mean_s=step_s,
-        phases={
-            "compute": PhaseSummary(work_s, work_s, work_s, work_s / step_s),
-            "sync": PhaseSummary(wait, wait, wait, wait / step_s),
-        },
-        sync_phases=("sync",),
-        gpu_sync_s=None,
-        gpu_late_s=None,
-        step_source="api",
-        dropped_batches=0,
-    )
-
-
-def _node_report(node: str, ranks: list[int], code: int = 0) -> dict[str, object]:
-    def entry(rank: int) -> dict[str, object]:
-        return {"rank": rank, "node": node, "exit_code": code, "signal": None, "statistics": None, "gpu": None}
-
-    return {
-        "schema": "openclaw-report/2",
-        "run_id": "j",
-        "node": node,
-        "world_size": 3,
-        "exit_code": code,
-        "attempts": 1,
-        "signal_received": None,
-        "root_cause": None,
-        "unkillable_pids": [],
-        "statistics": {"threshold_pct": 5.0, "gpu_error": None, "bad_datagrams": 0},
-        "stragglers": [],
-        "ranks": [entry(r) for r in ranks],
-    }
-
-
-def test_job_report_judges_stragglers_over_every_node_and_names_node_and_rank() -> None:
-    a = node_payload(
-        _node_report("a", [0, 1]),
-        {"summaries": [_summary(0, 0.1, 0.05), _summary(1, 0.1, 0.05)], "threshold_pct": 5.0},
-    )
-    b = node_payload(_node_report("b", [2]), {"summaries": [_summary(2, 0.1, 0.095)], "threshold_pct": 5.0})
-    job = merge_reports([a, b], ["a", "b", "c"], 0, None)
-    assert job["scope"] == "job" and [r["rank"] for r in job["ranks"]] == [0, 1, 2]
-    assert [n["node"] for n in job["nodes"]] == ["a", "b"] and job["missing_nodes"] == ["c"]
-    assert [(s["node"], s["rank"]) for s in job["stragglers"]] == [("b", 2)]
-    assert job["ranks"][0]["statistics"]["wait_share"] > 0.4  # rank 0 waited for rank 2 on node b
-
-
-def test_a_variable_the_workers_inherit_from_one_launcher_is_a_difference() -> None:
-    """The plan copies no CUDA_* variable, but the workers inherit the launcher's environment."""
-    prints = {
-        "a": _fp("a", _config(), {}),
-        "b": _fp("b", _config(), {"CUDA_LAUNCH_BLOCKING": "1", "CUDA_VISIBLE_DEVICES": "3", "SLURM_NODEID": "1"}),
-    }
-    assert differences(prints) == ["node b: env.CUDA_LAUNCH_BLOCKING = '1', node a has <unset>"]
 
 
 def test_supervisor_forwards_usr1_without_stopping_and_stops_on_term(tmp_path: Path) -> None:

@@ -21,7 +21,10 @@ from openclaw_launch.config.reader import parse_config
 from openclaw_launch.errors import OpenclawError
 from openclaw_launch.plan.build import Entry, PlanOptions, build_plan
 from openclaw_launch.report.build import load_report
+from openclaw_launch.report.codec import to_json
+from openclaw_launch.report.format import format_report
 from openclaw_launch.topology.snapshot import topology_from_snapshot
+from tests.report_samples import HANG, PREFLIGHT, STRAGGLER, node_report
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
@@ -115,12 +118,7 @@ def test_mutated_snapshots_load_or_fail_cleanly(snapshot: Path) -> None:
 
 
 def test_mutated_reports_are_refused_with_the_field(tmp_path: Path) -> None:
-    rank = {"rank": 0, "node": "n", "exit_code": 0, "signal": None, "wall_s": 1.0, "cpu_s": 0.5}
-    rank |= {"max_rss_kib": 1, "bound_cpus": "0", "bound_mems": "0", "statistics": None}
-    good = {"schema": "openclaw-report/2", "run_id": "r", "node": "n", "exit_code": 0, "attempts": 1}
-    good |= {"ranks": [rank], "statistics": None, "stragglers": []}
-    from openclaw_launch.report.build import format_report
-
+    good = to_json(node_report(stragglers=(STRAGGLER,), hang=HANG, preflight=PREFLIGHT))
     rng = random.Random("report")
     path = tmp_path / "r.json"
     for _ in range(MUTATIONS_PER_FILE * 2):

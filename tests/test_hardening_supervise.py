@@ -189,7 +189,7 @@ def test_guardian_death_is_noticed_and_reported() -> None:
     guardian.close()
     assert result.exit_code == 0
     assert result.guardian_lost is not None and "guardian" in err.getvalue()
-    assert build_report(plan, result)["guardian_lost"] == result.guardian_lost  # type: ignore[arg-type]
+    assert build_report(plan, result, None, result.exit_code).guardian_lost == result.guardian_lost  # type: ignore[arg-type]
 
 
 def test_restarts_print_a_line_and_the_report_keeps_every_attempt() -> None:
@@ -202,9 +202,9 @@ def test_restarts_print_a_line_and_the_report_keeps_every_attempt() -> None:
     assert result.attempts == 3 and result.exit_code == 3
     assert "attempt 2/3 after rank 1 exited 3" in err.getvalue()
     assert "attempt 3/3 after rank 1 exited 3" in err.getvalue()
-    history = build_report(plan, result)["attempt_history"]  # type: ignore[arg-type]
-    assert [a["root_cause"]["rank"] for a in history] == [1, 1, 1]
-    assert all(len(a["ranks"]) == 2 and a["ranks"][0]["wall_s"] is not None for a in history)
+    history = build_report(plan, result, None, result.exit_code).attempt_history  # type: ignore[arg-type]
+    assert [a.root_cause.rank if a.root_cause else None for a in history] == [1, 1, 1]
+    assert all(len(a.ranks) == 2 and a.ranks[0].wall_s is not None for a in history)
 
 
 def test_only_groups_still_ours_are_signalled(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from test_supervise_run import HANG_GUARD_S, recorded_pids, wait_gone
 from test_supervise_signals import _unshare_works, finish, wait_files
 
 from openclaw_launch.plan.env import TORCHRUN_ENV
+from openclaw_launch.report.model import SCHEMA
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = str(ROOT / "tests" / "fake_worker.py")
@@ -100,7 +101,7 @@ def test_failure_report_is_written_and_exit_code_is_the_workers(tmp_path: Path) 
     assert code == 7, err
     assert "root cause: rank 1" in err and "boom" in err
     data = json.loads(report.read_text())
-    assert data["schema"] == "openclaw-report/2" and data["exit_code"] == 7
+    assert data["schema"] == SCHEMA and data["exit_code"] == 7
     assert data["root_cause"]["rank"] == 1
     assert not list(tmp_path.glob(".run.json*"))  # atomic: no temp file left
 

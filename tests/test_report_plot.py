@@ -3,6 +3,7 @@ a report without step statistics and an unwritable path are one clean error each
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import struct
@@ -13,90 +14,52 @@ from typing import Any
 
 import pytest
 
+from openclaw_launch.report.codec import to_json
+from openclaw_launch.report.model import StragglerEntry
+from openclaw_launch.report.rank import SectionTimes, StepStatistics, StepTimes
+from tests.report_samples import node_report, rank_entry, step_statistics
+
 pytest.importorskip("matplotlib")
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-def _stats(input_ms: float, work_ms: float, wait_ms: float) -> dict[str, Any]:
+def _stats(input_ms: float, work_ms: float, wait_ms: float) -> StepStatistics:
+    """A rank whose step has an input stage, forward + optimizer work, and a waiting backward (DDP)."""
     step = (input_ms + work_ms + wait_ms) / 1000
     sections = {"input": input_ms, "forward": work_ms * 0.4, "optimizer": work_ms * 0.6, "backward": wait_ms}
-    return {
-        "steps": 50,
-        "measured_steps": 47,
-        "step_source": "optimizer",
-        "step_time_s": {"p50": step, "p90": step * 1.2, "p99": step * 1.5, "max": step * 1.6, "mean": step * 1.05},
-        "sections": {
-            name: {"p50": ms / 1000, "p90": ms / 800, "mean": ms / 1000, "share": ms / 1000 / step}
+    return dataclasses.replace(
+        step_statistics(input_ms, work_ms, wait_ms),
+        step_source="optimizer",
+        step_time_s=StepTimes(p50=step, p90=step * 1.2, p99=step * 1.5, max=step * 1.6, mean=step * 1.05),
+        sections={
+            name: SectionTimes(p50=ms / 1000, p90=ms / 800, mean=ms / 1000, share=ms / 1000 / step)
             for name, ms in sections.items()
         },
-        "sync_sections": ["backward"],
-        "input_wait_share": input_ms / 1000 / step,
-        "wait_share": wait_ms / 1000 / step,
-        "wait_s": wait_ms / 1000,
-        "sync_sections_s": wait_ms / 1000,
-        "gpu_collective_s": None,
-        "busy_s": (input_ms + work_ms) / 1000,
-        "dropped_batches": 0,
-    }
+        sync_sections=("backward",),
+    )
 
 
-def _report(ranks_stats: list[dict[str, Any] | None], stragglers: list[dict[str, Any]]) -> dict[str, Any]:
-    ranks = [
-        {
-            "rank": i,
-            "local_rank": i % 2,
-            "node": f"node{i // 2}",
-            "attempt": 0,
-            "pid": 1000 + i,
-            "exit_code": 0,
-            "signal": None,
-            "wall_s": 3.0,
-            "cpu_s": 2.5,
-            "max_rss_kib": 300_000,
-            "bound_cpus": str(i),
-            "bound_mems": "0",
-            "binding_warning": None,
-            "statistics": s,
-            "gpu": None,
-        }
-        for i, s in enumerate(ranks_stats)
-    ]
-    return {
-        "schema": "openclaw-report/2",
-        "run_id": "abc123",
-        "node": "node0",
-        "world_size": len(ranks),
-        "exit_code": 0,
-        "attempts": 1,
-        "signal_received": None,
-        "root_cause": None,
-        "unkillable_pids": [],
-        "statistics": {
-            "threshold_pct": 5.0,
-            "wait_source": "cpu-phases",
-            "sync_bound_share": None,
-            "gpu_error": None,
-            "bad_datagrams": 0,
-        },
-        "stragglers": stragglers,
-        "ranks": ranks,
-    }
+def _report(ranks_stats: list[StepStatistics | None], stragglers: list[StragglerEntry]) -> dict[str, Any]:
+    """Two ranks per node, as ``run --report`` writes it."""
+    ranks = tuple(rank_entry(i, f"node{i // 2}", s) for i, s in enumerate(ranks_stats))
+    report = node_report("node0", world_size=len(ranks), ranks=ranks, stragglers=tuple(stragglers))
+    return dict(to_json(report))
 
 
-STRAGGLER = {
-    "rank": 2,
-    "node": "node1",
-    "phase": "input",
-    "section": "input",
-    "excess_s": 0.010,
-    "excess_pct": 76.9,
-    "busy_s": 0.013,
-    "peers_busy_s": 0.003,
-    "peers_wait_s": 0.010,
-    "wait_source": "cpu-phases",
-    "hints": ["input pipeline: 80 % of its step waiting for data"],
-}
+STRAGGLER = StragglerEntry(
+    rank=2,
+    node="node1",
+    phase="input",
+    section="input",
+    excess_s=0.010,
+    excess_pct=76.9,
+    busy_s=0.013,
+    peers_busy_s=0.003,
+    peers_wait_s=0.010,
+    wait_source="cpu-phases",
+    hints=("input pipeline: 80 % of its step waiting for data",),
+)
 
 
 def report_plot(
@@ -124,6 +87,18 @@ def test_plot_writes_a_png(tmp_path: Path) -> None:
     width, height = struct.unpack(">II", data[16:24])  # the IHDR chunk
     assert 600 <= width <= 3000 and 200 <= height <= 3000
     assert 5_000 < len(data) < 2_000_000
+
+
+def test_a_schema_2_report_still_plots(tmp_path: Path) -> None:
+    """Written before the keys of schema 3 existed (containment, history, hang, ...)."""
+    old = _report([_stats(0.2, 2.8, 10.0), _stats(10.2, 2.8, 0.0)], [])
+    old["schema"] = "openclaw-report/2"
+    for key in ("attempt_history", "console_dropped_lines", "containment", "guardian_lost", "hang", "preflight"):
+        del old[key]
+    out = tmp_path / "run.png"
+    proc = report_plot(tmp_path, old, out)
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_bytes().startswith(PNG_SIGNATURE)
 
 
 def test_plot_without_straggler(tmp_path: Path) -> None:

@@ -1,93 +1,118 @@
 """The job report: every node's report and statistics, merged on the first node. Pure.
 
-Same schema as a node's report (``openclaw-report/2``) with ``scope: "job"`` and a ``nodes``
-list; the ranks of every node in rank order, and the straggler verdict judged over all ranks
-(so it names the node and rank). See docs/report-format.md.
+Built from the nodes' typed reports (report/model.py): the ranks of every node in rank order, each
+attempt with every node's ranks, the straggler verdict judged over all ranks (so it names the node
+and rank), and every other key of a node's report aggregated as docs/report-format.md says.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import dataclass, replace
 from typing import Any
 
-from openclaw_launch.report.build import _statistics_entry
-from openclaw_launch.stats.collect import PhaseSummary, RankSummary
-from openclaw_launch.stats.verdict import RankFacts, find_stragglers, sync_bound, wait_source, waited_for_others
+from openclaw_launch.report.build import run_statistics, statistics_entry, straggler_entry
+from openclaw_launch.report.codec import to_json
+from openclaw_launch.report.model import (
+    JOB_SCOPE,
+    AttemptEntry,
+    JobReport,
+    NodeReport,
+    NodeSummary,
+    RunStatistics,
+    StragglerEntry,
+)
+from openclaw_launch.stats.collect import RankSummary
+from openclaw_launch.stats.verdict import RankFacts, find_stragglers, sync_bound, waited_for_others
 
 
-def node_payload(report: Mapping[str, Any], statistics: Mapping[str, Any] | None) -> dict[str, Any]:
-    """What a node sends: its report, and its ranks' raw summaries (to judge stragglers job-wide)."""
+@dataclass(frozen=True)
+class NodePayload:
+    """What a node sends the first node: its report, and its ranks' raw summaries (to judge
+    stragglers job-wide)."""
+
+    report: NodeReport
+    summaries: tuple[RankSummary, ...]
+    threshold_pct: float | None
+
+
+def node_payload(report: NodeReport, statistics: Mapping[str, Any] | None) -> NodePayload:
     stats = statistics or {}
-    return {
-        "report": dict(report),
-        "summaries": [asdict(s) for s in stats.get("summaries", ())],
-        "threshold_pct": stats.get("threshold_pct"),
-    }
-
-
-def _summary(data: Mapping[str, Any]) -> RankSummary:
-    fields = dict(data)
-    fields["phases"] = {k: PhaseSummary(**v) for k, v in data["phases"].items()}
-    fields["sync_phases"] = tuple(data["sync_phases"])
-    return RankSummary(**fields)
+    return NodePayload(report, tuple(stats.get("summaries", ())), stats.get("threshold_pct"))
 
 
 def merge_reports(
-    payloads: Sequence[Mapping[str, Any]], nodes: Sequence[str], exit_code: int, root_node: str | None
-) -> dict[str, Any]:
-    reports = [p["report"] for p in payloads]
+    payloads: Sequence[NodePayload], nodes: Sequence[str], exit_code: int, fate_nodes: Mapping[int, str]
+) -> JobReport:
+    """``payloads``: the first node's first; ``nodes``: the config's, in order; ``exit_code``: the
+    job's; ``fate_nodes``: per attempt, the node whose stop was the job's fate (its root cause is
+    the attempt's)."""
+    reports = [p.report for p in payloads]
     first = reports[0]
-    got = {r["node"] for r in reports}
-    ranks = sorted((dict(r) for rep in reports for r in rep["ranks"]), key=lambda r: r["rank"])
-    summaries = [_summary(s) for p in payloads for s in p.get("summaries", ())]
-    has_stats = any(rep.get("statistics") is not None for rep in reports)
-    threshold = next((p["threshold_pct"] for p in payloads if p.get("threshold_pct") is not None), None)
-    stragglers: list[dict[str, object]] = []
-    statistics = None
-    if has_stats:
+    got = {r.node for r in reports}
+    ranks = sorted((r for rep in reports for r in rep.ranks), key=lambda r: r.rank)
+    statistics: RunStatistics | None = None
+    stragglers: tuple[StragglerEntry, ...] = ()
+    if any(rep.statistics is not None for rep in reports):
+        summaries = [s for p in payloads for s in p.summaries]
+        threshold = next((p.threshold_pct for p in payloads if p.threshold_pct is not None), None)
         by_rank = {s.rank: s for s in summaries}
         waited = waited_for_others(summaries)
-        facts = {
-            r["rank"]: RankFacts(node=r["node"], gpu=r.get("gpu"), binding_warning=r.get("binding_warning"))
-            for r in ranks
-        }
+        facts = {r.rank: RankFacts(r.node, to_json(r.gpu), r.binding_warning) for r in ranks}
         found = find_stragglers(summaries, facts, threshold) if threshold is not None else []
-        stragglers = [s.to_json() for s in found]
-        for r in ranks:
-            summary = by_rank.get(r["rank"])
-            r["statistics"] = _statistics_entry(summary, waited[r["rank"]]) if summary is not None else None
-        node_stats = [rep["statistics"] for rep in reports if rep.get("statistics")]
-        statistics = {
-            "threshold_pct": threshold,
-            "wait_source": wait_source(summaries),
-            "sync_bound_share": sync_bound(summaries),
-            "gpu_error": next((s.get("gpu_error") for s in node_stats if s.get("gpu_error")), None),
-            "bad_datagrams": sum(s.get("bad_datagrams") or 0 for s in node_stats),
-        }
-    root = next((rep["root_cause"] for rep in reports if rep["node"] == root_node and rep.get("root_cause")), None)
-    return {
-        "schema": first["schema"],
-        "scope": "job",
-        "run_id": first["run_id"],
-        "node": first["node"],
-        "nodes": [
-            {
-                "node": rep["node"],
-                "exit_code": rep["exit_code"],
-                "attempts": rep["attempts"],
-                "signal_received": rep["signal_received"],
-            }
-            for rep in reports
-        ],
-        "missing_nodes": [n for n in nodes if n not in got],
-        "world_size": first["world_size"],
-        "exit_code": exit_code,
-        "attempts": max(rep["attempts"] for rep in reports),
-        "signal_received": next((rep["signal_received"] for rep in reports if rep["signal_received"]), None),
-        "root_cause": root,
-        "unkillable_pids": [f"{rep['node']}:{pid}" for rep in reports for pid in rep["unkillable_pids"]],
-        "statistics": statistics,
-        "stragglers": stragglers,
-        "ranks": ranks,
-    }
+        stragglers = tuple(straggler_entry(s) for s in found)
+        ranks = [
+            replace(r, statistics=statistics_entry(by_rank[r.rank], waited[r.rank]) if r.rank in by_rank else None)
+            for r in ranks
+        ]
+        node_stats = [rep.statistics for rep in reports if rep.statistics is not None]
+        statistics = run_statistics(
+            summaries,
+            threshold,
+            sync_bound(summaries),
+            next((s.gpu_error for s in node_stats if s.gpu_error), None),
+            sum(s.bad_datagrams for s in node_stats),
+        )
+    history = _attempts(reports, fate_nodes)
+    lost_guardians = [f"{rep.node}: {rep.guardian_lost}" for rep in reports if rep.guardian_lost]
+    return JobReport(
+        schema=first.schema,
+        run_id=first.run_id,
+        node=first.node,
+        world_size=first.world_size,
+        exit_code=exit_code,
+        attempts=max(rep.attempts for rep in reports),
+        signal_received=next((rep.signal_received for rep in reports if rep.signal_received), None),
+        root_cause=history[-1].root_cause if history else None,
+        attempt_history=history,
+        log_errors=tuple(f"{rep.node}: {text}" for rep in reports for text in rep.log_errors),
+        console_dropped_lines=sum(rep.console_dropped_lines for rep in reports),
+        guardian_lost="; ".join(lost_guardians) or None,
+        statistics=statistics,
+        stragglers=stragglers,
+        hang=next((rep.hang for rep in reports if rep.hang is not None), None),
+        ranks=tuple(ranks),
+        scope=JOB_SCOPE,
+        nodes=tuple(NodeSummary(rep.node, rep.exit_code, rep.attempts, rep.signal_received) for rep in reports),
+        missing_nodes=tuple(n for n in nodes if n not in got),
+        unkillable_pids=tuple(f"{rep.node}:{pid}" for rep in reports for pid in rep.unkillable_pids),
+        containment={rep.node: rep.containment for rep in reports},
+        preflight={rep.node: rep.preflight for rep in reports if rep.preflight is not None},
+    )
+
+
+def _attempts(reports: Sequence[NodeReport], fate_nodes: Mapping[int, str]) -> tuple[AttemptEntry, ...]:
+    """Per attempt, every node's ranks in rank order; the root cause from the node of its fate."""
+    by_attempt: dict[int, list[AttemptEntry]] = {}
+    for rep in reports:
+        for entry in rep.attempt_history:
+            by_attempt.setdefault(entry.attempt, []).append(entry)
+    out = []
+    for attempt, entries in sorted(by_attempt.items()):
+        fate_node = fate_nodes.get(attempt)
+        root = next(
+            (e.root_cause for e in entries if e.root_cause is not None and e.root_cause.node == fate_node), None
+        )
+        ranks = tuple(sorted((r for e in entries for r in e.ranks), key=lambda r: r.rank))
+        out.append(AttemptEntry(attempt=attempt, root_cause=root, ranks=ranks))
+    return tuple(out)

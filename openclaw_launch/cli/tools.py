@@ -257,7 +257,8 @@ def _mps_pipe_dir() -> str:
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Also draw it (PNG) here; needs matplotlib.")
 def report(run_json: str, plot_path: str | None) -> None:
     """Render a saved run report."""
-    from openclaw_launch.report.build import format_report, load_report
+    from openclaw_launch.report.build import load_report
+    from openclaw_launch.report.format import format_report
 
     try:
         data = load_report(run_json)

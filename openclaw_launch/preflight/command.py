@@ -35,6 +35,8 @@ from openclaw_launch.preflight.tiers import (
     record,
     recorded_floors,
 )
+from openclaw_launch.report.codec import from_json, to_json
+from openclaw_launch.report.model import NetworkExpectation, PreflightTier, PreflightVerdict
 from openclaw_launch.topology.model import Topology
 
 WORKER_MODULE = "openclaw_launch.preflight.worker"
@@ -77,30 +79,35 @@ def run_preflight(
         _write_spec(spec_path, plan, tiers, size, iters, options.timeout_s)
         for w in plan.warnings:
             print(f"openclaw-launch: warning: {w}", file=sys.stderr)
-        launch_code = _launch(plan, options) if tiers else 0
-        per_rank = _read_results(out_dir)
+        gpus = {r.rank: r.gpu_index for r in plan.ranks}
+        results: list[TierResult] = []
+        judged: list[PreflightVerdict] = []
+
+        def verdict(launch_code: int) -> PreflightVerdict:
+            """Judged once the workers ended, before the run report is built (it holds the verdict)."""
+            per_rank = _read_results(out_dir)
+            results[:] = [
+                judge(
+                    t,
+                    per_rank,
+                    expected[t.name],
+                    size,
+                    iters,
+                    tuple(sorted({g for r in t.ranks if (g := gpus[r]) is not None})),
+                )
+                for t in tiers
+            ]
+            judged.append(_document(plan, topology, results, size, iters, launch_code))
+            return judged[-1]
+
+        launch_code = _launch(plan, options, verdict) if tiers else 0
+        doc = judged[-1] if judged else verdict(launch_code)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    gpus = {r.rank: r.gpu_index for r in plan.ranks}
-    results = [
-        judge(
-            t,
-            per_rank,
-            expected[t.name],
-            size,
-            iters,
-            tuple(sorted({g for r in t.ranks if (g := gpus[r]) is not None})),
-        )
-        for t in tiers
-    ]
-    code = exit_code(results) if launch_code == 0 else launch_code if launch_code >= 128 else WORKERS_FAILED
-    doc = _document(plan, topology, results, size, iters, launch_code, code)
     _output(doc, results, options.as_json)
     if options.record_path:
         _write(options.record_path, record(results, plan.node), "--record")
-    if options.report_path and tiers:
-        _add_to_report(options.report_path, doc)
-    return code
+    return doc.exit_code
 
 
 def _read_expect(path: str) -> dict[str, float]:
@@ -126,14 +133,14 @@ def _write_spec(path: Path, plan: LaunchPlan, tiers: list[Any], size: int, iters
     path.write_text(json.dumps(spec))
 
 
-def _launch(plan: LaunchPlan, options: PreflightOptions) -> int:
+def _launch(plan: LaunchPlan, options: PreflightOptions, verdict: Callable[[int], PreflightVerdict]) -> int:
     """The workers through the job's own machinery; their console goes to stderr so that stdout
-    holds only the verdict (or the JSON)."""
+    holds only the verdict (or the JSON). ``verdict`` goes into the run report ``launch`` writes."""
     from openclaw_launch.run.launch import launch
     from openclaw_launch.run.supervise import SuperviseOptions
 
     supervise = SuperviseOptions(grace_period_s=options.grace_period_s, stdout=sys.stderr, error_files_kept=False)
-    return launch(plan, supervise, report_path=options.report_path)
+    return launch(plan, supervise, report_path=options.report_path, preflight=verdict)
 
 
 def _read_results(out_dir: Path) -> dict[int, dict[str, Any]]:
@@ -148,45 +155,40 @@ def _read_results(out_dir: Path) -> dict[int, dict[str, Any]]:
 
 
 def _document(
-    plan: LaunchPlan,
-    topology: Topology,
-    results: list[TierResult],
-    size: int,
-    iters: int,
-    launch_code: int,
-    code: int,
-) -> dict[str, Any]:
-    return {
-        "schema": PREFLIGHT_SCHEMA,
-        "node": plan.node,
-        "backend": plan.backend,
-        "scope": "node",  # tiers across nodes are not measured yet
-        "size_bytes": size,
-        "iters": iters,
-        "tiers": [r.to_json() for r in results],
-        "network": network_expectations(topology),
-        "workers_exit_code": launch_code,
-        "exit_code": code,
-    }
+    plan: LaunchPlan, topology: Topology, results: list[TierResult], size: int, iters: int, launch_code: int
+) -> PreflightVerdict:
+    code = exit_code(results) if launch_code == 0 else launch_code if launch_code >= 128 else WORKERS_FAILED
+    return PreflightVerdict(
+        schema=PREFLIGHT_SCHEMA,
+        node=plan.node,
+        backend=plan.backend,
+        scope="node",  # tiers across nodes are not measured yet
+        size_bytes=size,
+        iters=iters,
+        tiers=tuple(from_json(PreflightTier, r.to_json()) for r in results),
+        network=tuple(from_json(NetworkExpectation, n) for n in network_expectations(topology)),
+        workers_exit_code=launch_code,
+        exit_code=code,
+    )
 
 
-def _output(doc: dict[str, Any], results: list[TierResult], as_json: bool) -> None:
+def _output(doc: PreflightVerdict, results: list[TierResult], as_json: bool) -> None:
     if as_json:
-        print(json.dumps(doc, indent=2))
+        print(json.dumps(to_json(doc), indent=2))
         return
     for r in results:
         print(format_line(r))
     if not results:
         print("INFO  node  one rank: nothing to all-reduce")
-    for n in doc["network"]:
+    for n in doc.network:
         print(
-            f"INFO  {n['port']}  {n['rate']}: expected busbw >= {n['expected_busbw_gbps']:g} GB/s "
+            f"INFO  {n.port}  {n.rate}: expected busbw >= {n.expected_busbw_gbps:g} GB/s "
             "(not measured: tiers across nodes are not run yet)"
         )
     counts = {s: sum(r.status == s for r in results) for s in ("pass", "warn", "fail", "info")}
-    tail = f"; the workers failed (exit {doc['workers_exit_code']})" if doc["workers_exit_code"] else ""
+    tail = f"; the workers failed (exit {doc.workers_exit_code})" if doc.workers_exit_code else ""
     print(
-        f"preflight on {doc['node']}: {counts['pass']} passed, {counts['warn']} warnings, "
+        f"preflight on {doc.node}: {counts['pass']} passed, {counts['warn']} warnings, "
         f"{counts['fail']} failed, {counts['info']} without expectation{tail}"
     )
 
@@ -196,12 +198,3 @@ def _write(path: str, data: dict[str, Any], option: str) -> None:
         write_atomic(path, json.dumps(data, indent=2) + "\n")
     except OSError as e:
         raise OpenclawError(f"{option} {path}: cannot write it ({e.strerror})") from None
-
-
-def _add_to_report(path: str, doc: dict[str, Any]) -> None:
-    """The run report ``launch`` wrote, with the verdict under ``preflight``."""
-    from openclaw_launch.report.build import load_report, write_report
-
-    report = load_report(path)
-    report["preflight"] = doc
-    write_report(path, report)

@@ -25,7 +25,8 @@ from openclaw_launch.errors import LaunchError
 from openclaw_launch.files import write_atomic
 from openclaw_launch.plan.build import LaunchPlan
 from openclaw_launch.plan.parallel import PARALLEL_FILE_NAME
-from openclaw_launch.report.build import CONTAINMENT, build_report, format_report, write_report
+from openclaw_launch.report.build import CONTAINMENT, build_report, write_report
+from openclaw_launch.report.format import format_report
 from openclaw_launch.run import cgroup, console
 from openclaw_launch.run.errorfile import write_parent_error_file
 from openclaw_launch.run.guard import Guardian
@@ -40,7 +41,10 @@ from openclaw_launch.run.supervise import (
 from openclaw_launch.stats.wiring import StatsOptions, binding_warnings, start_statistics, with_statistics
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from openclaw_launch.agents.fate import Agent, AgentOptions
+    from openclaw_launch.report.model import NodeReport, PreflightVerdict
     from openclaw_launch.run.mps.daemon import MpsDaemon
     from openclaw_launch.stats.session import StatsSession
 
@@ -74,10 +78,13 @@ def launch(
     parent_error_file: str | None = None,
     stats: StatsOptions | None = None,
     agents: AgentSetup | None = None,
+    preflight: Callable[[int], PreflightVerdict] | None = None,
 ) -> int:
     """Run the plan; return the launcher's exit code. ``parent_error_file``: the launcher's own
     TORCHELASTIC_ERROR_FILE, which receives a failed job's root cause as torchrun writes it.
-    ``agents``: a multi-node job (openclaw_launch/agents): meet the other nodes first, share their fate."""
+    ``agents``: a multi-node job (openclaw_launch/agents): meet the other nodes first, share their fate.
+    ``preflight``: judges the workers' measurements once they ended (given the exit code); its verdict
+    goes into the report."""
     hint = f"{options.log_dir}/{plan.run_id}" if options.log_dir else None
     out, err = console.wrap(options.stdout or sys.stdout, hint), console.wrap(options.stderr or sys.stderr, hint)
     options = dataclasses.replace(options, stdout=out, stderr=err)  # never blocks supervision
@@ -98,9 +105,9 @@ def launch(
         result, statistics = _run(plan, options, os_layer, parent_error_file, stats or StatsOptions(), agent)
         result = _with_late_signal(result, _forwarded(os_layer.drain_signals(), options), options)
         dropped = console.dropped_lines(out) + console.dropped_lines(err)
-        report = build_report(plan, result, statistics, console_dropped_lines=dropped)
         code = agent.exit_code(result.exit_code) if agent is not None else result.exit_code
-        report["exit_code"] = code
+        verdict = preflight(code) if preflight is not None else None
+        report = build_report(plan, result, statistics, code, console_dropped_lines=dropped, preflight=verdict)
         if report_path:
             try:
                 write_report(report_path, report)
@@ -124,21 +131,28 @@ def launch(
 def _job_report(
     agent: Agent,
     agents: AgentSetup,
-    report: dict[str, Any],
+    report: NodeReport,
     statistics: dict[str, Any] | None,
     code: int,
     options: SuperviseOptions,
 ) -> int:
     """Every node sends its report to the first node, which prints and writes the job's."""
-    from openclaw_launch.agents.merge import merge_reports, node_payload
+    from openclaw_launch.agents.merge import NodePayload, merge_reports, node_payload
+    from openclaw_launch.report.codec import ReportShapeError, from_json, to_json
 
-    payloads = agent.finish(node_payload(report, statistics))
-    if payloads is None:
+    sent = agent.finish(to_json(node_payload(report, statistics)))
+    if sent is None:
         return code
-    fate = agent.fates.get(agent.attempt)
-    job = merge_reports(payloads, agents.options.nodes, code, fate.node if fate else None)
-    if job["missing_nodes"]:
-        _say(options, f"openclaw-launch: warning: no report from node(s) {', '.join(job['missing_nodes'])}")
+    payloads = []
+    for data in sent:
+        try:
+            payloads.append(from_json(NodePayload, data))
+        except ReportShapeError as e:  # another version of openclaw-launch: that node counts as missing
+            _say(options, f"openclaw-launch: warning: a node's report could not be read: {e}")
+    fates = {attempt: fate.node for attempt, fate in agent.fates.items()}
+    job = merge_reports(payloads, agents.options.nodes, code, fates)
+    if job.missing_nodes:
+        _say(options, f"openclaw-launch: warning: no report from node(s) {', '.join(job.missing_nodes)}")
     _say(options, "job report (every node):\n" + format_report(job))
     if agents.job_report_path:
         try:

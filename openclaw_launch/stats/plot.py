@@ -7,17 +7,20 @@ only here, with the Agg canvas so no display, no pyplot and no global backend sw
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from openclaw_launch.errors import OpenclawError
+
+if TYPE_CHECKING:
+    from openclaw_launch.report.model import JobReport, NodeReport
 
 _STRAGGLER = "tab:red"
 _WAIT = "0.78"
 
 
-def plot_report(report: Mapping[str, Any], path: str) -> None:
-    """Write a PNG (or any format matplotlib knows from the suffix) of ``report`` to ``path``."""
+def plot_report(report: NodeReport | JobReport, path: str) -> None:
+    """Write a PNG (or any format matplotlib knows from the suffix) of ``report`` (as ``load_report``
+    reads it) to ``path``."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -26,22 +29,23 @@ def plot_report(report: Mapping[str, Any], path: str) -> None:
     except ImportError:
         raise OpenclawError("--plot needs matplotlib: pip install 'openclaw-launch[plot]'") from None
 
-    ranks = [r for r in report.get("ranks", ()) if r.get("statistics") and r["statistics"].get("measured_steps")]
-    if report.get("statistics") is None or not ranks:
+    ranks = [r for r in report.ranks if r.statistics is not None and r.statistics.measured_steps]
+    if report.statistics is None or not ranks:
         raise OpenclawError(
             "--plot: this report has no step statistics (run with a telemetry-enabled worker: "
             "telemetry.step(), or torch with an optimizer or DataLoader)"
         )
-    ranks.sort(key=lambda r: r["rank"])
-    stragglers = {s["rank"]: s for s in report.get("stragglers", ())}
-    multi_node = len({r["node"] for r in ranks}) > 1
-    labels = [f"rank {r['rank']}" + (f"\n{r['node']}" if multi_node else "") for r in ranks]
+    ranks.sort(key=lambda r: r.rank)
+    steps = {r.rank: r.statistics for r in ranks if r.statistics is not None}
+    stragglers = {s.rank: s for s in report.stragglers}
+    multi_node = len({r.node for r in ranks}) > 1
+    labels = [f"rank {r.rank}" + (f"\n{r.node}" if multi_node else "") for r in ranks]
 
     # Section order: input first, the rest as first seen, the synchronisation (waiting) sections last.
-    sync = {name for r in ranks for name in r["statistics"].get("sync_sections", ())}
+    sync = {name for st in steps.values() for name in st.sync_sections}
     names: list[str] = []
-    for r in ranks:
-        names += [n for n in r["statistics"]["sections"] if n not in names]
+    for st in steps.values():
+        names += [n for n in st.sections if n not in names]
     names = sorted(names, key=lambda n: (n in sync, n != "input", names.index(n)))
     palette = ["tab:orange", "tab:blue", "tab:green", "tab:purple", "tab:brown", "tab:olive", "tab:cyan", "tab:pink"]
     colours = {n: palette[i % len(palette)] for i, n in enumerate(n for n in names if n not in sync)}
@@ -52,13 +56,13 @@ def plot_report(report: Mapping[str, Any], path: str) -> None:
     left, right = fig.subplots(1, 2, sharey=True, gridspec_kw={"width_ratios": [3, 2]})
 
     widest = 0.0
-    for y, r in enumerate(ranks):
+    for y, st in enumerate(steps.values()):
         x = 0.0
         for name in names:
-            sec = r["statistics"]["sections"].get(name)
+            sec = st.sections.get(name)
             if sec is None:
                 continue
-            width = 1000 * sec["mean"]
+            width = 1000 * sec.mean
             if name in sync:
                 left.barh(y, width, left=x, color=_WAIT, hatch="///", edgecolor="0.45", linewidth=0.5)
             else:
@@ -83,13 +87,13 @@ def plot_report(report: Mapping[str, Any], path: str) -> None:
     left.set_xlabel("mean time per step by section (ms)")
     left.set_title("where the step goes", fontsize="medium")
 
-    for y, r in enumerate(ranks):
-        t = {k: 1000 * v for k, v in r["statistics"]["step_time_s"].items()}
-        colour = _STRAGGLER if r["rank"] in stragglers else "tab:blue"
-        right.hlines(y, t["p90"], t["p99"], color=colour, linewidth=1.2)
-        right.hlines(y, t["p50"], t["p90"], color=colour, linewidth=4, alpha=0.6)
-        right.plot([t["p99"]], [y], marker="|", markersize=10, color=colour)
-        right.plot([t["p50"]], [y], marker="o", color=colour)
+    for y, (rank, st) in enumerate(steps.items()):
+        p50, p90, p99 = (1000 * st.step_time_s.p50, 1000 * st.step_time_s.p90, 1000 * st.step_time_s.p99)
+        colour = _STRAGGLER if rank in stragglers else "tab:blue"
+        right.hlines(y, p90, p99, color=colour, linewidth=1.2)
+        right.hlines(y, p50, p90, color=colour, linewidth=4, alpha=0.6)
+        right.plot([p99], [y], marker="|", markersize=10, color=colour)
+        right.plot([p50], [y], marker="o", color=colour)
     right.set_xlim(left=0)
     right.set_xlabel("step time (ms): p50 dot, p90 thick bar, p99 whisker")
     right.set_title("step time spread", fontsize="medium")
@@ -98,19 +102,18 @@ def plot_report(report: Mapping[str, Any], path: str) -> None:
     left.set_yticks(range(len(ranks)), labels)
     left.invert_yaxis()  # rank 0 on top, as in the table
     for tick, r in zip(left.get_yticklabels(), ranks, strict=True):
-        if r["rank"] in stragglers:
+        if r.rank in stragglers:
             tick.set_color(_STRAGGLER)
             tick.set_fontweight("bold")
 
     if stragglers:
         verdict = "; ".join(
-            f"straggler rank {s['rank']} ({s['node']}): {s['phase']} +{s['excess_pct']:.0f} %"
-            for s in stragglers.values()
+            f"straggler rank {s.rank} ({s.node}): {s.phase} +{s.excess_pct:.0f} %" for s in stragglers.values()
         )
     else:
         verdict = "no straggler"
     fig.suptitle(
-        f"run {report.get('run_id', '?')}, {report.get('world_size', len(ranks))} ranks: {verdict}",
+        f"run {report.run_id}, {report.world_size} ranks: {verdict}",
         color=_STRAGGLER if stragglers else "black",
     )
     try:

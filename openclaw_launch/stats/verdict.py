@@ -19,7 +19,6 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from openclaw_launch.config.defaults import STRAGGLER_THRESHOLD_PCT
 from openclaw_launch.stats.collect import OTHER, RankSummary
@@ -48,10 +47,6 @@ class Straggler:
     peers_wait_s: float  # how long the others waited per step, more than the straggler did
     wait_source: str  # "nccl-flight-recorder" | "cpu-phases" | "none"
     hints: tuple[str, ...] = ()
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Straggler:
-        return cls(**{**data, "hints": tuple(data.get("hints", ()))})
 
     def to_json(self) -> dict[str, object]:
         data = asdict(self)
@@ -205,22 +200,3 @@ def sync_bound(ranks: Sequence[RankSummary]) -> float | None:
     ]
     least = min(shares)
     return least if least >= HIGH_SYNC_SHARE else None
-
-
-_SECTION_WORDS = {
-    OTHER: "outside the hooked phases: the loop's own code",
-    "gpu": "its GPU work: not in its input stage",
-}
-
-
-def format_verdict(s: Straggler, median_step_s: float) -> str:
-    where = "its input stage" if s.phase == wire.INPUT else f"compute ({_SECTION_WORDS.get(s.section, s.section)})"
-    text = (
-        f"straggler: rank {s.rank} on node {s.node}: {where} +{1000 * s.excess_s:.1f} ms/step "
-        f"(+{s.excess_pct:.0f} % of the {1000 * median_step_s:.1f} ms step) over the median rank"
-    )
-    if s.peers_wait_s > 0:
-        text += f"; the other ranks waited {1000 * s.peers_wait_s:.1f} ms/step longer in synchronisation"
-    if s.wait_source == "nccl-flight-recorder":
-        text += " (NCCL flight recorder)"
-    return "\n".join([text, *(f"  hint: {h}" for h in s.hints)])

@@ -1,0 +1,147 @@
+"""The one JSON codec of the report types, and the schema check that comes with it.
+
+``to_json`` writes every field of a frozen dataclass in declaration order. ``from_json`` walks the
+same fields and their type hints: a value of the wrong type (or a missing key) is one
+``ReportShapeError`` naming its path (``ranks[2].exit_code: expected int or null, found 'x'``),
+never a traceback. So the check is generated from the types: there is no second description of
+the shape to keep in step. Keys the types do not know are ignored (a newer writer may add some).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any, TypeVar, Union, get_args, get_origin
+
+T = TypeVar("T")
+# metadata keys of a report field (see ``doc``)
+DOC = "doc"
+JOB_DOC = "job"
+LEGACY = "legacy"
+
+
+class ReportShapeError(ValueError):
+    pass
+
+
+def doc(text: str, *, job: str | None = None, legacy: object = dataclasses.MISSING) -> dict[str, object]:
+    """A field's metadata: its meaning for docs/report-format.md; ``job``: its meaning in the job
+    report where that is an aggregation over nodes; ``legacy``: its value when a report of an older
+    schema lacks it (fields that admit null, or a list or an object, default to null / empty)."""
+    return {DOC: text, JOB_DOC: job, LEGACY: legacy}
+
+
+def to_json(value: Any) -> Any:
+    """The JSON form (dicts, lists, scalars) of a report type or anything nested in one."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, tuple | list):
+        return [to_json(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): to_json(v) for k, v in value.items()}
+    return value
+
+
+def from_json(cls: type[T], data: Any, *, legacy: bool = False) -> T:
+    """``data`` checked against ``cls`` and built into it. ``legacy``: a report of an older schema,
+    where a key added since takes its legacy value."""
+    return typing.cast(T, _decode(cls, data, "", legacy))
+
+
+@functools.cache
+def hints(cls: type) -> dict[str, Any]:
+    """The resolved type of each field of a report type."""
+    return typing.get_type_hints(cls)
+
+
+def optional_part(tp: Any) -> tuple[Any, bool]:
+    """``(X, True)`` for ``X | None``, else ``(tp, False)``."""
+    if get_origin(tp) in (Union, types.UnionType):
+        args = [a for a in get_args(tp) if a is not type(None)]
+        if len(args) == 1 and len(get_args(tp)) == 2:
+            return args[0], True
+        raise TypeError(f"report fields take one type or null, not {tp}")
+    return tp, False
+
+
+def _decode(tp: Any, value: Any, path: str, legacy: bool) -> Any:
+    inner, nullable = optional_part(tp)
+    if value is None and nullable:
+        return None
+    origin = get_origin(inner)
+    if origin is tuple:
+        if not isinstance(value, list):
+            raise _wrong(path, tp, value)
+        return tuple(_decode(get_args(inner)[0], v, f"{path}[{i}]", legacy) for i, v in enumerate(value))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise _wrong(path, tp, value)
+        item = get_args(inner)[1]
+        return {k: _decode(item, v, f"{path}.{k}" if path else k, legacy) for k, v in value.items()}
+    if dataclasses.is_dataclass(inner):
+        if not isinstance(value, dict):
+            raise _wrong(path, tp, value)
+        return _decode_fields(typing.cast(type, inner), value, path, legacy)
+    if inner is Any:
+        return value
+    if inner is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise _wrong(path, tp, value)
+        return float(value)
+    if isinstance(value, bool) != (inner is bool) or not isinstance(value, inner):
+        raise _wrong(path, tp, value)
+    return value
+
+
+def _decode_fields(cls: type, value: dict[str, Any], path: str, legacy: bool) -> Any:
+    types_of = hints(cls)
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        where = f"{path}.{f.name}" if path else f.name
+        if f.name in value:
+            kwargs[f.name] = _decode(types_of[f.name], value[f.name], where, legacy)
+            continue
+        missing = _legacy_value(f, types_of[f.name]) if legacy else dataclasses.MISSING
+        if missing is dataclasses.MISSING:
+            raise ReportShapeError(f"{where}: missing")
+        kwargs[f.name] = missing
+    return cls(**kwargs)
+
+
+def _legacy_value(f: dataclasses.Field[Any], tp: Any) -> Any:
+    if f.metadata.get(LEGACY, dataclasses.MISSING) is not dataclasses.MISSING:
+        return f.metadata[LEGACY]
+    inner, nullable = optional_part(tp)
+    if nullable:
+        return None
+    return {tuple: (), dict: {}}.get(get_origin(inner), dataclasses.MISSING)
+
+
+def type_name(tp: Any) -> str:
+    """How docs/report-format.md and the errors name a field's type: ``int``, ``[string]``,
+    ``object or null``."""
+    inner, nullable = optional_part(tp)
+    origin = get_origin(inner)
+    if origin is tuple:
+        name = f"[{type_name(get_args(inner)[0])}]"
+    elif origin is dict or dataclasses.is_dataclass(inner):
+        name = "object"
+    else:
+        name = {int: "int", float: "number", str: "string", bool: "bool"}.get(inner, "any")
+    return f"{name} or null" if nullable else name
+
+
+def _wrong(path: str, tp: Any, value: Any) -> ReportShapeError:
+    inner, nullable = optional_part(tp)
+    name = "a list" if get_origin(inner) is tuple else "an object" if type_name(inner) == "object" else type_name(inner)
+    return ReportShapeError(
+        f"{path or 'the report'}: expected {name}{' or null' if nullable else ''}, found {_show(value)}"
+    )
+
+
+def _show(value: Any) -> str:
+    text = "null" if value is None else repr(value)
+    return text if len(text) <= 40 else text[:40] + "..."

@@ -1,0 +1,98 @@
+"""The tables of docs/report-format.md, rendered from the report types' fields.
+
+Each table in the file follows a marker ``<!-- table: NAME -->`` and ends at the first blank line.
+``python -m openclaw_launch.report.docs [--write] [FILE]`` prints what differs (or rewrites FILE);
+tests/test_report_format.py holds the file to the fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import sys
+from pathlib import Path
+
+from openclaw_launch.report.codec import DOC, JOB_DOC, LEGACY, hints, type_name
+from openclaw_launch.report.model import (
+    AttemptEntry,
+    Hang,
+    HangRank,
+    JobReport,
+    NetworkExpectation,
+    NodeReport,
+    NodeSummary,
+    PreflightTier,
+    PreflightVerdict,
+    Report,
+    RunStatistics,
+    StragglerEntry,
+)
+from openclaw_launch.report.rank import GpuStats, RankEntry, SectionTimes, StepStatistics, StepTimes
+
+DOCS_FILE = Path(__file__).resolve().parents[2] / "docs" / "report-format.md"
+# table name in the docs -> the type whose fields it lists
+TABLES: dict[str, type] = {
+    "report": NodeReport,
+    "statistics": RunStatistics,
+    "stragglers[]": StragglerEntry,
+    "hang": Hang,
+    "hang.ranks[]": HangRank,
+    "attempt_history[]": AttemptEntry,
+    "ranks[]": RankEntry,
+    "ranks[].statistics": StepStatistics,
+    "step_time_s": StepTimes,
+    "sections": SectionTimes,
+    "ranks[].gpu": GpuStats,
+    "preflight": PreflightVerdict,
+    "preflight.tiers[]": PreflightTier,
+    "preflight.network[]": NetworkExpectation,
+    "job report": JobReport,
+    "nodes[]": NodeSummary,
+}
+_MARKER = re.compile(r"^<!-- table: (?P<name>.+?) -->\n(?P<table>(?:\|.*\n)*)", re.MULTILINE)
+
+
+def render(name: str) -> str:
+    """The markdown table ``name``: a row per field (key, type, meaning). The job report's lists
+    only what differs from a node's: its own keys and the aggregations."""
+    cls = TABLES[name]
+    types_of = hints(cls)
+    rows = ["| key | type | meaning |", "|---|---|---|"]
+    shared = {f.name for f in dataclasses.fields(Report)}
+    for f in dataclasses.fields(cls):
+        text = f.metadata[DOC]
+        if cls is JobReport:
+            if f.name in shared and not f.metadata[JOB_DOC]:
+                continue
+            text = f.metadata[JOB_DOC] or text
+        elif f.metadata[LEGACY] is not dataclasses.MISSING:
+            text += f" (a report of schema 1 or 2 without it: `{f.metadata[LEGACY]}`)"
+        rows.append(f"| `{f.name}` | {type_name(types_of[f.name])} | {text} |")
+    return "\n".join(rows) + "\n"
+
+
+def update(text: str) -> str:
+    """``text`` with every marked table rendered afresh."""
+    return _MARKER.sub(lambda m: f"<!-- table: {m['name']} -->\n{render(m['name'])}", text)
+
+
+def marked(text: str) -> list[str]:
+    """The table names marked in ``text``, in order."""
+    return [m["name"] for m in _MARKER.finditer(text)]
+
+
+def main(argv: list[str]) -> int:
+    write = "--write" in argv
+    path = Path(next((a for a in argv if a != "--write"), DOCS_FILE))
+    text = path.read_text()
+    fresh = update(text)
+    if write:
+        path.write_text(fresh)
+    elif fresh != text:
+        print(f"{path}: tables differ from the report types; run with --write")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

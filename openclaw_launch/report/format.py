@@ -1,0 +1,104 @@
+"""The report as a table: one line per rank, then the hang and the straggler verdict."""
+
+from __future__ import annotations
+
+import statistics
+
+from openclaw_launch.report.model import JobReport, NodeReport, Report, StragglerEntry
+from openclaw_launch.report.rank import StepStatistics
+from openclaw_launch.stats.collect import OTHER
+from openclaw_launch.telemetry.wire import INPUT
+
+_SECTION_WORDS = {
+    OTHER: "outside the hooked phases: the loop's own code",
+    "gpu": "its GPU work: not in its input stage",
+}
+
+
+def format_report(report: NodeReport | JobReport) -> str:
+    """One line per rank: how it ended, wall/CPU time, peak RSS, step time and where the step went,
+    the CPUs it was really on; then the straggler verdict."""
+    head = (
+        f"{'rank':>4} {'node':<12} {'exit':>8} {'wall_s':>8} {'cpu_s':>8} {'rss_MiB':>8} {'steps':>6} "
+        f"{'p50_ms':>7} {'p90_ms':>7} {'input':>6} {'work':>6} {'wait':>6}  bound cpus / mems"
+    )
+    where = report.node
+    if isinstance(report, JobReport):
+        where = f"{len(report.nodes)} nodes ({', '.join(n.node for n in report.nodes)})"
+    lines = [f"run {report.run_id} on {where}: exit {report.exit_code}, {report.attempts} attempt(s)", head]
+    if isinstance(report, JobReport) and report.missing_nodes:
+        lines.insert(1, f"no report from node(s): {', '.join(report.missing_nodes)}")
+    for r in report.ranks:
+        ended = r.signal or (str(r.exit_code) if r.exit_code is not None else "?")
+        rss = f"{r.max_rss_kib / 1024:.0f}" if r.max_rss_kib else "-"
+        cpu = f"{r.cpu_s:.2f}" if r.cpu_s is not None else "-"
+        wall = f"{r.wall_s:.2f}" if r.wall_s is not None else "-"
+        lines.append(
+            f"{r.rank:>4} {r.node:<12} {ended:>8} {wall:>8} {cpu:>8} {rss:>8} {_step_columns(r.statistics)}  "
+            f"{r.bound_cpus or '?'} / {r.bound_mems or '?'}"
+        )
+        if r.binding_warning:
+            lines.append(f"     ! {r.binding_warning}")
+    return "\n".join(lines + _hang_lines(report) + _verdict_lines(report))
+
+
+def format_verdict(s: StragglerEntry, median_step_s: float) -> str:
+    where = "its input stage" if s.phase == INPUT else f"compute ({_SECTION_WORDS.get(s.section, s.section)})"
+    text = (
+        f"straggler: rank {s.rank} on node {s.node}: {where} +{1000 * s.excess_s:.1f} ms/step "
+        f"(+{s.excess_pct:.0f} % of the {1000 * median_step_s:.1f} ms step) over the median rank"
+    )
+    if s.peers_wait_s > 0:
+        text += f"; the other ranks waited {1000 * s.peers_wait_s:.1f} ms/step longer in synchronisation"
+    if s.wait_source == "nccl-flight-recorder":
+        text += " (NCCL flight recorder)"
+    return "\n".join([text, *(f"  hint: {h}" for h in s.hints)])
+
+
+def _step_columns(stats: StepStatistics | None) -> str:
+    if stats is None or not stats.measured_steps:
+        steps = stats.steps if stats is not None else "-"
+        return f"{steps:>6} {'-':>7} {'-':>7} {'-':>6} {'-':>6} {'-':>6}"
+    step = stats.step_time_s
+    work_share = max(1.0 - stats.input_wait_share - stats.wait_share, 0.0)
+    return (
+        f"{stats.steps:>6} {1000 * step.p50:>7.1f} {1000 * step.p90:>7.1f} "
+        f"{100 * stats.input_wait_share:>5.0f}% {100 * work_share:>5.0f}% {100 * stats.wait_share:>5.0f}%"
+    )
+
+
+def _hang_lines(report: Report) -> list[str]:
+    hang = report.hang
+    if hang is None:
+        return []
+    what = ", ".join(
+        f"rank {r.rank} in {r.collective if r.phase == 'collective' else r.phase}" for r in hang.ranks if r.stuck
+    )
+    return [f"hang: no step for {hang.timeout_s} s; stuck: {what or '?'} (exit code {hang.exit_code})"]
+
+
+def _verdict_lines(report: Report) -> list[str]:
+    stats = report.statistics
+    if stats is None:
+        return []
+    measured = [r.statistics for r in report.ranks if r.statistics is not None and r.statistics.measured_steps]
+    if not measured:
+        return ["statistics: no steps seen (telemetry.step(), or torch with an optimizer or DataLoader, gives them)"]
+    median_step = statistics.median(s.step_time_s.mean for s in measured)
+    lines = [format_verdict(s, median_step) for s in report.stragglers]
+    if not lines:
+        threshold = f"{stats.threshold_pct:g} % " if stats.threshold_pct is not None else ""
+        lines.append(f"straggler: none (no rank busy {threshold}of the step longer than the others)")
+        if stats.wait_source != "nccl-flight-recorder" and any(r.gpu_uuid for r in report.ranks):
+            lines.append(
+                "  note: GPU ranks without NCCL's flight recorder: a rank slow in its input stage is named, one "
+                "slow in GPU work is not (run with --telemetry full)"
+            )
+    if stats.sync_bound_share:
+        lines.append(
+            f"synchronisation: every rank waits at least {100 * stats.sync_bound_share:.0f} % of its step for the "
+            "others: the collectives themselves are slow (network, topology, NCCL settings), not one rank"
+        )
+    if stats.gpu_error:
+        lines.append(f"gpu: {stats.gpu_error}")
+    return lines
