@@ -106,3 +106,14 @@ def test_a_schema_1_report_renders_without_statistics(tmp_path: Path) -> None:
     report = load_report(path)
     assert report.statistics is None and report.ranks[0].statistics is None
     assert "run r on n: exit 0, 1 attempt(s)" in format_report(report)
+
+
+@pytest.mark.parametrize(
+    "path", sorted((docs.DOCS_FILE.parents[1] / "benchmarks" / "results").glob("*/*.json")), ids=lambda p: p.name
+)
+def test_recorded_reports_of_schema_2_render(path: Path) -> None:
+    """Reports the 2xH200 runs wrote (benchmarks/results) read and render."""
+    if json.loads(path.read_text()).get("schema") != "openclaw-report/2":
+        pytest.skip("not a run report")
+    report = load_report(path)
+    assert report.ranks and "straggler" in format_report(report)
