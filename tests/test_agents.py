@@ -83,6 +83,15 @@ def test_one_nccl_variable_one_config_value_one_version_each_named_with_both_val
     ]
 
 
+def test_a_variable_the_workers_inherit_from_one_launcher_is_a_difference() -> None:
+    """The plan copies no CUDA_* variable, but the workers inherit the launcher's environment."""
+    prints = {
+        "a": _fp("a", _config(), {}),
+        "b": _fp("b", _config(), {"CUDA_LAUNCH_BLOCKING": "1", "CUDA_VISIBLE_DEVICES": "3", "SLURM_NODEID": "1"}),
+    }
+    assert differences(prints) == ["node b: env.CUDA_LAUNCH_BLOCKING = '1', node a has <unset>"]
+
+
 def test_supervisor_forwards_usr1_without_stopping_and_stops_on_term(tmp_path: Path) -> None:
 
     log, ready = tmp_path / "sig-{rank}", tmp_path / "ready-{rank}"
