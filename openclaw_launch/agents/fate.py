@@ -5,18 +5,23 @@ Keys in the store (``store.PREFIX`` + ...), ``r`` a node rank, ``a`` an attempt:
 - ``hb/r``      keep-alive counter, bumped every tick by node r's agent thread
 - ``fp/r``      node r's fingerprint (JSON); ``ack/r``: node r has compared them
 - ``fate/a``    the first stop of attempt a anywhere (first writer wins: compare-and-set):
-                ``{"kind": "failure"|"signal"|"lost", "node", "rank", "code", "text"}``
-- ``end/a/r``   node r's workers of attempt a are gone (``ok``/``failure``/``signal``/``stopped``)
+                ``{"kind": "failure"|"signal"|"hang"|"lost", "node", "rank", "code", "text"}``
+- ``end/a/r``   node r's workers of attempt a are gone, with its own outcome: ``ok``, ``stopped``
+                (by the fate), or the kind of its own first reason that vetoes a restart
+                (``signal``/``hang``), else of its first (``failure``)
 - ``report/r``  node r's report and statistics, for the first node's job report
 
 The store traffic runs on one thread; it talks to the supervisor's event loop through a pipe
-(``fileno``/``drain`` go into ``SuperviseHooks.readers``), so a slow or cut network never blocks
-the loop. The supervisor tells the agent through the other hooks (``on_stopping``, ``hold``,
-``decide_restart``); their work is queued for the thread.
+(``readers``), so a slow or cut network never blocks the loop. The agent is a supervision
+``Participant`` (run/participant.py): told this node's stop reasons (``on_stop``), it publishes the
+first as the fate; another node's fate is its ``stop_reason``; it holds each attempt until every
+node is done with it; its ``vote_restart`` is the job's decision.
 
 Restarts are decided once, the same on every node: after attempt a every node waits until each
-node's ``end/a/r`` is there (or a node is lost); the job restarts iff ``fate/a`` is a worker
-failure and attempts are left. Then every node restarts (same backoff), or none does.
+node's ``end/a/r`` is there (or a node is lost); the job restarts iff this node wishes it, ``fate/a``
+is a worker failure, and no node's outcome vetoes it (a signal or a hang anywhere, even one that
+came second). Then every node restarts (same backoff), or none does. A hang is the job's fate like
+a failure: every node stops and exits 124.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from openclaw_launch.agents.fingerprint import differences
 from openclaw_launch.agents.store import AgentError, AgentStore
 from openclaw_launch.config import defaults
 from openclaw_launch.plan.build import LaunchPlan
-from openclaw_launch.run.results import WorkerResult, format_root_cause, signal_name
+from openclaw_launch.run.participant import Participant, StopKind, StopReason
 
 EXIT_NODE_LOST = 1  # the job's exit code on the surviving nodes when a node was lost
 
@@ -52,7 +57,7 @@ class AgentOptions:
 
 @dataclass(frozen=True)
 class Fate:
-    kind: str  # failure | signal | lost
+    kind: str  # failure | signal | hang | lost (StopKind's values)
     node: str
     rank: int | None
     code: int
@@ -69,8 +74,16 @@ class Fate:
     def headline(self) -> str:
         return self.text.splitlines()[0] if self.text else self.kind
 
+    @property
+    def restartable(self) -> bool:
+        return self.kind == StopKind.FAILURE.value
 
-class Agent:
+
+# A node's end outcome that does not stop the job from restarting; any other (signal, hang) does.
+_RESTARTABLE_OUTCOMES = frozenset({"ok", "stopped", StopKind.FAILURE.value})
+
+
+class Agent(Participant):
     def __init__(self, plan: LaunchPlan, options: AgentOptions, say: Callable[[str], None]) -> None:
         self.plan, self.opt, self.say = plan, options, say
         self.me = plan.node_rank
@@ -87,7 +100,7 @@ class Agent:
         self.ended: set[int] = set()  # attempts every node is done with
         self._end_sent: set[int] = set()
         self._local: dict[int, str] = {}  # this node's outcome per attempt
-        self._stop_pending = False
+        self.outcomes: dict[int, tuple[str, ...]] = {}  # every node's end outcome per attempt, once all are in
         self.lost_nodes: set[str] = set()
         self._last_ok = 0.0
         self._abandoned = False  # the store thread is stuck on a call (the watchdog gave up on it)
@@ -188,6 +201,8 @@ class Agent:
                 self._on_fate(*data)
             elif kind == "ended":
                 self.ended.add(data)
+            elif kind == "outcomes":
+                self.outcomes[data[0]] = tuple(data[1])
 
     def _on_fate(self, attempt: int, fate: Fate) -> None:
         if attempt in self.fates:
@@ -199,31 +214,36 @@ class Agent:
             self.say(f"openclaw-launch: {fate.text}")
             if attempt == self.attempt:
                 self.say(f"openclaw-launch: stopping this node's ({self.name}) workers: one job, one fate")
-                self._stop_pending = True
 
-    def before_attempt(self, attempt: int) -> None:
+    # ---- the attempt contract (run/participant.py) ------------------------------------------------
+
+    def readers(self) -> dict[int, Callable[[], None]]:
+        return {self.fileno(): self.drain}
+
+    def begin_attempt(self, attempt: int) -> None:
         self.attempt = attempt
-        self._stop_pending = False
 
-    def remote_stop(self) -> bool:
-        pending, self._stop_pending = self._stop_pending, False
-        return pending
+    def stop_reason(self) -> StopReason | None:
+        """Another node's fate for this attempt (or a lost node): this node stops with its code."""
+        fate = self.fates.get(self.attempt)
+        if fate is None or (fate.node == self.name and fate.kind != StopKind.LOST.value):
+            return None
+        if fate.kind == StopKind.LOST.value:
+            return StopReason(StopKind.LOST, EXIT_NODE_LOST, fate.text, False, fate.node, fate.rank)
+        return StopReason(StopKind.REMOTE, fate.code, fate.text, fate.restartable, fate.node, fate.rank)
 
-    def on_stopping(self, result: WorkerResult | None, sig: int | None) -> None:
+    def on_stop(self, reason: StopReason) -> None:
+        """This node stops for a reason of its own: the first is published as the attempt's fate (it
+        wins if no node's came first); a reason that vetoes restarts is this node's end outcome."""
         attempt = self.attempt
-        if result is not None:
-            code = result.code if result.code is not None else 1
-            fate = Fate("failure", self.name, result.rank, code, f"node {self.name}: " + format_root_cause(result))
-            self._local[attempt] = "failure"
-        else:
-            assert sig is not None
-            text = f"node {self.name}: its launcher received {signal_name(sig)}"
-            fate = Fate("signal", self.name, None, 128 + (sig or 0), text)
-            self._local[attempt] = "signal"
-        if attempt not in self.fates:
+        outcome = self._local.get(attempt)
+        if outcome is None or (outcome in _RESTARTABLE_OUTCOMES and not reason.restartable):
+            self._local[attempt] = reason.kind.value
+        if outcome is None and attempt not in self.fates:
+            fate = Fate(reason.kind.value, self.name, reason.rank, reason.exit_code, f"node {self.name}: {reason.text}")
             self._commands.put(("fate", (attempt, fate)))
 
-    def hold(self) -> bool:
+    def holds_attempt(self) -> bool:
         """True while another node is still running this attempt."""
         attempt = self.attempt
         if attempt not in self._end_sent:
@@ -233,16 +253,12 @@ class Agent:
         alive = self._thread is not None and self._thread.is_alive() and not self._abandoned
         return attempt not in self.ended and alive
 
-    def decide_restart(self, attempt: int, wish: bool) -> bool:
+    def vote_restart(self, attempt: int, wish: bool) -> bool:
+        """The job's decision, alike on every node: this node's wish, the fate a failure, and no
+        node's outcome a veto (outcomes unknown, e.g. a node lost: the fate says lost anyway)."""
         fate = self.fates.get(attempt)
-        return fate is not None and fate.kind == "failure" and attempt < self.opt.max_restarts
-
-    def exit_code(self, local: int) -> int:
-        """The job's exit code, the same on every node: the last attempt's fate, else this node's."""
-        fate = self.fates.get(self.attempt)
-        if fate is None:
-            return local
-        return EXIT_NODE_LOST if fate.kind == "lost" else fate.code
+        vetoed = any(o not in _RESTARTABLE_OUTCOMES for o in self.outcomes.get(attempt, ()))
+        return wish and fate is not None and fate.restartable and not vetoed
 
     # ---- the thread ------------------------------------------------------------------------------
 
@@ -266,9 +282,11 @@ class Agent:
                 store.set(f"hb/{self.me}", str(beats))
                 attempt = self.attempt
                 self._watch_fate(store, attempt)
-                ended = store.has([f"end/{attempt}/{r}" for r in range(len(self.opt.nodes))])
-                if ended and attempt in self._end_sent and posted_end != attempt:
+                ends = [f"end/{attempt}/{r}" for r in range(len(self.opt.nodes))]
+                if store.has(ends) and attempt in self._end_sent and posted_end != attempt:
                     self._watch_fate(store, attempt)  # a fate is always written before its node's end
+                    # every node's outcome: one that vetoes a restart (a hang, a signal) stops it everywhere
+                    self._post("outcomes", (attempt, store.get_many(ends)))
                     self._post("ended", attempt)
                     posted_end = attempt
                 now = time.monotonic()

@@ -31,14 +31,9 @@ from openclaw_launch.run import cgroup, console
 from openclaw_launch.run.errorfile import write_parent_error_file
 from openclaw_launch.run.guard import Guardian
 from openclaw_launch.run.osproc import RealOs
-from openclaw_launch.run.supervise import (
-    JobResult,
-    SuperviseHooks,
-    SuperviseOptions,
-    signal_name,
-    supervise,
-)
-from openclaw_launch.stats.wiring import StatsOptions, binding_warnings, start_statistics, with_statistics
+from openclaw_launch.run.participant import Participant
+from openclaw_launch.run.supervise import JobResult, SuperviseOptions, signal_name, supervise
+from openclaw_launch.stats.wiring import StatsOptions, binding_warnings, start_statistics, statistics_participants
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -105,7 +100,7 @@ def launch(
         result, statistics = _run(plan, options, os_layer, parent_error_file, stats or StatsOptions(), agent)
         result = _with_late_signal(result, _forwarded(os_layer.drain_signals(), options), options)
         dropped = console.dropped_lines(out) + console.dropped_lines(err)
-        code = agent.exit_code(result.exit_code) if agent is not None else result.exit_code
+        code = result.exit_code  # with agents: the job's fate, the same on every node (supervise.py)
         verdict = preflight(code) if preflight is not None else None
         report = build_report(plan, result, statistics, code, console_dropped_lines=dropped, preflight=verdict)
         if report_path:
@@ -204,16 +199,16 @@ def _run(
         if early:  # e.g. Ctrl-C while the MPS daemon started: start no worker at all
             result = _not_started(early[0], options)
         else:
-            # The daemon may be our descendant (we are a child subreaper): spare it from leftover kills.
-            exempt = [daemon.pid] if daemon is not None and daemon.pid is not None else []
-            hooks = SuperviseHooks(exempt_pids=lambda: exempt)
-            if job_cgroup is not None:  # after each attempt's own kills: what escaped its groups
-                hooks = dataclasses.replace(hooks, after_attempt=lambda _attempt, _results: _clear(job_cgroup))
+            participants: list[Participant] = []
+            if daemon is not None and daemon.pid is not None:
+                participants.append(_MpsParticipant(daemon.pid))
+            if job_cgroup is not None:
+                participants.append(_CgroupParticipant(job_cgroup))
             if session is not None:
-                hooks = with_statistics(hooks, session, stats)
+                participants += statistics_participants(session)
             if agent is not None:
-                hooks = _with_agent(hooks, agent)
-            result = supervise(plan, options, os_layer, hooks, guardian=guardian)
+                participants.append(agent)
+            result = supervise(plan, options, os_layer, participants, guardian=guardian)
         containment = f"cgroup2:{job_cgroup.path}+{CONTAINMENT}" if job_cgroup is not None else CONTAINMENT
         result = dataclasses.replace(result, containment=containment)
         if parent_error_file and result.exit_code != 0:  # before the workers' files go with run_dir
@@ -238,28 +233,25 @@ def _job_cgroup(
     return job
 
 
-def _clear(job: cgroup.JobCgroup) -> None:
-    job.clear()
+class _MpsParticipant(Participant):
+    """The MPS daemon lives for the whole job (restarts keep it); it may be our descendant (we are a
+    child subreaper): never killed as a leftover. Nothing per attempt."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def exempt_pids(self) -> list[int]:
+        return [self.pid]
 
 
-def _with_agent(hooks: SuperviseHooks, agent: Agent) -> SuperviseHooks:
-    """The agent's hooks on top of the statistics' (both may want ``before_attempt``)."""
-    before = hooks.before_attempt
+class _CgroupParticipant(Participant):
+    """After each attempt's own kills, the job cgroup is cleared of what escaped the workers' groups."""
 
-    def before_attempt(attempt: int) -> None:
-        agent.before_attempt(attempt)
-        if before is not None:
-            before(attempt)
+    def __init__(self, job: cgroup.JobCgroup) -> None:
+        self.job = job
 
-    return dataclasses.replace(
-        hooks,
-        before_attempt=before_attempt,
-        readers={**hooks.readers, agent.fileno(): agent.drain},
-        on_stopping=agent.on_stopping,
-        remote_stop=agent.remote_stop,
-        hold=agent.hold,
-        decide_restart=agent.decide_restart,
-    )
+    def end_attempt(self, attempt: int) -> None:
+        self.job.clear()
 
 
 def _make_run_dir(run_dir: Path) -> Path:

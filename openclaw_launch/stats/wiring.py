@@ -1,7 +1,7 @@
 """The statistics side of a run: what ``launch`` adds when the plan has a telemetry socket.
 
 The per-rank hang environment, the session (inbox, collector, NVML sampler) with its live parts
-(hang monitor, metrics endpoint, stats file), and the supervisor hooks that feed it. Heavy modules
+(hang monitor, metrics endpoint, stats file), as the supervision participants that feed it. Heavy modules
 (NVML, prometheus-client) load only when asked for.
 """
 
@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING
 
 from openclaw_launch.config import defaults
 from openclaw_launch.plan.build import LaunchPlan
+from openclaw_launch.run.participant import Participant
 from openclaw_launch.run.results import JobResult
-from openclaw_launch.run.supervise import SuperviseHooks, SuperviseOptions
+from openclaw_launch.run.supervise import SuperviseOptions
 
 if TYPE_CHECKING:
     from openclaw_launch.stats.session import StatsSession
@@ -51,16 +52,9 @@ def start_statistics(
     return plan, session
 
 
-def with_statistics(hooks: SuperviseHooks, session: StatsSession, stats: StatsOptions) -> SuperviseHooks:
-    """The supervisor feeds the session: its socket, the live line, the hang and metrics ticks."""
-    return dataclasses.replace(
-        hooks,
-        before_attempt=session.before_attempt,
-        readers=session.readers(),
-        every=(stats.interval_s, session.live_line) if stats.interval_s > 0 else None,
-        periodic=_live_hooks(session),
-        stop_code=session.hang.stop_code if session.hang is not None else None,
-    )
+def statistics_participants(session: StatsSession) -> list[Participant]:
+    """What takes part in supervision for statistics: the session, and its hang watch if on."""
+    return [session] if session.hang is None else [session, session.hang]
 
 
 def binding_warnings(result: JobResult) -> dict[int, str]:
@@ -97,10 +91,10 @@ def _start_live(
         from openclaw_launch.stats.hang import HangWatch
         from openclaw_launch.stats.hang_monitor import HangMonitor
 
-        def log_path(rank: int) -> str | None:
+        def log_path(rank: int, attempt: int) -> str | None:
             if not options.log_dir:
                 return None
-            return f"{options.log_dir}/{plan.run_id}/attempt-{session.attempt}/rank-{rank}/stderr.log"
+            return f"{options.log_dir}/{plan.run_id}/attempt-{attempt}/rank-{rank}/stderr.log"
 
         watch = HangWatch(stats.hang_timeout_s, [(r.rank, r.local_rank, r.node) for r in plan.ranks])
         files = {r.rank: str(run_dir / f"stacks-rank-{r.rank}.txt") for r in plan.ranks}
@@ -108,18 +102,6 @@ def _start_live(
     if session.metrics_port is not None:  # bound by the session, served by its helper
         session.publish()
         say(f"openclaw-launch: metrics on http://0.0.0.0:{session.metrics_port}/metrics")
-
-
-def _live_hooks(session: StatsSession) -> tuple[tuple[float, Callable[[], None]], ...]:
-    from openclaw_launch.stats.hang import CHECK_INTERVAL_S
-    from openclaw_launch.stats.metrics import REFRESH_S
-
-    out: list[tuple[float, Callable[[], None]]] = []
-    if session.hang is not None:
-        out.append((CHECK_INTERVAL_S, session.hang_tick))
-    if session.metrics_port is not None:
-        out.append((REFRESH_S, session.publish))
-    return tuple(out)
 
 
 def _start_stats(plan: LaunchPlan, socket_path: str, stats: StatsOptions, say: Callable[[str], None]) -> StatsSession:
@@ -130,4 +112,6 @@ def _start_stats(plan: LaunchPlan, socket_path: str, stats: StatsOptions, say: C
         from openclaw_launch.stats.gpu import PynvmlSource
 
         gpu_source = PynvmlSource
-    return StatsSession(plan, socket_path, stats.threshold_pct, say, gpu_source, stats.metrics_port, stats.stats_file)
+    return StatsSession(
+        plan, socket_path, stats.threshold_pct, say, gpu_source, stats.metrics_port, stats.stats_file, stats.interval_s
+    )
