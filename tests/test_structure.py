@@ -145,9 +145,8 @@ def _reexports(path: Path) -> list[str]:
         elif isinstance(node, ast.Import):
             imported.update((a.asname or a.name).split(".")[0] for a in node.names)
     for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else []
-        if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
-            names = ast.literal_eval(node.value)  # type: ignore[union-attr]
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            names = ast.literal_eval(node.value)
             found += [f"line {node.lineno}: __all__ re-exports {n}" for n in names if n in imported]
     return found
 
