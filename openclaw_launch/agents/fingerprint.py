@@ -1,5 +1,5 @@
 """What every node of a job must agree on before any worker starts, and the differences. Pure
-except ``runtime_versions`` (which reads versions; called only on the multi-node path).
+except ``runtime_versions`` and ``library_versions`` (which read versions; multi-node path only).
 
 A fingerprint is a flat ``key -> value`` map so a difference names one key with both values:
 ``config.*`` (the config in canonical form), ``job.*`` (world size, nodes, master address and
@@ -96,9 +96,9 @@ def _show(value: str) -> str:
     return value if value == UNSET else repr(value)
 
 
-def runtime_versions(python: str, with_gpus: bool) -> dict[str, str]:
-    """torch / NCCL / CUDA driver / launcher / Python versions of this node (the multi-node path
-    imports torch anyway, for its TCPStore)."""
+def runtime_versions(python: str) -> dict[str, str]:
+    """torch's and the launcher's package versions and the workers' Python, read in the launcher
+    without importing torch (``library_versions`` are read where torch is loaded)."""
     import platform
     import subprocess
     import sys
@@ -110,14 +110,6 @@ def runtime_versions(python: str, with_gpus: bool) -> dict[str, str]:
             versions[key] = metadata.version(package)
         except metadata.PackageNotFoundError:
             versions[key] = UNSET
-    try:
-        import torch
-
-        versions["torch_cuda"] = str(torch.version.cuda)
-        versions["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))  # no CUDA context needed
-    except Exception:  # a CPU-only torch has no NCCL
-        versions["nccl"] = UNSET
-    versions["cuda_driver"] = _cuda_driver() if with_gpus else UNSET
     if python == sys.executable:
         versions["python"] = platform.python_version()
     else:
@@ -132,6 +124,22 @@ def runtime_versions(python: str, with_gpus: bool) -> dict[str, str]:
         except (OSError, subprocess.SubprocessError) as e:
             versions["python"] = f"error: {e}"
     return versions
+
+
+def library_versions(with_gpus: bool) -> dict[str, str]:
+    """torch's CUDA and NCCL and the CUDA driver, as ``version.*`` fingerprint keys. Importing torch
+    (and NVML) starts threads, so this runs in the agents' store loop helper (agents/store_loop.py),
+    which imports torch for the store anyway; never in the launcher, which forks."""
+    versions: dict[str, str] = {}
+    try:
+        import torch
+
+        versions["torch_cuda"] = str(torch.version.cuda)
+        versions["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))  # no CUDA context needed
+    except Exception:  # a CPU-only torch has no NCCL
+        versions["nccl"] = UNSET
+    versions["cuda_driver"] = _cuda_driver() if with_gpus else UNSET
+    return {f"version.{key}": value for key, value in versions.items()}
 
 
 def _cuda_driver() -> str:

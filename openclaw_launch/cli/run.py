@@ -320,7 +320,7 @@ def _agent_setup(
             f"{port} is MASTER_PORT; the agents need a port of their own", param_hint="--agent-port"
         )
     python = os.environ.get("PYTHON_EXEC") or sys.executable
-    versions = runtime_versions(python, with_gpus=any(r.gpu_uuid for r in plan.ranks))
+    versions = runtime_versions(python)
     options = AgentOptions(
         store_addr=config.nodes[0].ip or plan.master_addr,
         port=port,

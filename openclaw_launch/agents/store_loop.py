@@ -1,0 +1,341 @@
+"""The node agent's store traffic, in a helper process (run/helper.py): the launcher forks with one
+thread, so the TCPStore client, its keep-alive loop and the watchdog run there, and torch (the
+TCPStore) is imported there, never in the launcher.
+
+The agent (agents/fate.py) forks the helper before the nodes meet and keeps the decisions; the
+helper does the store calls and reports what it sees. Messages, one JSON object per line:
+
+- launcher -> helper: ``join`` (meet, compare fingerprints), ``start`` (the keep-alive loop),
+  ``attempt``, ``fate`` (compare-and-set this node's stop as ``fate/a``), ``end`` (``end/a/r``),
+  ``finish`` (stop the loop, exchange the reports, answer ``reports``, exit).
+- helper -> launcher: ``joined`` or ``join_failed``; ``fate`` (the job's fate of an attempt, as the
+  store holds it), ``ended`` (every node is done with an attempt), ``loop_ended`` (the loop stopped:
+  a lost node, or the first node's store unreachable), ``say`` (a line for the console),
+  ``reports``.
+
+Fates are the store's JSON text (agents/fate.py's ``Fate``); the loop reads only their ``kind``.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from openclaw_launch.agents.fingerprint import differences, library_versions
+from openclaw_launch.agents.store import AgentError, AgentStore
+from openclaw_launch.run.helper import Helper, Link, Message
+
+_JOIN_POLL_S = 0.1  # how often a waiting join looks for a signal
+_FINISH_MARGIN_S = 5.0
+
+
+class LoopOptions(Protocol):
+    """What the loop reads of agents/fate.py's ``AgentOptions``."""
+
+    @property
+    def store_addr(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def nodes(self) -> tuple[str, ...]: ...
+    @property
+    def join_timeout_s(self) -> float: ...
+    @property
+    def keepalive_s(self) -> float: ...
+
+
+LostFate = Callable[[str, str], str]  # (lost node, text) -> the fate's JSON
+
+
+class StoreLink:
+    """The launcher's side of the helper; every call but ``join`` and ``finish`` is non-blocking."""
+
+    def __init__(self, helper: Helper, options: LoopOptions) -> None:
+        self._helper = helper
+        self._opt = options
+
+    @classmethod
+    def start(cls, options: LoopOptions, me: int, name: str, lost_fate: LostFate, with_gpus: bool) -> StoreLink:
+        """Fork the helper; ``with_gpus``: the fingerprint holds the CUDA driver's version."""
+
+        def main(link: Link) -> None:
+            _Loop(link, options, me, name, lost_fate, with_gpus).serve()
+
+        return cls(Helper.fork("openclaw-agent", main), options)
+
+    @property
+    def pid(self) -> int:
+        return self._helper.pid
+
+    @property
+    def closed(self) -> bool:
+        """The helper is gone (or was ended)."""
+        return self._helper.link.closed
+
+    def fileno(self) -> int:
+        return self._helper.fileno()
+
+    def join(self, fingerprint: Mapping[str, str], interrupted: Callable[[], int | None]) -> int | None:
+        """Meet every node and compare fingerprints, in the helper. Returns a signal number if one
+        stopped the wait, None when all agree; raises ``AgentError`` otherwise."""
+        link = self._helper.link
+        link.send({"op": "join", "fingerprint": dict(fingerprint)})
+        while True:
+            link.flush(_JOIN_POLL_S)
+            for message in link.wait(_JOIN_POLL_S):
+                if message["ev"] == "joined":
+                    return None
+                if message["ev"] == "join_failed":
+                    raise AgentError(message["text"])
+            if link.closed:
+                raise AgentError(f"this node's store loop (pid {self.pid}) ended while the nodes met; started nothing")
+            sig = interrupted()
+            if sig is not None:
+                return sig
+
+    def start_loop(self) -> None:
+        self._helper.link.send({"op": "start"})
+
+    def set_attempt(self, attempt: int) -> None:
+        self._helper.link.send({"op": "attempt", "attempt": attempt})
+
+    def publish_fate(self, attempt: int, fate: str) -> None:
+        self._helper.link.send({"op": "fate", "attempt": attempt, "fate": fate})
+
+    def send_end(self, attempt: int, outcome: str) -> None:
+        self._helper.link.send({"op": "end", "attempt": attempt, "outcome": outcome})
+
+    def events(self) -> list[Message]:
+        return self._helper.link.receive()
+
+    def finish(self, payload: Mapping[str, Any], lost_nodes: list[str]) -> tuple[list[Message], Any]:
+        """Stop the loop and exchange the reports (bounded by the keep-alive and the report wait).
+        Returns the events that came before the answer, and the answer (None: no reports)."""
+        link = self._helper.link
+        link.send({"op": "finish", "payload": payload, "lost_nodes": lost_nodes})
+        keepalive_s = self._opt.keepalive_s
+        deadline = time.monotonic() + keepalive_s + 1 + max(10.0, 2 * keepalive_s) + _FINISH_MARGIN_S
+        before: list[Message] = []
+        while not link.closed and (left := deadline - time.monotonic()) > 0:
+            link.flush(left)
+            for message in link.wait(left):
+                if message["ev"] == "reports":
+                    return before, message["reports"]
+                before.append(message)
+        return before, None
+
+    def close(self) -> None:
+        self._helper.end()
+
+
+class _Loop:
+    """The helper's side: the main thread follows the launcher's messages; the store loop and the
+    watchdog are threads (the AgentStore is used by one thread at a time: the meeting, then the
+    loop, then the report exchange)."""
+
+    def __init__(
+        self, link: Link, options: LoopOptions, me: int, name: str, lost_fate: LostFate, with_gpus: bool
+    ) -> None:
+        self.link, self.opt, self.me, self.name, self.lost_fate = link, options, me, name, lost_fate
+        self.with_gpus = with_gpus
+        self.is_host = me == 0
+        self.store: AgentStore | None = None
+        self.attempt = 0
+        self._commands: queue.Queue[Message] = queue.Queue()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._posted_fates: set[int] = set()
+        self._end_sent: set[int] = set()
+        self._last_ok = 0.0
+        self._abandoned = False  # the loop is stuck on a call (the watchdog gave up on it)
+
+    def _post(self, message: Message) -> None:
+        self.link.send(message)
+
+    def _post_fate(self, attempt: int, fate: str) -> None:
+        if attempt not in self._posted_fates:
+            self._posted_fates.add(attempt)
+            self._post({"ev": "fate", "attempt": attempt, "fate": fate})
+
+    def serve(self) -> None:
+        while not self.link.closed:
+            for message in self.link.wait(None):
+                op = message["op"]
+                if op == "join":
+                    self._join(message["fingerprint"])
+                elif op == "start":
+                    self._start()
+                elif op == "attempt":
+                    self.attempt = message["attempt"]
+                elif op in ("fate", "end"):
+                    if op == "end":
+                        self._end_sent.add(message["attempt"])
+                    self._commands.put(message)
+                elif op == "finish":
+                    self._post({"ev": "reports", "reports": self._finish(message["payload"], message["lost_nodes"])})
+                    return
+        self._stop.set()  # the launcher is gone
+
+    # ---- before start ----------------------------------------------------------------------------
+
+    def _join(self, fingerprint: Mapping[str, str]) -> None:
+        try:
+            self._meet({**fingerprint, **library_versions(self.with_gpus)})
+        except AgentError as e:
+            self._post({"ev": "join_failed", "text": str(e)})
+            return
+        except Exception as e:  # the store went away while meeting (the first node stopped)
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            text = f"lost the first node's agent while the nodes met: {first}; started nothing"
+            self._post({"ev": "join_failed", "text": text})
+            return
+        self._post({"ev": "joined"})
+
+    def _meet(self, fingerprint: Mapping[str, str]) -> None:
+        opt, n = self.opt, len(self.opt.nodes)
+        self.store = store = AgentStore(opt.store_addr, opt.port, self.is_host, opt.join_timeout_s)
+        store.set(f"hb/{self.me}", "0")
+        store.set(f"fp/{self.me}", json.dumps({"node": self.name, "fingerprint": dict(fingerprint)}))
+        deadline = time.monotonic() + opt.join_timeout_s
+        keys = [f"fp/{r}" for r in range(n)]
+        while not store.has(keys):
+            if time.monotonic() > deadline:
+                missing = [opt.nodes[r] for r in range(n) if not store.has([f"fp/{r}"])]
+                raise AgentError(
+                    f"node(s) {', '.join(missing)} never arrived: waited {opt.join_timeout_s:g} s at "
+                    f"{opt.store_addr}:{opt.port} (--agent-timeout-s); started nothing"
+                )
+            time.sleep(0.1)
+        prints = {}
+        for text in store.get_many(keys):
+            data = json.loads(text)
+            prints[data["node"]] = data["fingerprint"]
+        store.set(f"ack/{self.me}", "1")
+        diff = differences(prints)
+        if self.is_host:  # keep the store up until every node has read the fingerprints
+            acks = [f"ack/{r}" for r in range(n)]
+            until = time.monotonic() + min(opt.join_timeout_s, 30.0)
+            while not store.has(acks) and time.monotonic() < until:
+                time.sleep(0.05)
+        if diff:
+            raise AgentError("the nodes do not agree; started nothing on any node:\n  " + "\n  ".join(diff))
+        store.set_timeout(opt.keepalive_s)
+
+    def _start(self) -> None:
+        self._last_ok = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name="openclaw-agent", daemon=True)
+        self._thread.start()
+        threading.Thread(target=self._watchdog, name="openclaw-agent-watchdog", daemon=True).start()
+
+    def _watchdog(self) -> None:
+        """A store call stuck on a cut link (its socket timeout is the join timeout) is a lost first
+        node once it has taken longer than the keep-alive; the stuck thread is abandoned."""
+        while not self._stop.wait(min(0.5, self.opt.keepalive_s / 4)):
+            silent = time.monotonic() - self._last_ok
+            if silent > self.opt.keepalive_s:
+                self._abandoned = True
+                host = self.opt.nodes[0]
+                text = f"lost the first node {host}'s agent: no answer for {silent:.1f} s (--keepalive-s)"
+                self._post_fate(self.attempt, self.lost_fate(host, text))
+                self._post({"ev": "ended", "attempt": self.attempt})
+                self._post({"ev": "loop_ended"})
+                return
+
+    # ---- the loop --------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        tick = max(min(0.2, self.opt.keepalive_s / 10), 0.02)
+        beats = 0
+        peers = [r for r in range(len(self.opt.nodes)) if r != self.me]
+        last_seen: dict[int, tuple[str, float]] = {}
+        posted_end = -1
+        try:
+            while not self._stop.is_set():
+                store = self.store
+                assert store is not None
+                self._do_commands(store)
+                beats += 1
+                store.set(f"hb/{self.me}", str(beats))
+                attempt = self.attempt
+                self._watch_fate(store, attempt)
+                ends = [f"end/{attempt}/{r}" for r in range(len(self.opt.nodes))]
+                if store.has(ends) and attempt in self._end_sent and posted_end != attempt:
+                    self._watch_fate(store, attempt)  # a fate is always written before its node's end
+                    # every node's outcome: one that vetoes a restart (a hang, a signal) stops it everywhere
+                    self._post({"ev": "ended", "attempt": attempt, "outcomes": store.get_many(ends)})
+                    posted_end = attempt
+                now = time.monotonic()
+                for r, beat in zip(peers, store.get_many([f"hb/{r}" for r in peers]), strict=True):
+                    seen = last_seen.get(r)
+                    if seen is None or seen[0] != beat:
+                        last_seen[r] = (beat, now)
+                    elif now - seen[1] > self.opt.keepalive_s and not store.has([f"end/{attempt}/{r}"]):
+                        self._lost(store, attempt, self.opt.nodes[r], f"no keep-alive for {now - seen[1]:.1f} s")
+                        self._post({"ev": "loop_ended"})
+                        return
+                self._last_ok = time.monotonic()
+                self._stop.wait(tick)
+        except Exception as e:  # the store (the first node) is unreachable: this node is on its own
+            if self._stop.is_set() or self._abandoned:
+                return
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            host = self.opt.nodes[0]
+            self._post_fate(self.attempt, self.lost_fate(host, f"lost the first node {host}'s agent: {first}"))
+            self._post({"ev": "ended", "attempt": self.attempt})
+            self._post({"ev": "loop_ended"})
+
+    def _do_commands(self, store: AgentStore) -> None:
+        while True:
+            try:
+                command = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            attempt = command["attempt"]
+            if command["op"] == "fate":
+                self._post_fate(attempt, store.first(f"fate/{attempt}", command["fate"]))
+            else:
+                store.set(f"end/{attempt}/{self.me}", command["outcome"])
+
+    def _watch_fate(self, store: AgentStore, attempt: int) -> None:
+        if attempt not in self._posted_fates and store.has([f"fate/{attempt}"]):
+            self._post_fate(attempt, store.get(f"fate/{attempt}"))
+
+    def _lost(self, store: AgentStore, attempt: int, node: str, why: str) -> None:
+        text = f"node {node} is lost ({why}, --keepalive-s {self.opt.keepalive_s:g})"
+        won = store.first(f"fate/{attempt}", self.lost_fate(node, text))
+        self._post_fate(attempt, won)
+        if json.loads(won)["kind"] == "lost":  # no end will come from a lost node
+            self._post({"ev": "ended", "attempt": attempt})
+
+    # ---- after the job ---------------------------------------------------------------------------
+
+    def _finish(self, payload: Mapping[str, Any], lost_nodes: list[str]) -> list[Any] | None:
+        """This node's report to the first node; on the first node, every node's (its own first; a
+        node that never sent one is missing)."""
+        self._stop.set()
+        if self._thread is not None and not self._abandoned:
+            self._thread.join(timeout=self.opt.keepalive_s + 1)
+        store = self.store
+        if store is None or self._abandoned or (self._thread is not None and self._thread.is_alive()):
+            return None
+        if not self.is_host:
+            if self.opt.nodes[0] in lost_nodes:  # nobody to send it to (and a call could hang)
+                return None
+            try:
+                store.set(f"report/{self.me}", json.dumps(payload))
+            except Exception as e:
+                self._post({"ev": "say", "text": f"warning: could not send this node's report to the first node: {e}"})
+            return None
+        got: dict[int, Any] = {0: payload}
+        wanted = [r for r in range(1, len(self.opt.nodes)) if self.opt.nodes[r] not in lost_nodes]
+        deadline = time.monotonic() + max(10.0, 2 * self.opt.keepalive_s)
+        while wanted and time.monotonic() < deadline:
+            for r in [r for r in wanted if store.has([f"report/{r}"])]:
+                got[r] = json.loads(store.get(f"report/{r}"))
+                wanted.remove(r)
+            time.sleep(0.05)
+        return [got[r] for r in sorted(got)]

@@ -1,0 +1,199 @@
+"""One thread at fork (issue 16): every fork and spawn of the real launcher happens while it has one
+thread, in Python's view and in the kernel's, and its helper processes (run/helper.py) never
+outlive it, also when it is SIGKILLed.
+
+The launcher runs with an audit hook, installed by a ``sitecustomize.py`` on its PYTHONPATH: on
+``os.fork``, ``os.posix_spawn``, ``os.exec``, ``subprocess.Popen`` in the launcher's own process
+(not in a forked helper, not in a worker: the hook checks the pid, and takes its output path out
+of the environment the workers inherit) it records ``threading.active_count()`` and the entries
+of /proc/self/task.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FAKE = [sys.executable, str(ROOT / "tests" / "fake_worker.py")]
+SECTIONS = str(ROOT / "tests" / "telemetry_workers" / "sections.py")
+CONFIG = ROOT / "configs" / "two-nodes-loopback.yaml"
+DEADLINE_S = 120.0
+AUDIT_ENV = "OPENCLAW_TEST_FORK_AUDIT"
+
+SITECUSTOMIZE = f"""
+import os, sys
+
+_out = os.environ.pop({AUDIT_ENV!r}, None)  # the workers do not inherit it
+if _out:
+    import json, threading
+
+    _pid = os.getpid()
+    _events = ("os.fork", "os.forkpty", "os.posix_spawn", "os.posix_spawnp", "os.spawn", "os.exec", "subprocess.Popen")
+
+    def _comm(tid):
+        try:
+            with open(f"/proc/self/task/{{tid}}/comm") as f:
+                return f.read().strip()
+        except OSError:
+            return "?"
+
+    def _audit(event, args):
+        if event not in _events or os.getpid() != _pid:  # a forked helper's own events are not ours
+            return
+        record = {{
+            "pid": _pid,
+            "event": event,
+            "python_threads": threading.active_count(),
+            "thread_names": [t.name for t in threading.enumerate()],
+            "os_threads": len(os.listdir("/proc/self/task")),
+            "os_thread_names": [_comm(t) for t in os.listdir("/proc/self/task")],
+            "what": repr(args)[:300],
+        }}
+        with open(_out, "a") as f:
+            f.write(json.dumps(record) + "\\n")
+
+    sys.addaudithook(_audit)
+"""
+
+
+def _audited_env(tmp: Path, out: Path) -> dict[str, str]:
+    site = tmp / "audit-site"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    return {**os.environ, "PYTHONPATH": f"{site}:{ROOT}", AUDIT_ENV: str(out)}
+
+
+def _events(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
+
+
+def _assert_single_threaded(out: Path, at_least: int) -> list[dict[str, Any]]:
+    events = _events(out)
+    assert len(events) >= at_least, events  # the hook saw the launcher's forks and spawns
+    violations = [e for e in events if e["python_threads"] != 1 or e["os_threads"] != 1]
+    assert violations == []
+    return events
+
+
+def _launcher(args: Sequence[str], env: dict[str, str], cwd: Path) -> subprocess.Popen[str]:
+    cmd = [sys.executable, "-m", "openclaw_launch", *args]
+    return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _free_port() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
+def test_a_stats_run_forks_and_spawns_single_threaded(tmp_path: Path) -> None:
+    """Metrics endpoint, stats file, hang watch: the helper serves them while the workers start."""
+    out, stats_file = tmp_path / "audit.jsonl", tmp_path / "stats.jsonl"
+    args = ["--nproc-per-node", "2", "--metrics-port", "0", "--stats-file", str(stats_file)]
+    args += ["--hang-timeout-s", "5", "--stats-interval-s", "1", "--report", str(tmp_path / "r.json")]
+    proc = _launcher([*args, SECTIONS, "--steps", "60"], _audited_env(tmp_path, out), tmp_path)
+    _, err = proc.communicate(timeout=DEADLINE_S)
+    assert proc.returncode == 0, err
+    assert "metrics on http://0.0.0.0:" in err and stats_file.read_text().count("\n") >= 1
+    events = _assert_single_threaded(out, at_least=4)  # guardian, cgroup probe or not, helper, 2 workers
+    kinds = [e["event"] for e in events]
+    assert kinds.count("subprocess.Popen") >= 2 and "os.fork" in kinds
+
+
+def test_a_restart_spawns_single_threaded_with_the_helper_running(tmp_path: Path) -> None:
+    out = tmp_path / "audit.jsonl"
+    args = ["--nproc-per-node", "2", "--max-restarts", "1", "--restart-backoff-s", "0.1"]
+    args += ["--metrics-port", "0", "--stats-file", str(tmp_path / "stats.jsonl"), "--hang-timeout-s", "5"]
+    worker = [*FAKE, "--exit", "3", "--only-rank", "1", "--fail-below-attempt", "1"]
+    proc = _launcher([*args, "--no-python", "--", *worker], _audited_env(tmp_path, out), tmp_path)
+    _, err = proc.communicate(timeout=DEADLINE_S)
+    assert proc.returncode == 0, err
+    assert "attempt 2/2" in err
+    events = _assert_single_threaded(out, at_least=5)
+    assert [e["event"] for e in events].count("subprocess.Popen") >= 4  # two attempts of two workers
+
+
+def _two_nodes(tmp: Path, extra: Sequence[str], worker: Sequence[str]) -> dict[str, subprocess.Popen[str]]:
+    master, agent = _free_port(), _free_port()
+    procs = {}
+    for node in ("node0", "node1"):
+        cmd = ["--config", str(CONFIG), "--node", node, "--master-port", master, "--agent-port", agent]
+        cmd += ["--run-id", "fork", "--keepalive-s", "2", "--grace-period-s", "2", *extra]
+        cmd += ["--report", str(tmp / f"report-{node}.json"), "--no-python", "--", *FAKE, *worker]
+        procs[node] = _launcher(cmd, _audited_env(tmp, tmp / f"audit-{node}.jsonl"), ROOT)
+    return procs
+
+
+def test_two_nodes_with_agents_fork_and_spawn_single_threaded(tmp_path: Path) -> None:
+    pytest.importorskip("torch")  # the agents' store (in their helper)
+    procs = _two_nodes(tmp_path, ["--metrics-port", "0"], ["--sleep", "0.5"])
+    errs = {}
+    for node, proc in procs.items():
+        _, errs[node] = proc.communicate(timeout=DEADLINE_S)
+        assert proc.returncode == 0, (node, errs[node])
+    assert "job report (every node)" in errs["node0"]
+    for node in procs:
+        _assert_single_threaded(tmp_path / f"audit-{node}.jsonl", at_least=3)
+
+
+def _helper(launcher: psutil.Process, name: str) -> psutil.Process:
+    deadline = time.monotonic() + DEADLINE_S
+    while time.monotonic() < deadline:
+        for child in launcher.children():
+            try:
+                if child.name() == name:
+                    return child
+            except psutil.NoSuchProcess:
+                continue
+        time.sleep(0.05)
+    raise AssertionError(f"no {name} helper under pid {launcher.pid}")
+
+
+def _gone(proc: psutil.Process) -> bool:
+    deadline = time.monotonic() + DEADLINE_S
+    while time.monotonic() < deadline:
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_the_stats_helper_dies_with_a_sigkilled_launcher(tmp_path: Path) -> None:
+    args = ["--nproc-per-node", "1", "--metrics-port", "0", "--no-python", "--", *FAKE, "--sleep", "600"]
+    proc = _launcher(args, {**os.environ, "PYTHONPATH": str(ROOT)}, tmp_path)
+    helper = _helper(psutil.Process(proc.pid), "openclaw-stats")
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=DEADLINE_S)
+    assert _gone(helper)
+
+
+def test_the_agent_helper_dies_with_a_sigkilled_launcher(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    procs = _two_nodes(
+        tmp_path, ["--telemetry", "off"], ["--ready-file", f"{tmp_path}/ready-{{rank}}", "--sleep", "600"]
+    )
+    helper = _helper(psutil.Process(procs["node1"].pid), "openclaw-agent")
+    deadline = time.monotonic() + DEADLINE_S
+    while not all((tmp_path / f"ready-{r}").exists() for r in range(3)):  # the nodes met, the job runs
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs.values())
+        time.sleep(0.05)
+    procs["node1"].send_signal(signal.SIGKILL)
+    procs["node1"].communicate(timeout=DEADLINE_S)
+    assert _gone(helper)
+    procs["node0"].communicate(timeout=DEADLINE_S)  # it sees node1 lost and stops
+    assert procs["node0"].returncode == 1
