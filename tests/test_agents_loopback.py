@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -16,6 +17,9 @@ from pathlib import Path
 
 import pytest
 from test_supervise_run import recorded_pids, wait_gone
+
+from openclaw_launch.report.build import load_report
+from openclaw_launch.report.model import JobReport, NodeReport
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "configs" / "two-nodes-loopback.yaml"
@@ -74,6 +78,11 @@ def test_agents_agree_and_the_first_node_writes_one_report_for_the_job(tmp_path:
     job = json.loads((tmp_path / "report-node0-job.json").read_text())
     assert job["scope"] == "job" and [n["node"] for n in job["nodes"]] == ["node0", "node1"]
     assert [(r["rank"], r["node"]) for r in job["ranks"]] == [(0, "node0"), (1, "node0"), (2, "node1")]
+    assert {f.name for f in dataclasses.fields(NodeReport)} <= set(job)  # every key a node's report has
+    assert set(job["containment"]) == {"node0", "node1"} and job["console_dropped_lines"] == 0
+    [attempt] = job["attempt_history"]
+    assert [(r["rank"], r["node"]) for r in attempt["ranks"]] == [(0, "node0"), (1, "node0"), (2, "node1")]
+    assert isinstance(load_report(tmp_path / "report-node0-job.json"), JobReport)  # `report` reads it
     assert len(json.loads((tmp_path / "report-node1.json").read_text())["ranks"]) == 1  # each its own too
     assert not (tmp_path / "report-node1-job.json").exists()
 
