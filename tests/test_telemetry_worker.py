@@ -103,10 +103,13 @@ def test_api_is_a_no_op_without_the_launcher_and_cheap_to_import() -> None:
     assert out.stdout.strip() == "ok"
 
 
-def _probe(*args: str, bootstrap: bool, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _probe(
+    *args: str, bootstrap: bool, env: dict[str, str] | None = None, cwd: Path | str = "/"
+) -> subprocess.CompletedProcess[str]:
     front = ["-m", "openclaw_launch.telemetry.bootstrap"] if bootstrap else []
+    env = {**os.environ, "PYTHONPATH": str(HERE.parent), **(env or {})}
     return subprocess.run(
-        [sys.executable, "-u", *front, *args], capture_output=True, text=True, timeout=60, env=env, cwd="/"
+        [sys.executable, "-u", *front, *args], capture_output=True, text=True, timeout=60, env=env, cwd=cwd
     )
 
 
@@ -119,6 +122,33 @@ def test_bootstrap_leaves_argv_path_and_main_as_python_does(tmp_path: Path) -> N
     assert seen_ours == seen_plain
     assert seen_ours["argv"] == [str(PROBE), "--lr", "0.1"] and seen_ours["name"] == "__main__"
     assert not seen_ours["torch"]  # a script that never imports torch never pays for it
+
+
+@pytest.mark.parametrize("how", ["symlinked-script", "symlinked-directory", "relative-path", "safe-path"])
+def test_bootstrap_gives_a_script_what_plain_python_gives_it(tmp_path: Path, how: str) -> None:
+    """sys.path[0] is the directory of the script's real path (python's realpath, not abspath),
+    __file__ the absolute path as given, sys.argv untouched; -P leaves sys.path alone."""
+    real, links = tmp_path / "real", tmp_path / "links"
+    real.mkdir()
+    links.mkdir()
+    (real / "probe.py").write_text(PROBE.read_text())
+    (links / "train.py").symlink_to("../real/probe.py")
+    (tmp_path / "linked-dir").symlink_to(real)
+    script = {
+        "symlinked-script": "links/train.py",
+        "symlinked-directory": "linked-dir/probe.py",
+        "relative-path": "real/probe.py",
+        "safe-path": "links/train.py",
+    }[how]
+    env = {"PYTHONSAFEPATH": "1"} if how == "safe-path" else {}
+    plain = _probe(script, "--lr", "0.1", bootstrap=False, env=env, cwd=tmp_path)
+    ours = _probe(script, "--lr", "0.1", bootstrap=True, env=env, cwd=tmp_path)
+    assert plain.returncode == ours.returncode == 0, ours.stderr
+    seen_plain, seen_ours = json.loads(plain.stdout), json.loads(ours.stdout)
+    assert seen_ours == seen_plain
+    assert seen_ours["argv"] == [script, "--lr", "0.1"] and seen_ours["file"] == str(tmp_path / script)
+    # under PYTHONSAFEPATH sys.path starts with PYTHONPATH (here the repository), for both
+    assert seen_ours["path0"] == (str(HERE.parent) if how == "safe-path" else str(real))
 
 
 def test_bootstrap_passes_exit_codes_and_python_errors(tmp_path: Path) -> None:

@@ -1,19 +1,24 @@
 """Runs the user's script as ``python`` would, with the zero-code hooks armed.
 
 The launcher starts ``python -u -m openclaw_launch.telemetry.bootstrap SCRIPT ARGS`` (or
-``... bootstrap -m MODULE ARGS``). ``sys.argv``, ``sys.path[0]`` and ``__main__`` are what a plain
-``python SCRIPT`` gives, so the script cannot tell. Nothing heavy is imported here: the torch
+``... bootstrap -m MODULE ARGS``). ``sys.argv``, ``sys.path[0]`` (the directory of the script's
+real path, symlinks resolved, as python's own ``realpath``; untouched under ``-P``) and the
+``__main__`` module (absolute ``__file__``, a ``SourceFileLoader``, no ``__package__``) are what a
+plain ``python SCRIPT`` gives; a directory or zip file as SCRIPT runs through ``runpy`` (its
+``__main__.py``). The stack of a traceback starts with the bootstrap's frames. Nothing heavy is imported here: the torch
 hooks are installed right after the script itself imports torch, and a script that never does
 pays nothing. Any failure of ours is one warning on stderr, never the job's end.
 """
 
 from __future__ import annotations
 
+import builtins
 import importlib.abc
 import importlib.machinery
 import os
 import runpy
 import sys
+import types
 from collections.abc import Callable, Sequence
 from types import ModuleType
 
@@ -96,18 +101,42 @@ def main(argv: list[str]) -> None:
         sys.exit("usage: python -m openclaw_launch.telemetry.bootstrap (SCRIPT | -m MODULE) [ARGS...]")
     arm_stack_dump()
     arm()
+    # Under -P / PYTHONSAFEPATH python puts nothing in front of sys.path, and neither do we.
+    own_path0 = not getattr(sys.flags, "safe_path", False)
     if argv[0] == "-m":
         sys.argv = [argv[1], *argv[2:]]
-        sys.path[0] = os.getcwd()  # as `python -m MODULE`
+        if own_path0:
+            sys.path[0] = os.getcwd()  # as `python -m MODULE`
         runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        return
+    script = argv[0]
+    if not os.path.exists(script):  # python's own words and exit code
+        missing = os.path.abspath(script)
+        sys.stderr.write(f"{sys.executable}: can't open file {missing!r}: [Errno 2] No such file or directory\n")
+        sys.exit(2)
+    sys.argv = list(argv)
+    if own_path0:
+        sys.path[0] = os.path.dirname(os.path.realpath(script))  # as `python SCRIPT`
+    if os.path.isfile(script) and not script.endswith((".pyc", ".pyz", ".zip")):
+        _run_source_as_main(script)
     else:
-        if not os.path.exists(argv[0]):  # python's own words and exit code
-            missing = os.path.abspath(argv[0])
-            sys.stderr.write(f"{sys.executable}: can't open file {missing!r}: [Errno 2] No such file or directory\n")
-            sys.exit(2)
-        sys.argv = list(argv)
-        sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))  # as `python SCRIPT`
-        runpy.run_path(argv[0], run_name="__main__")
+        runpy.run_path(script, run_name="__main__")
+
+
+def _run_source_as_main(script: str) -> None:
+    """Run a source file as python runs SCRIPT: in a fresh ``__main__`` whose ``__file__`` is the
+    absolute path (not resolved), ``sys.argv`` left as given (``runpy.run_path`` would rewrite
+    ``argv[0]`` and keep the path relative)."""
+    path = os.path.abspath(script)
+    main = types.ModuleType("__main__")
+    main.__file__ = path
+    main.__cached__ = None  # type: ignore[attr-defined]
+    main.__loader__ = importlib.machinery.SourceFileLoader("__main__", path)
+    main.__builtins__ = builtins  # type: ignore[attr-defined]
+    sys.modules["__main__"] = main
+    with open(path, "rb") as source:
+        code = compile(source.read(), path, "exec")
+    exec(code, main.__dict__)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,10 @@ print(
             "name": __name__,
             "file": __file__,
             "main_file": getattr(sys.modules["__main__"], "__file__", None),
+            "package": __package__,
+            "spec": repr(__spec__),
+            "loader": type(__loader__).__name__,
+            "builtins": type(__builtins__).__name__,
             "torch": "torch" in sys.modules,
         }
     )
