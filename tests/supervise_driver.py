@@ -11,8 +11,10 @@ import dataclasses
 import json
 import os
 import sys
+import tempfile
 
-from openclaw_launch.plan.build import LaunchPlan, RankPlan
+from openclaw_launch.plan.context import run_context
+from openclaw_launch.plan.model import LaunchPlan, RankPlan
 from openclaw_launch.run.supervise import SuperviseOptions, supervise
 
 FAKE_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_worker.py")
@@ -69,6 +71,7 @@ def make_plan(
         master_port=29500,
         backend="gloo",
         ranks=tuple(ranks),
+        run_dir=run_context(run_id, tempfile.gettempdir(), os.getpid()).run_dir,
     )
 
 

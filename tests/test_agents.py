@@ -19,7 +19,9 @@ from openclaw_launch.agents.fingerprint import differences, fingerprint
 from openclaw_launch.agents.hostlist import expand_hostlist, parse_hostlist
 from openclaw_launch.config.model import Config, NodeSpec, Runtime
 from openclaw_launch.errors import PlanError
-from openclaw_launch.plan.build import Entry, PlanOptions, build_plan
+from openclaw_launch.plan.build import build_plan
+from openclaw_launch.plan.context import run_context
+from openclaw_launch.plan.model import Entry, PlanOptions
 from openclaw_launch.run.supervise import JobResult, SuperviseOptions, supervise
 from openclaw_launch.topology.model import Topology
 
@@ -60,7 +62,12 @@ def _config(nthreads: int | None = None) -> Config:
 
 def _fp(node: str, config: Config, env: dict[str, str], versions: dict[str, str] | None = None) -> dict[str, str]:
     topo = Topology(numa_nodes={0: (0, 1, 2, 3)}, allowed_cpus=(0, 1, 2, 3), source="test:cpus")
-    plan = build_plan(config, topo, PlanOptions(entry=Entry("script", "t.py"), node=node, base_env=env, run_id="j"))
+    plan = build_plan(
+        config,
+        topo,
+        run_context("j", "/tmp", None),
+        PlanOptions(entry=Entry("script", "t.py"), node=node, base_env=env),
+    )
     return fingerprint(config, plan, versions or {"torch": "2.13.0"}, env)
 
 

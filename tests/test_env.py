@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 from openclaw_launch.config.model import Runtime
+from openclaw_launch.plan.context import run_context
 from openclaw_launch.plan.env import JobEnv, RankSlot, common_user_env, overridden_user_vars, rank_env, visible_devices
+from openclaw_launch.telemetry import wire
+
+RUN_DIR = run_context("r1", "/tmp", 42, log_dir="/logs").run_dir
 
 TORCHRUN_VARS = set(  # the spec, written out independently of env.TORCHRUN_ENV
     "RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE ROLE_RANK ROLE_NAME ROLE_WORLD_SIZE "
@@ -13,16 +17,20 @@ TORCHRUN_VARS = set(  # the spec, written out independently of env.TORCHRUN_ENV
 
 
 def job(runtime: Runtime | None = None, base_env: dict[str, str] | None = None, **kw: object) -> JobEnv:
-    return JobEnv(
+    fields: dict[str, object] = dict(
         run_id="r1",
         world_size=8,
         nnodes=2,
         master_addr="10.0.0.1",
         master_port=29400,
         runtime=runtime or Runtime(),
+        run_dir=RUN_DIR,
+        role="default",
+        signals_to_handle="SIGINT,SIGTERM",
         base_env=base_env or {},
-        **kw,  # type: ignore[arg-type]
     )
+    fields.update(kw)
+    return JobEnv(**fields)  # type: ignore[arg-type]
 
 
 def gpu_slot(**kw: object) -> RankSlot:
@@ -45,18 +53,19 @@ def gpu_slot(**kw: object) -> RankSlot:
 
 
 def test_torchrun_variables_exactly() -> None:
-    env = rank_env(job(restart_count=2, max_restarts=3, error_file_dir="/tmp/err"), gpu_slot())
+    env = rank_env(job(max_restarts=3), gpu_slot())
     assert set(env) >= TORCHRUN_VARS
     assert env["RANK"] == "5" and env["ROLE_RANK"] == "5" and env["LOCAL_RANK"] == "1"
     assert env["WORLD_SIZE"] == env["ROLE_WORLD_SIZE"] == "8" and env["LOCAL_WORLD_SIZE"] == "4"
     assert env["GROUP_RANK"] == "1" and env["GROUP_WORLD_SIZE"] == "2" and env["ROLE_NAME"] == "default"
     assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("10.0.0.1", "29400")
-    assert env["TORCHELASTIC_RESTART_COUNT"] == "2" and env["TORCHELASTIC_MAX_RESTARTS"] == "3"
+    assert env["TORCHELASTIC_RESTART_COUNT"] == "0" and env["TORCHELASTIC_MAX_RESTARTS"] == "3"  # attempt 0's
     assert env["TORCHELASTIC_RUN_ID"] == "r1" and env["TORCHELASTIC_USE_AGENT_STORE"] == "False"
-    assert env["TORCHELASTIC_ERROR_FILE"] == "/tmp/err/rank-5/error.json"
+    assert env["TORCHELASTIC_ERROR_FILE"] == "/logs/r1/errors/rank-5/error.json"
+    assert env["TORCHELASTIC_SIGNALS_TO_HANDLE"] == "SIGINT,SIGTERM"
     assert env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
     assert env["OMP_NUM_THREADS"] == "4"
-    assert "TORCHELASTIC_ERROR_FILE" not in rank_env(job(), gpu_slot())
+    assert rank_env(job(master_port=None), gpu_slot())["MASTER_PORT"] == "<free-port>"  # found when run starts
 
 
 def test_cuda_and_openclaw_identity() -> None:
@@ -112,3 +121,22 @@ def test_common_user_env_is_rank_independent() -> None:
     a = rank_env(job(rt, base), gpu_slot())
     b = rank_env(job(rt, base), gpu_slot(rank=0, local_rank=0, node="a", node_rank=0, gpu_uuid="GPU-a"))
     assert all(a[k] == b[k] == v for k, v in common.items())
+
+
+def test_the_runs_channels_are_in_the_plan() -> None:
+    """Error file, telemetry socket, hang detection, MPS client and groups file: every variable the
+    run gives a rank, from the run directory's paths (nothing is added when it starts)."""
+    plain = rank_env(job(), gpu_slot())
+    run_vars = {wire.SOCKET_ENV, wire.HOOKS_ENV, wire.PROGRESS_ENV, wire.STACKS_ENV, "CUDA_MPS_PIPE_DIRECTORY"}
+    assert not run_vars & set(plain) and "TORCH_FR_BUFFER_SIZE" not in plain
+    env = rank_env(
+        job(telemetry_socket=str(RUN_DIR.socket), telemetry_mode="full", hang_detection=True, mps=True), gpu_slot()
+    )
+    assert env[wire.SOCKET_ENV] == "/tmp/openclaw-r1-42/telemetry.sock" and wire.HOOKS_ENV not in env
+    assert env["TORCH_FR_BUFFER_SIZE"] == "1000" and env["TORCH_NCCL_ENABLE_TIMING"] == "1"
+    assert env[wire.PROGRESS_ENV] == str(wire.PROGRESS_INTERVAL_S)
+    assert env[wire.STACKS_ENV] == "/tmp/openclaw-r1-42/stacks-rank-5.txt"
+    assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/tmp/openclaw-r1-42/mps/pipe"
+    assert env["CUDA_MPS_LOG_DIRECTORY"] == "/tmp/openclaw-r1-42/mps/log"
+    api = rank_env(job(telemetry_socket="/s", telemetry_mode="api"), gpu_slot())
+    assert api[wire.HOOKS_ENV] == "0" and "TORCH_FR_BUFFER_SIZE" not in api

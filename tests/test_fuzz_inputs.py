@@ -19,12 +19,16 @@ import yaml
 
 from openclaw_launch.config.reader import parse_config
 from openclaw_launch.errors import OpenclawError
-from openclaw_launch.plan.build import Entry, PlanOptions, build_plan
+from openclaw_launch.plan.build import build_plan
+from openclaw_launch.plan.context import run_context
+from openclaw_launch.plan.model import Entry, PlanOptions
 from openclaw_launch.report.build import load_report
 from openclaw_launch.report.codec import to_json
 from openclaw_launch.report.format import format_report
 from openclaw_launch.topology.snapshot import topology_from_snapshot
 from tests.report_samples import HANG, PREFLIGHT, STRAGGLER, node_report
+
+CONTEXT = run_context("r", "/tmp", None)  # a plan that is not run: no pid in its run directory
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
@@ -104,7 +108,7 @@ def test_mutated_configs_load_and_plan_or_fail_cleanly(config: Path) -> None:
             continue
         options = PlanOptions(entry=Entry("script", "train.py", ()), node=cfg.nodes[0].name, base_env={})
         with contextlib.suppress(OpenclawError):
-            build_plan(cfg, topology, options)
+            build_plan(cfg, topology, CONTEXT, options)
 
 
 @pytest.mark.parametrize("snapshot", SNAPSHOTS, ids=lambda p: p.name)

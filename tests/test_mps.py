@@ -9,24 +9,20 @@ import stat
 import subprocess
 import sys
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import psutil
 import pytest
 from supervise_driver import rank_plan
 
 from openclaw_launch.errors import LaunchError, PlanError
-from openclaw_launch.plan.build import LaunchPlan, MpsPlan, RankPlan
-from openclaw_launch.run.mps.daemon import (
-    MpsDaemon,
-    check_client_limit,
-    clients_per_gpu,
-    find_mps_processes,
-    mps_status,
-    parse_device_clients,
-    run_control,
-    start_mps,
-)
+from openclaw_launch.plan.context import RunDir, run_context
+from openclaw_launch.plan.env import mps_client_env
+from openclaw_launch.plan.model import LaunchPlan, MpsPlan, RankPlan
+from openclaw_launch.run.mps.commands import check_client_limit, clients_per_gpu
+from openclaw_launch.run.mps.control import find_mps_processes, run_control
+from openclaw_launch.run.mps.daemon import MpsDaemon, start_mps
+from openclaw_launch.run.mps.status import mps_status, parse_device_clients
 
 FAKE_DIR = Path(__file__).parent / "fake_mps"
 FAKE = str(FAKE_DIR / "nvidia-cuda-mps-control")
@@ -71,8 +67,11 @@ def run_dir(tmp_path: Path) -> Path:
 def test_start_answers_private_dirs_stop_leaves_nothing(run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", f"{FAKE_DIR}{os.pathsep}{os.environ['PATH']}")  # found by name on PATH
     daemon = MpsDaemon(mps_plan(), run_dir)
-    env = daemon.start()
-    assert env == {
+    daemon.start()
+    planned = RunDir(path=PurePosixPath(run_dir.parent), errors_dir=PurePosixPath(run_dir.parent))
+    assert planned.mps_dir == PurePosixPath(run_dir)  # the launcher starts it in the plan's MPS directory:
+    assert (daemon.pipe_dir, daemon.log_dir) == (Path(planned.mps_pipe_dir), Path(planned.mps_log_dir))  # served
+    assert mps_client_env(daemon.pipe_dir, daemon.log_dir) == {
         "CUDA_MPS_PIPE_DIRECTORY": str(run_dir / "pipe"),
         "CUDA_MPS_LOG_DIRECTORY": str(run_dir / "log"),
     }
@@ -114,7 +113,7 @@ import ctypes, json, os, sys
 from pathlib import Path
 import psutil
 from openclaw_launch.run.mps.daemon import MpsDaemon
-from openclaw_launch.plan.build import MpsPlan
+from openclaw_launch.plan.model import MpsPlan
 assert ctypes.CDLL(None).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
 d = MpsDaemon(MpsPlan(None, None, None, "error", ()), Path(sys.argv[1]), control=sys.argv[2])
 def zombies():
@@ -287,7 +286,7 @@ def test_guardian_cleanup_command_quits_daemon_of_a_killed_launcher(run_dir: Pat
 import json, sys, time
 from pathlib import Path
 from openclaw_launch.run.mps.daemon import MpsDaemon
-from openclaw_launch.plan.build import MpsPlan
+from openclaw_launch.plan.model import MpsPlan
 d = MpsDaemon(MpsPlan(None, None, None, "error", ()), Path(sys.argv[1]), control=sys.argv[2])
 d.start()
 argv, env, stdin_text = d.cleanup_command()
@@ -358,6 +357,7 @@ def launch_plan(gpus: list[str | None], mps: MpsPlan | None = None) -> LaunchPla
         backend="nccl",
         ranks=tuple(rank(i, g) for i, g in enumerate(gpus)),
         mps=mps,
+        run_dir=run_context("t", "/tmp", None).run_dir,
     )
 
 

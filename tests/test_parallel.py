@@ -13,12 +13,16 @@ import pytest
 from openclaw_launch.config.parallel import ParallelSpec, size_problems
 from openclaw_launch.config.reader import parse_config
 from openclaw_launch.errors import ConfigError, PlanError
-from openclaw_launch.plan.build import Entry, PlanOptions, build_plan
+from openclaw_launch.plan.build import build_plan
+from openclaw_launch.plan.context import run_context
+from openclaw_launch.plan.model import Entry, PlanOptions
 from openclaw_launch.plan.parallel import parallel_groups, plan_parallel, suggest_layouts
 from openclaw_launch.topology.discover import host_config
 from openclaw_launch.topology.model import Topology
 from openclaw_launch.topology.smi import topology_from_smi
 from tests.topo_helpers import fake_smi_list, load_recorded, recorded_names
+
+CONTEXT = run_context("r", "/tmp", None)  # a plan that is not run: no pid in its run directory
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -28,7 +32,7 @@ def _plan(topo: Topology, spec: ParallelSpec, nnodes: int = 1):  # type: ignore[
     options = PlanOptions(
         entry=Entry("script", "t.py"), node=cfg.nodes[0].name, numactl=None, parallel=spec, master_addr="10.0.0.1"
     )
-    return cfg, build_plan(cfg, topo, options)
+    return cfg, build_plan(cfg, topo, CONTEXT, options)
 
 
 @pytest.mark.parametrize("name", recorded_names())

@@ -14,14 +14,18 @@ import pytest
 
 from openclaw_launch.config.model import Config, GpuSpec, NodeSpec, Runtime
 from openclaw_launch.errors import PlanError, TopologyError
-from openclaw_launch.plan.build import Entry, LaunchPlan, PlanOptions, build_plan, format_plan_table
+from openclaw_launch.plan.build import build_plan
+from openclaw_launch.plan.context import RunContext, run_context
 from openclaw_launch.plan.env import common_env
+from openclaw_launch.plan.format import format_plan_table
+from openclaw_launch.plan.model import Entry, LaunchPlan, PlanOptions
 from openclaw_launch.topology.cpulist import format_cpulist
 from openclaw_launch.topology.model import GpuInfo, NvLink, Topology
 
 NODE0 = tuple(range(0, 32)) + tuple(range(64, 96))
 NODE1 = tuple(range(32, 64)) + tuple(range(96, 128))
 TRAIN = Entry("script", "train.py", ("--epochs", "3"))
+CONTEXT = run_context("r", "/tmp", None)  # a plan that is not run: no pid in its run directory
 
 
 def uuid(i: int, host: int = 0) -> str:
@@ -80,14 +84,14 @@ def config(*nodes: NodeSpec, **runtime: object) -> Config:
     return Config(nodes=nodes, runtime=Runtime(**runtime), source="test.yaml")  # type: ignore[arg-type]
 
 
-def plan_for(cfg: Config, topo: Topology, **opts: object) -> LaunchPlan:
+def plan_for(cfg: Config, topo: Topology, context: RunContext | None = None, **opts: object) -> LaunchPlan:
     opts.setdefault("entry", TRAIN)
-    return build_plan(cfg, topo, PlanOptions(**opts))  # type: ignore[arg-type]
+    return build_plan(cfg, topo, context or CONTEXT, PlanOptions(**opts))  # type: ignore[arg-type]
 
 
 def test_node_policy_on_two_socket_host() -> None:
     topo = dgx()
-    plan = plan_for(config(node_from(topo)), topo, python="/usr/bin/python3", run_id="job7")
+    plan = plan_for(config(node_from(topo)), topo, run_context("job7", "/tmp", 1), python="/usr/bin/python3")
     assert (plan.world_size, plan.nnodes, plan.backend, plan.mps) == (8, 1, "nccl", None)
     for r in plan.ranks:
         numa = 0 if r.rank < 4 else 1
@@ -377,9 +381,13 @@ def test_memory_policies_in_argv() -> None:
 def test_plan_is_deterministic_and_printable() -> None:
     topo = dgx()
     cfg = config(node_from(topo), binding="exclusive", nccl_env={"NCCL_ALGO": "Ring"})
-    first, second = plan_for(cfg, topo, error_file_dir="/e"), plan_for(cfg, topo, error_file_dir="/e")
+    kept = run_context("j", "/tmp", 7, log_dir="/logs")
+    first, second = plan_for(cfg, topo, kept), plan_for(cfg, topo, kept)
     assert json.dumps(first.to_json()) == json.dumps(second.to_json())
-    assert first.ranks[3].env["TORCHELASTIC_ERROR_FILE"] == "/e/rank-3/error.json"
+    assert first.ranks[3].env["TORCHELASTIC_ERROR_FILE"] == "/logs/j/errors/rank-3/error.json"  # kept with the logs
+    assert (
+        plan_for(cfg, topo).ranks[3].env["TORCHELASTIC_ERROR_FILE"] == "/tmp/openclaw-r-<pid>/errors/rank-3/error.json"
+    )
     lines = format_plan_table(plan_for(cfg, topo)).splitlines()
     assert lines[1].split()[:8] == ["rank", "local", "node", "gpu", "bus", "numa", "cpus", "mem"]
     assert lines[2].split()[:8] == ["0", "0", "n0", "0:GPU-00000000", bus(0), "0", "0-7,64-71", "bind:0"]
@@ -439,8 +447,8 @@ def test_torchrun_nnodes_without_config_is_one_world_of_identical_hosts() -> Non
 
     topo = dgx()
     config = host_config(topo, 2, nnodes=3)
-    options = PlanOptions(entry=Entry("script", "t.py"), node="node2", free_master_port=4242, master_addr="head")
-    plan = build_plan(config, topo, options)
+    options = PlanOptions(entry=Entry("script", "t.py"), node="node2", master_addr="head")
+    plan = build_plan(config, topo, run_context("none", "/tmp", 1, free_master_port=4242), options)
     assert [r.rank for r in plan.ranks] == [4, 5] and plan.world_size == 6 and plan.nnodes == 3
     assert {r.env["GROUP_RANK"] for r in plan.ranks} == {"2"} and plan.master_port == 29500
 
@@ -453,9 +461,9 @@ def test_several_nodes_without_any_address_is_an_error_not_127_0_0_1() -> None:
     config = host_config(topo, 2, nnodes=2)
     options = PlanOptions(entry=Entry("script", "t.py"), node="node1")
     with pytest.raises(PlanError, match=r"2 nodes but no address for the first node \(node0\).*--master-addr"):
-        build_plan(config, topo, options)
+        build_plan(config, topo, CONTEXT, options)
     slurm = replace(options, fallback_master_addr="gpu-a01")
-    assert build_plan(config, topo, slurm).master_addr == "gpu-a01"
+    assert build_plan(config, topo, CONTEXT, slurm).master_addr == "gpu-a01"
 
 
 def test_one_node_job_takes_the_free_port_unless_one_is_given() -> None:
@@ -464,8 +472,12 @@ def test_one_node_job_takes_the_free_port_unless_one_is_given() -> None:
     topo = dgx()
     config = host_config(topo, 2)
     entry = Entry("script", "t.py")
-    assert build_plan(config, topo, PlanOptions(entry=entry, free_master_port=4242)).master_port == 4242
-    env_port = PlanOptions(entry=entry, free_master_port=4242, base_env={"MASTER_PORT": "5000"})
-    assert build_plan(config, topo, env_port).master_port == 5000
-    given = PlanOptions(entry=entry, free_master_port=4242, master_port=6000, base_env={"MASTER_PORT": "5000"})
-    assert build_plan(config, topo, given).master_port == 6000
+    free = run_context("r", "/tmp", 1, free_master_port=4242)
+    assert build_plan(config, topo, free, PlanOptions(entry=entry)).master_port == 4242
+    env_port = PlanOptions(entry=entry, base_env={"MASTER_PORT": "5000"})
+    assert build_plan(config, topo, free, env_port).master_port == 5000
+    given = PlanOptions(entry=entry, master_port=6000, base_env={"MASTER_PORT": "5000"})
+    assert build_plan(config, topo, free, given).master_port == 6000
+    # a plan made before the run (``plan``, ``--dry-run``) cannot know the port: a documented placeholder
+    preview = build_plan(config, topo, CONTEXT, PlanOptions(entry=entry))
+    assert preview.master_port is None and {r.env["MASTER_PORT"] for r in preview.ranks} == {"<free-port>"}

@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 
 from openclaw_launch.config.model import PreflightSettings
-from openclaw_launch.plan.build import Entry, LaunchPlan, PlanOptions, build_plan
+from openclaw_launch.plan.build import build_plan
+from openclaw_launch.plan.context import run_context
+from openclaw_launch.plan.model import Entry, LaunchPlan, PlanOptions
 from openclaw_launch.preflight.tiers import (
     Expectation,
     Tier,
@@ -31,12 +33,14 @@ from openclaw_launch.topology.smi import topology_from_smi
 from openclaw_launch.topology.snapshot import load_snapshot
 from tests.topo_helpers import fake_smi_list, load_recorded, recorded_names
 
+CONTEXT = run_context("r", "/tmp", None)  # a plan that is not run: no pid in its run directory
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _plan(topo: Topology) -> LaunchPlan:
     cfg = host_config(topo, None)
-    return build_plan(cfg, topo, PlanOptions(entry=Entry("module", "w"), node=cfg.nodes[0].name, numactl=None))
+    return build_plan(cfg, topo, CONTEXT, PlanOptions(entry=Entry("module", "w"), node=cfg.nodes[0].name, numactl=None))
 
 
 def _expected(topo: Topology, settings: PreflightSettings | None = None) -> dict[str, Expectation]:

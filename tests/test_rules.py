@@ -22,10 +22,16 @@ from openclaw_launch.config.model import (
 from openclaw_launch.config.parallel import PARALLEL_DIMS
 from openclaw_launch.config.reader import parse_config
 from openclaw_launch.errors import ConfigError, LaunchError, PlanError, TopologyError
-from openclaw_launch.plan.build import Entry, LaunchPlan, MpsPlan, PlanOptions, RankPlan, build_plan
-from openclaw_launch.run.mps.daemon import _FIX_HINT, MpsDaemon, check_client_limit, start_mps, validate_pinned_limit
+from openclaw_launch.plan.build import build_plan
+from openclaw_launch.plan.context import run_context
+from openclaw_launch.plan.model import Entry, LaunchPlan, MpsPlan, PlanOptions, RankPlan
+from openclaw_launch.run.mps.commands import check_client_limit, validate_pinned_limit
+from openclaw_launch.run.mps.control import FIX_HINT
+from openclaw_launch.run.mps.daemon import MpsDaemon, start_mps
 from openclaw_launch.topology.model import GpuInfo, NvLink, Topology
 from openclaw_launch.validate.host import run_checks
+
+CONTEXT = run_context("r", "/tmp", None)  # a plan that is not run: no pid in its run directory
 
 UUID0 = "GPU-584f87b1-e561-d9a3-aa91-5ea20ea584ee"
 
@@ -95,15 +101,15 @@ def test_procs_per_gpu_rule_is_the_same_in_config_plan_and_mps(procs: int, mps: 
     topo = Topology(gpus=(GpuInfo(0, UUID0),), allowed_cpus=tuple(range(8)))
     options = PlanOptions(entry=Entry("script", "t.py"), numactl=None)
     if problem is None:
-        build_plan(cfg, topo, options)
+        build_plan(cfg, topo, CONTEXT, options)
     else:
         with pytest.raises(PlanError, match=re.escape(problem)):
-            build_plan(cfg, topo, options)
+            build_plan(cfg, topo, CONTEXT, options)
     # the MPS daemon's client count: the same message for the same numbers
     if mps and limit is not None and procs > limit:
         ranks = tuple(RankPlan(i, i, "n0", 0, UUID0, 0, None, None, (), "none", (), ("x",), {}) for i in range(procs))
         mps_plan = MpsPlan(limit, None, None, "error", (UUID0,))
-        plan = LaunchPlan("r", "n0", 0, 1, procs, "127.0.0.1", 1, "nccl", ranks, mps=mps_plan)
+        plan = LaunchPlan("r", "n0", 0, 1, procs, "127.0.0.1", 1, "nccl", ranks, mps=mps_plan, run_dir=CONTEXT.run_dir)
         with pytest.raises(PlanError, match=re.escape(problem)):
             check_client_limit(plan)
 
@@ -127,12 +133,12 @@ def test_mps_start_failure_hint_is_printed_once(tmp_path: Path) -> None:
     mps_plan = MpsPlan(None, None, None, "error", (UUID0,))
     with pytest.raises(LaunchError) as info:
         MpsDaemon(mps_plan, tmp_path / "run", control=str(tmp_path / "no-such-mps-control")).start()
-    assert str(info.value).count(_FIX_HINT) == 1
+    assert str(info.value).count(FIX_HINT) == 1
     ranks = (RankPlan(0, 0, "n0", 0, UUID0, 0, None, None, (), "none", (), ("x",), {}),)
-    plan = LaunchPlan("r", "n0", 0, 1, 1, "127.0.0.1", 1, "nccl", ranks, mps=mps_plan)
+    plan = LaunchPlan("r", "n0", 0, 1, 1, "127.0.0.1", 1, "nccl", ranks, mps=mps_plan, run_dir=CONTEXT.run_dir)
     with pytest.raises(LaunchError) as info:
         start_mps(plan, tmp_path / "run2", control=str(tmp_path / "no-such-mps-control"))
-    assert str(info.value).count(_FIX_HINT) == 1
+    assert str(info.value).count(FIX_HINT) == 1
 
 
 # --- the cpuset's memory nodes (Mems_allowed) -----------------------------------------------------
@@ -157,7 +163,7 @@ def _two_node_host(allowed_mems: tuple[int, ...]) -> Topology:
 def _gpu_plan(topo: Topology, **runtime: object) -> LaunchPlan:
     specs = tuple(config_module.GpuSpec(uuid=g.uuid or "") for g in topo.gpus)
     cfg = Config(nodes=(NodeSpec(name="n0", gpus=specs),), runtime=Runtime(**runtime))  # type: ignore[arg-type]
-    return build_plan(cfg, topo, PlanOptions(entry=Entry("script", "t.py"), numactl="numactl"))
+    return build_plan(cfg, topo, CONTEXT, PlanOptions(entry=Entry("script", "t.py"), numactl="numactl"))
 
 
 def test_memory_nodes_outside_mems_allowed_never_reach_membind() -> None:
@@ -181,7 +187,7 @@ def test_allowed_mems_unknown_or_wide_enough_changes_nothing() -> None:
 def test_cpu_workers_memory_nodes_checked_too() -> None:
     topo = _two_node_host(allowed_mems=(1,))
     cfg = Config(nodes=(NodeSpec(name="n0", cpu_workers=2),))
-    plan = build_plan(cfg, topo, PlanOptions(entry=Entry("script", "t.py"), numactl="numactl"))
+    plan = build_plan(cfg, topo, CONTEXT, PlanOptions(entry=Entry("script", "t.py"), numactl="numactl"))
     assert [r.mem_nodes for r in plan.ranks] == [(), (1,)]
     assert any("CPU worker 0: NUMA node(s) 0" in w for w in plan.warnings)
 
@@ -245,7 +251,7 @@ def test_plan_and_validate_find_the_same_mismatches(
     options = PlanOptions(entry=Entry("script", "t.py"), numactl=None)
     if mismatched:
         with pytest.raises(TopologyError) as info:
-            build_plan(cfg, topology, options)
+            build_plan(cfg, topology, CONTEXT, options)
         assert str(info.value).count("cluster.nodes[0].gpus[0]") == len(mismatched)
     else:
-        build_plan(cfg, topology, options)
+        build_plan(cfg, topology, CONTEXT, options)

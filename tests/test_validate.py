@@ -12,7 +12,9 @@ import pytest
 from openclaw_launch.config.model import Config, GpuSpec, NodeSpec, Runtime
 from openclaw_launch.config.reader import load_config
 from openclaw_launch.errors import PlanError, TopologyError
-from openclaw_launch.plan.build import Entry, PlanOptions, build_plan
+from openclaw_launch.plan.build import build_plan
+from openclaw_launch.plan.context import run_context
+from openclaw_launch.plan.model import Entry, PlanOptions
 from openclaw_launch.topology.model import GpuInfo, IbPort, NvLink, PcieLink, Topology
 from openclaw_launch.validate.host import run_checks
 from openclaw_launch.validate.results import (
@@ -23,6 +25,8 @@ from openclaw_launch.validate.results import (
     results_to_json,
     summarize,
 )
+
+CONTEXT = run_context("r", "/tmp", None)  # a plan that is not run: no pid in its run directory
 
 UUID0 = "GPU-584f87b1-e561-d9a3-aa91-5ea20ea584ee"
 UUID1 = "GPU-593502f1-407a-3b77-45a0-032830195d52"
@@ -198,11 +202,11 @@ def test_inactive_nvlink_to_the_peer_fails_validate_as_it_fails_plan() -> None:
     r = check(run(topology=topo), "nvlink_peer", UUID0)
     assert (r.status, r.found) == ("fail", "inactive NVLink to GPU 1") and "down" in r.message
     with pytest.raises(TopologyError, match="not NVLinked to its configured peer .*inactive NVLink"):
-        build_plan(h200_config(), topo, PlanOptions(entry=Entry("script", "t.py"), numactl=NUMACTL))
+        build_plan(h200_config(), topo, CONTEXT, PlanOptions(entry=Entry("script", "t.py"), numactl=NUMACTL))
     up = tuple(NvLink(link=i, active=i > 0, remote_bus_id=BUS1, remote_type="gpu") for i in range(18))
     topo = h200_topology(h200_gpu(0, UUID0, BUS0, nvlinks=up), h200_gpu(1, UUID1, BUS1), links={})
     assert check(run(topology=topo), "nvlink_peer", UUID0).status == "pass"
-    build_plan(h200_config(), topo, PlanOptions(entry=Entry("script", "t.py"), numactl=NUMACTL))
+    build_plan(h200_config(), topo, CONTEXT, PlanOptions(entry=Entry("script", "t.py"), numactl=NUMACTL))
 
 
 def test_nvlink_peer_over_pcie_follows_strictness() -> None:
@@ -255,7 +259,7 @@ def test_numactl_missing_warns_as_the_plan_does_when_binding_needs_it() -> None:
     """run starts the workers unbound (the plan warns); validate says the same, it does not fail."""
     r = check(run(numactl_path=None), "numactl")
     assert r.status == "warn" and "install numactl" in r.message
-    plan = build_plan(h200_config(), h200_topology(), PlanOptions(entry=Entry("script", "t.py"), numactl=None))
+    plan = build_plan(h200_config(), h200_topology(), CONTEXT, PlanOptions(entry=Entry("script", "t.py"), numactl=None))
     assert r.message in plan.warnings
 
 
@@ -408,7 +412,7 @@ def test_mps_check_says_it_checked_the_system_daemon_not_the_private_one() -> No
 
 
 def test_real_mps_status_fits_the_protocol() -> None:
-    from openclaw_launch.run.mps.daemon import MpsServer, MpsStatus
+    from openclaw_launch.run.mps.status import MpsServer, MpsStatus
 
     status = MpsStatus(answering=True, daemon_pid=10, servers=(MpsServer(11, (12, 13, 14, 15, 16)),))
     results = run(h200_config(enable_mps=True, mps_max_clients_per_gpu=2), mps=status)

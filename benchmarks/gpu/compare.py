@@ -38,7 +38,8 @@ def main() -> None:
     p.add_argument("--timeout-s", type=float, default=120)
     p.add_argument("--scripts", default=",".join(SCRIPTS), help="comma list of: " + ", ".join(SCRIPTS))
     args = p.parse_args()
-    from openclaw_launch.plan.build import MpsPlan
+    from openclaw_launch.plan.env import mps_client_env
+    from openclaw_launch.plan.model import MpsPlan
     from openclaw_launch.run.mps.daemon import MpsDaemon
 
     torchrun_mps = MpsPlan(None, None, None, on_start_failure="error", gpu_uuids=())
@@ -64,7 +65,8 @@ def main() -> None:
                 daemon = None
                 if needs_mps:
                     daemon = MpsDaemon(torchrun_mps, run_dir=Path(tempfile.mkdtemp(prefix="bench-mps-")) / "mps")
-                    env.update(daemon.start())
+                    daemon.start()
+                    env.update(mps_client_env(daemon.pipe_dir, daemon.log_dir))
                 try:
                     out = run_once([*prefix, str(path)], env, TAGS[script], args.timeout_s)
                 except (RuntimeError, subprocess.TimeoutExpired) as e:  # keep the other variants' numbers

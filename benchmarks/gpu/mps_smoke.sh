@@ -22,8 +22,10 @@ from pathlib import Path
 import psutil
 
 from openclaw_launch.errors import LaunchError
-from openclaw_launch.run.mps.daemon import MpsDaemon, find_mps_processes
-from openclaw_launch.plan.build import MpsPlan
+from openclaw_launch.plan.env import mps_client_env
+from openclaw_launch.plan.model import MpsPlan
+from openclaw_launch.run.mps.control import find_mps_processes
+from openclaw_launch.run.mps.daemon import MpsDaemon
 
 out = Path(sys.argv[1])
 result: dict[str, object] = {}
@@ -43,7 +45,8 @@ plan = MpsPlan(
 )
 daemon = MpsDaemon(plan)
 t0 = time.monotonic()
-worker_env = daemon.start()
+daemon.start()
+worker_env = mps_client_env(daemon.pipe_dir, daemon.log_dir)  # what an MPS plan gives each rank
 result["start_s"] = round(time.monotonic() - t0, 3)
 result["worker_env"] = worker_env
 result["daemon_pid"] = daemon.pid

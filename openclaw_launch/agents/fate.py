@@ -39,7 +39,7 @@ from typing import Any
 from openclaw_launch.agents.fingerprint import differences
 from openclaw_launch.agents.store import AgentError, AgentStore
 from openclaw_launch.config import defaults
-from openclaw_launch.plan.build import LaunchPlan
+from openclaw_launch.plan.model import LaunchPlan
 from openclaw_launch.run.participant import Participant, StopKind, StopReason
 
 EXIT_NODE_LOST = 1  # the job's exit code on the surviving nodes when a node was lost

@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from openclaw_launch.config.model import Config
-from openclaw_launch.plan.build import LaunchPlan
 from openclaw_launch.plan.env import PER_RANK_ENV, common_env
+from openclaw_launch.plan.model import LaunchPlan
 
 UNSET = "<unset>"
 _ENV_PREFIXES = ("NCCL_", "CUDA_", "TORCH_", "OPENCLAW_", "NVSHMEM_")

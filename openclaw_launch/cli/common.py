@@ -1,8 +1,9 @@
 """What the commands share: the options of ``run``, ``plan`` and ``preflight`` (one ``Common``),
-their inputs (config, topology) and the plan built from them, and how a command fails or warns.
+their inputs (config, topology), the command's run context and the plan built from them, and how a
+command fails or warns.
 
-The command bodies are in ``cli_run`` (``run``) and ``cli_tools`` (the others); ``cli`` is the
-group and ``main``.
+The command bodies are in ``cli/run.py`` (``run``) and ``cli/tools.py`` (the others; ``run``'s own
+options, which ``plan`` takes too, are ``cli/run_options.py``); ``cli/main.py`` is the group.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from openclaw_launch.config.model import BindingPolicy, Config
 from openclaw_launch.config.parallel import PARALLEL_DIMS, ParallelSpec
 from openclaw_launch.config.reader import load_config
 from openclaw_launch.errors import OpenclawError
-from openclaw_launch.plan.build import Entry, EntryKind, LaunchPlan, PlanOptions, build_plan
+from openclaw_launch.plan.build import build_plan
+from openclaw_launch.plan.context import RUN_ID_PLACEHOLDER, RunContext, run_context, run_id_for
+from openclaw_launch.plan.model import Entry, EntryKind, LaunchPlan, PlanOptions
 from openclaw_launch.topology.model import Topology
 
 
@@ -55,26 +58,13 @@ def read_topology(snapshot: str | None, with_gpus: bool, nvml_facts: bool = True
     return live_topology(with_gpus, nvml_facts)
 
 
-def make_plan(
-    c: Common,
-    run_id: str | None = None,
-    error_file_dir: str | None = None,
-    telemetry_socket: str | None = None,
-    telemetry_mode: str = "hooks",
-    parallel_file: str | None = None,
-) -> LaunchPlan:
-    """The plan for the command line: ``--config``, or this host as torchrun would see it."""
-    return plan_and_config(c, run_id, error_file_dir, telemetry_socket, telemetry_mode, parallel_file)[0]
-
-
 def plan_and_config(
-    c: Common,
-    run_id: str | None = None,
-    error_file_dir: str | None = None,
-    telemetry_socket: str | None = None,
-    telemetry_mode: str = "hooks",
-    parallel_file: str | None = None,
+    c: Common, *, at_run: bool, telemetry_mode: str = "off", hang_timeout_s: float | None = None
 ) -> tuple[LaunchPlan, Config]:
+    """The plan for the command line (``--config``, or this host as torchrun would see it), built
+    once with the command's one ``RunContext``. ``at_run``: a launcher that will start it (``run``,
+    ``preflight``), else what ``plan`` and ``run --dry-run`` show, with the placeholders of
+    docs/plan-format.md for what only a running launcher knows."""
     want = resolve(c.tr, with_config=bool(c.config_path))
     entry = _entry(c.script or ("train.py",), c.tr)  # plan: the script only shows in argv
     if c.config_path:
@@ -105,24 +95,37 @@ def plan_and_config(
         node=node_name,
         python=os.environ.get("PYTHON_EXEC") or sys.executable,  # torchrun's PYTHON_EXEC
         base_env=dict(os.environ),
-        run_id=run_id or c.tr.run_id or "none",
         master_addr=want.master_addr,
         master_port=want.master_port,
         max_restarts=c.tr.max_restarts,
-        error_file_dir=error_file_dir,
         numactl=shutil.which("numactl"),
         strictness=c.strictness,
+        telemetry_mode=telemetry_mode,
+        hang_timeout_s=hang_timeout_s,
         role=c.tr.role,
         signals_to_handle=",".join(want.signals),
         virtual_local_rank=c.tr.virtual_local_rank,
-        free_master_port=free_port() if len(config.nodes) == 1 else None,
-        telemetry_socket=telemetry_socket,
-        telemetry_mode=telemetry_mode,
         parallel=ParallelSpec(c.tp, c.pp, c.dp, where={d: f"--{d}" for d in PARALLEL_DIMS if getattr(c, d)}),
-        parallel_file=parallel_file,
         fallback_master_addr=_slurm_first_host() if len(config.nodes) > 1 else None,
     )
-    return build_plan(config, topology, options), config
+    return build_plan(config, topology, command_context(c, len(config.nodes), at_run), options), config
+
+
+def command_context(c: Common, nnodes: int, at_run: bool) -> RunContext:
+    """The command's run facts, once: the run id (drawn for a one-node run that has none), the
+    launcher's pid in the run directory, a free port for a one-node job."""
+    import tempfile
+    import uuid
+
+    drawn = uuid.uuid4().hex[:12] if at_run else RUN_ID_PLACEHOLDER
+    run_id = run_id_for(c.tr.run_id, os.environ.get("SLURM_JOB_ID"), nnodes, drawn)
+    return run_context(
+        run_id,
+        tempfile.gettempdir(),
+        os.getpid() if at_run else None,
+        c.tr.log_dir,
+        free_port() if at_run and nnodes == 1 else None,
+    )
 
 
 def _slurm_first_host() -> str | None:

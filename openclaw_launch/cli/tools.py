@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import sys
-import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,17 +18,18 @@ from openclaw_launch.cli.common import (
     check_output_option,
     fail,
     live_topology,
-    make_plan,
     node_name_for,
+    plan_and_config,
     read_topology,
     warn,
     with_common,
 )
+from openclaw_launch.cli.run_options import RunOptions, console_choices, with_run_options
 from openclaw_launch.cli.torchrun_resolve import resolve
 from openclaw_launch.config.model import Config
 from openclaw_launch.config.reader import load_config
 from openclaw_launch.errors import OpenclawError
-from openclaw_launch.plan.build import format_plan_table
+from openclaw_launch.plan.format import format_plan_table
 
 if TYPE_CHECKING:
     from openclaw_launch.preflight.command import PreflightOptions
@@ -38,15 +38,21 @@ if TYPE_CHECKING:
 
 @click.command(context_settings=SCRIPT_LAST)
 @with_common
+@with_run_options
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON (schema 1).")
 @click.option("--suggest-parallel", is_flag=True, help="Also list the TP/PP/DP layouts that fit (TP on NVLink first).")
-def plan(c: Common, as_json: bool, suggest_parallel: bool) -> None:
-    """Print where each rank would run and with what environment; start nothing."""
+def plan(c: Common, r: RunOptions, as_json: bool, suggest_parallel: bool) -> None:
+    """Print exactly what `run` with these options would execute on each rank (argv, environment,
+    binding); start nothing. Takes every `run` option."""
     from openclaw_launch.plan.parallel import format_suggestions, suggest_layouts
 
+    want = resolve(c.tr, with_config=bool(c.config_path))
+    console_choices(r, c.tr.role, want.local_ranks_shown is not None, os.environ)  # bad values: exit 2, as run
     try:
-        launch_plan = make_plan(c)
-        suggestions = suggest_layouts(_plan_config(c)) if suggest_parallel else None
+        launch_plan, config = plan_and_config(
+            c, at_run=False, telemetry_mode=r.telemetry, hang_timeout_s=r.hang_timeout_s
+        )
+        suggestions = suggest_layouts(config) if suggest_parallel else None
     except OpenclawError as e:
         fail(e)
     if as_json:
@@ -89,41 +95,27 @@ def preflight(
         raise click.UsageError(f"preflight runs its own worker; remove {c.script[0]!r} and what follows")
     from openclaw_launch.preflight.command import PreflightOptions
 
-    job_id = c.tr.run_id or os.environ.get("SLURM_JOB_ID") or uuid.uuid4().hex[:12]
     options = PreflightOptions(size_mib, iters, record_path, expect_path, as_json, report_path, c.tr.grace_period_s)
     try:
-        code = probe_fabric(c, job_id, options)
+        code = probe_fabric(c, options)
     except OpenclawError as e:
         fail(e)
     sys.exit(code)
 
 
-def probe_fabric(c: Common, job_id: str, options: PreflightOptions) -> int:
-    """Preflight with the plan of this command line (config, node, layout, environment, MPS); the exit
-    code of docs/preflight.md. ``preflight`` and ``run --preflight`` both come here."""
+def probe_fabric(c: Common, options: PreflightOptions) -> int:
+    """Preflight with the plan of this command line (config, node, layout, environment, MPS; no
+    telemetry); the exit code of docs/preflight.md. ``preflight`` and ``run --preflight`` both come here."""
     from openclaw_launch.config.model import PreflightSettings
     from openclaw_launch.preflight.command import run_preflight
-    from openclaw_launch.run.launch import run_dir_for
 
-    tr = dataclasses.replace(c.tr, module=True, no_python=False, run_path=False, run_id=job_id)
+    tr = dataclasses.replace(c.tr, module=True, no_python=False, run_path=False)
     settings = load_config(c.config_path).preflight if c.config_path else PreflightSettings()
     return run_preflight(
-        lambda script: make_plan(dataclasses.replace(c, script=script, tr=tr), job_id, str(run_dir_for(job_id))),
+        lambda script: plan_and_config(dataclasses.replace(c, script=script, tr=tr), at_run=True)[0],
         lambda with_gpus: read_topology(c.topology_path, with_gpus),
         settings,
         options,
-    )
-
-
-def _plan_config(c: Common) -> Config:
-    """The config ``plan`` laid out: ``--config``, or this host as ``host_config`` sees it."""
-    if c.config_path:
-        return load_config(c.config_path)
-    from openclaw_launch.topology.discover import host_config
-
-    want = resolve(c.tr, with_config=False)
-    return host_config(
-        read_topology(c.topology_path, want.nproc_per_node != "cpu"), want.nproc_per_node, want.nnodes or 1
     )
 
 

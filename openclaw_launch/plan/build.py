@@ -1,22 +1,19 @@
-"""Config + Topology + options -> LaunchPlan. Pure: no I/O, no clock, no os.environ.
+"""Config + Topology + RunContext + options -> LaunchPlan. Pure: no I/O, no clock, no os.environ.
 
-Everything the launcher will do to start a rank is decided here and can be
-printed (``openclaw-launch plan``) before anything runs; how it is printed (table, JSON) is
-``plan_format``, whose names this module re-exports.
+Everything the launcher will do to start a rank is decided here, each rank's final argv and
+environment included, and can be printed (``openclaw-launch plan``, ``plan/format.py``) before
+anything runs: ``run`` executes exactly this.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Literal
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from openclaw_launch.config.checks import identity_checks, planned_numa_node
-from openclaw_launch.config.defaults import HANDLED_SIGNALS
 from openclaw_launch.config.model import Config, GpuSpec, NodeSpec, node_rank_counts, procs_per_gpu_problem
-from openclaw_launch.config.parallel import ParallelSpec, size_problems
+from openclaw_launch.config.parallel import size_problems
 from openclaw_launch.errors import PlanError, TopologyError
 from openclaw_launch.plan.binding import (
     Binding,
@@ -29,105 +26,11 @@ from openclaw_launch.plan.binding import (
     numactl_missing,
     unbound,
 )
+from openclaw_launch.plan.context import RunContext
 from openclaw_launch.plan.env import JobEnv, RankSlot, overridden_user_vars, rank_env, visible_devices
-from openclaw_launch.plan.format import PLAN_SCHEMA as PLAN_SCHEMA  # re-exported: the output formats live there
-from openclaw_launch.plan.format import format_plan_table as format_plan_table
-from openclaw_launch.plan.format import plan_to_json, rank_to_json
-from openclaw_launch.plan.parallel import (
-    PARALLEL_FILE_ENV,
-    ParallelLayout,
-    layout_warnings,
-    plan_parallel,
-)
+from openclaw_launch.plan.model import Entry, LaunchPlan, MpsPlan, PlanOptions, RankPlan
+from openclaw_launch.plan.parallel import ParallelLayout, layout_warnings, plan_parallel
 from openclaw_launch.topology.model import GpuInfo, Topology
-
-EntryKind = Literal["script", "module", "exec"]
-
-
-@dataclass(frozen=True)
-class Entry:
-    """What each worker runs: ``python script args``, ``python -m module args`` or ``cmd args``."""
-
-    kind: EntryKind
-    target: str
-    args: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class PlanOptions:
-    entry: Entry
-    node: str | None = None  # which config node this launcher is; None = the only / first match
-    python: str = "python3"  # interpreter for script/module entries (the launcher passes sys.executable)
-    base_env: Mapping[str, str] = field(default_factory=dict)  # the launcher's environment (read-only)
-    run_id: str = "none"
-    master_addr: str | None = None  # CLI overrides config
-    master_port: int | None = None  # CLI overrides config
-    max_restarts: int = 0
-    restart_count: int = 0
-    error_file_dir: str | None = None  # TORCHELASTIC_ERROR_FILE lives under it, per rank
-    numactl: str | None = "numactl"  # path to numactl; None = not installed (plan without it, warn)
-    strictness: str | None = None  # CLI override of runtime.strictness
-    telemetry_socket: str | None = None  # where ranks send per-step statistics; None = statistics off
-    telemetry_mode: str = "full"  # wire.TELEMETRY_MODES: full/hooks run Python entries through the bootstrap
-    role: str = "default"  # ROLE_NAME (torchrun's --role)
-    signals_to_handle: str = ",".join(HANDLED_SIGNALS)  # TORCHELASTIC_SIGNALS_TO_HANDLE
-    virtual_local_rank: bool = False  # torchrun's --virtual-local-rank: LOCAL_RANK=0, only its own GPU
-    free_master_port: int | None = None  # a port the launcher found free here: a one-node job's default
-    parallel: ParallelSpec = field(default_factory=ParallelSpec)  # --tp/--pp/--dp (override the config's)
-    parallel_file: str | None = None  # where the run writes the groups JSON (OPENCLAW_PARALLEL_FILE)
-    fallback_master_addr: str | None = None  # several nodes, no address anywhere: Slurm's first host
-
-
-@dataclass(frozen=True)
-class RankPlan:
-    rank: int
-    local_rank: int
-    node: str
-    node_rank: int  # GROUP_RANK
-    gpu_uuid: str | None  # None for CPU workers
-    gpu_index: int | None
-    pci_bus_id: str | None
-    numa_node: int | None
-    cpus: tuple[int, ...]
-    mem_policy: str
-    mem_nodes: tuple[int, ...]
-    argv: tuple[str, ...]
-    env: Mapping[str, str]  # variables the launcher sets on top of the inherited environment
-
-    def to_json(self) -> dict[str, object]:
-        return rank_to_json(self)
-
-
-@dataclass(frozen=True)
-class MpsPlan:
-    """The MPS daemon this node's launcher owns (runtime.enable_mps)."""
-
-    max_clients_per_gpu: int | None
-    active_thread_percentage: int | None
-    pinned_device_mem_limit: str | None
-    on_start_failure: str  # "error" | "warn"
-    gpu_uuids: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class LaunchPlan:
-    run_id: str
-    node: str
-    node_rank: int
-    nnodes: int
-    world_size: int
-    master_addr: str
-    master_port: int
-    backend: str  # "nccl" or "gloo"
-    ranks: tuple[RankPlan, ...]
-    mps: MpsPlan | None = None
-    warnings: tuple[str, ...] = ()
-    telemetry_socket: str | None = None  # per-step statistics channel (telemetry.wire); None = off
-    parallel: ParallelLayout | None = None  # TP/PP/DP groups (config parallel / --tp --pp --dp)
-
-    def to_json(self) -> dict[str, object]:
-        return plan_to_json(self)
-
 
 DEFAULT_MASTER_ADDR = "127.0.0.1"
 DEFAULT_MASTER_PORT = 29500
@@ -142,7 +45,7 @@ class _ResolvedGpu:
     numa_node: int | None
 
 
-def build_plan(config: Config, topology: Topology, options: PlanOptions) -> LaunchPlan:
+def build_plan(config: Config, topology: Topology, context: RunContext, options: PlanOptions) -> LaunchPlan:
     """Everything this node's launcher will do, decided up front. Deterministic."""
     node_rank, node = _select_node(config, options.node)
     runtime = config.runtime
@@ -159,30 +62,34 @@ def build_plan(config: Config, topology: Topology, options: PlanOptions) -> Laun
     if numactl_missing(runtime.binding, options.numactl):  # run cannot apply it: the plan says so
         result = BindingResult(unbound(topology, len(result.bindings)))
     warnings += _policy_warnings(config, node, options)
-    job = JobEnv(
-        run_id=options.run_id,
-        world_size=sum(_workers(config, n) for n in config.nodes),
-        nnodes=len(config.nodes),
-        master_addr=_master_addr(config, options),
-        master_port=_master_port(config, options),
-        runtime=runtime,
-        base_env=options.base_env,
-        restart_count=options.restart_count,
-        max_restarts=options.max_restarts,
-        error_file_dir=options.error_file_dir,
-        telemetry_socket=options.telemetry_socket,
-        telemetry_mode=options.telemetry_mode,
-        role=options.role,
-        signals_to_handle=options.signals_to_handle,
-    )
-    ranks = _ranks(config, node_rank, topology, options, job, resolved, result)
     layout = _parallel(config, options)
     if layout is not None:
         warnings += layout_warnings(layout, config)
-        file_env = {PARALLEL_FILE_ENV: options.parallel_file} if options.parallel_file else {}
-        ranks = tuple(dataclasses.replace(r, env={**r.env, **layout.rank_env(r.rank), **file_env}) for r in ranks)
+    mps = _mps(config, resolved) if runtime.enable_mps and not node.is_cpu else None
+    socket = str(context.run_dir.socket) if options.telemetry_mode != "off" else None
+    hang_timeout_s = options.hang_timeout_s if options.hang_timeout_s is not None else runtime.hang_timeout_s
+    if hang_timeout_s and socket is None:
+        warnings.append("--telemetry off: no progress from the workers, so hang detection is off")
+    job = JobEnv(
+        run_id=context.run_id,
+        world_size=sum(_workers(config, n) for n in config.nodes),
+        nnodes=len(config.nodes),
+        master_addr=_master_addr(config, options),
+        master_port=_master_port(config, context, options),
+        runtime=runtime,
+        run_dir=context.run_dir,
+        role=options.role,
+        signals_to_handle=options.signals_to_handle,
+        base_env=options.base_env,
+        max_restarts=options.max_restarts,
+        telemetry_socket=socket,
+        telemetry_mode=options.telemetry_mode,
+        hang_detection=bool(hang_timeout_s) and socket is not None,
+        mps=mps is not None,
+        parallel=layout,
+    )
     return LaunchPlan(
-        run_id=options.run_id,
+        run_id=context.run_id,
         node=node.name,
         node_rank=node_rank,
         nnodes=job.nnodes,
@@ -190,11 +97,13 @@ def build_plan(config: Config, topology: Topology, options: PlanOptions) -> Laun
         master_addr=job.master_addr,
         master_port=job.master_port,
         backend="gloo" if node.is_cpu else "nccl",
-        ranks=ranks,
-        mps=_mps(config, resolved) if runtime.enable_mps and not node.is_cpu else None,
+        ranks=_ranks(config, node_rank, topology, options, job, resolved, result),
+        mps=mps,
         warnings=tuple(dict.fromkeys(warnings)),
-        telemetry_socket=options.telemetry_socket,
+        telemetry_socket=socket,
         parallel=layout,
+        hang_timeout_s=hang_timeout_s if job.hang_detection else None,
+        run_dir=context.run_dir,
     )
 
 
@@ -225,17 +134,17 @@ def _master_addr(config: Config, options: PlanOptions) -> str:
     return DEFAULT_MASTER_ADDR
 
 
-def _master_port(config: Config, options: PlanOptions) -> int:
+def _master_port(config: Config, context: RunContext, options: PlanOptions) -> int | None:
     """A given port wins (flag, config, then $MASTER_PORT). Otherwise a one-node job takes the free
-    port the launcher found (two jobs on one host must not collide, as under torchrun), and a
-    multi-node job the fixed default every node computes alike."""
+    port the launcher found (two jobs on one host must not collide, as under torchrun; None: found
+    when ``run`` starts), and a multi-node job the fixed default every node computes alike."""
     env_port = options.base_env.get("MASTER_PORT", "").strip()
     from_env = int(env_port) if env_port.isdigit() and 0 < int(env_port) < 65536 else None
     given = options.master_port or config.runtime.master_port or from_env
     if given:
         return given
-    if len(config.nodes) == 1 and options.free_master_port:
-        return options.free_master_port
+    if len(config.nodes) == 1:
+        return context.free_master_port
     return DEFAULT_MASTER_PORT
 
 
@@ -342,16 +251,15 @@ def _policy_warnings(config: Config, node: NodeSpec, options: PlanOptions) -> li
 BOOTSTRAP_MODULE = "openclaw_launch.telemetry.bootstrap"
 
 
-def _entry_argv(options: PlanOptions) -> list[str]:
-    """-u as torchrun: a killed worker's last output is not lost in its stdio buffer. With
-    statistics on, Python entries run through the bootstrap, which leaves sys.argv as it is."""
-    e = options.entry
-    if e.kind == "exec":
-        return [e.target, *e.args]
-    target = [e.target] if e.kind == "script" else ["-m", e.target]
-    hooked = options.telemetry_socket and options.telemetry_mode in ("full", "hooks")
+def _entry_argv(entry: Entry, python: str, job: JobEnv) -> list[str]:
+    """-u as torchrun: a killed worker's last output is not lost in its stdio buffer. With the
+    hooks on, Python entries run through the bootstrap, which leaves sys.argv as it is."""
+    if entry.kind == "exec":
+        return [entry.target, *entry.args]
+    target = [entry.target] if entry.kind == "script" else ["-m", entry.target]
+    hooked = job.telemetry_socket is not None and job.telemetry_mode in ("full", "hooks")
     front = ["-m", BOOTSTRAP_MODULE] if hooked else []
-    return [options.python, "-u", *front, *target, *e.args]
+    return [python, "-u", *front, *target, *entry.args]
 
 
 def _prefix(binding: Binding, mem_policy: str, numactl: str | None) -> list[str]:
@@ -374,7 +282,7 @@ def _ranks(
     offset = sum(_workers(config, n) for n in config.nodes[:node_rank])
     k = rt.procs_per_gpu
     uuids = [r.gpu.uuid or r.spec.uuid for r in resolved]
-    entry = _entry_argv(options)
+    entry = _entry_argv(options.entry, options.python, job)
     out: list[RankPlan] = []
     # Ranks bound to the same CPUs split their cores for OMP_NUM_THREADS, or N ranks would each
     # start a thread per core and oversubscribe the node N times.

@@ -1,5 +1,6 @@
-"""The per-rank environment: torchrun's variables, CUDA device selection by UUID, the job's
-NCCL settings and our OPENCLAW_* identity.
+"""The per-rank environment, final: torchrun's variables, CUDA device selection by UUID, the job's
+NCCL settings, our OPENCLAW_* identity, and the run's channels (error file, telemetry socket, hang
+detection, MPS client, parallel groups file), so the plan shows every variable ``run`` sets.
 
 Workers written for torchrun must run unchanged, so the torchrun set is reproduced
 exactly. Values from the config are passed literally: there is no shell anywhere.
@@ -7,17 +8,19 @@ exactly. Values from the config are passed literally: there is no shell anywhere
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from openclaw_launch.config.defaults import HANDLED_SIGNALS
 from openclaw_launch.config.model import Runtime
+from openclaw_launch.plan.context import FREE_PORT_PLACEHOLDER, RunDir
+from openclaw_launch.plan.parallel import PARALLEL_FILE_ENV, ParallelLayout
 from openclaw_launch.telemetry import wire
 from openclaw_launch.topology.cpulist import format_cpulist
 
 if TYPE_CHECKING:
-    from openclaw_launch.plan.build import LaunchPlan
+    from openclaw_launch.plan.model import LaunchPlan
 
 # Inherited variables of these families are copied into every rank's environment so the
 # plan shows them and nodes can be compared (an NCCL_* set on one node only is a classic
@@ -39,8 +42,15 @@ _OPENCLAW_RANK_ENV = frozenset(
 RESERVED_ENV: frozenset[str] = (
     TORCHRUN_ENV | _OPENCLAW_RANK_ENV | {"CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES", "OPENCLAW_RUN_ID"}
 )
-# Legitimately different between ranks or nodes; everything else must match job-wide.
+# The MPS client's variables: the private daemon's directories (run/mps/daemon.py starts it there).
+MPS_CLIENT_ENV = ("CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY")
+
+# Legitimately different between ranks or nodes (paths in each launcher's run directory, named by
+# its pid, differ per node); everything else must match job-wide.
 PER_RANK_ENV: frozenset[str] = _OPENCLAW_RANK_ENV | {
+    *MPS_CLIENT_ENV,
+    wire.STACKS_ENV,
+    PARALLEL_FILE_ENV,
     "RANK",
     "LOCAL_RANK",
     "LOCAL_WORLD_SIZE",
@@ -55,22 +65,25 @@ PER_RANK_ENV: frozenset[str] = _OPENCLAW_RANK_ENV | {
 
 @dataclass(frozen=True)
 class JobEnv:
-    """Facts shared by every rank of the job (and, apart from base_env, every node)."""
+    """Facts shared by every rank of this node's launcher (and, apart from base_env and the run
+    directory's paths, every node)."""
 
     run_id: str
     world_size: int
     nnodes: int
     master_addr: str
-    master_port: int
+    master_port: int | None  # None: found free at run start (FREE_PORT_PLACEHOLDER in the plan)
     runtime: Runtime
+    run_dir: RunDir
+    role: str
+    signals_to_handle: str  # TORCHELASTIC_SIGNALS_TO_HANDLE: what the launcher forwards
     base_env: Mapping[str, str] = field(default_factory=dict)  # the launcher's inherited environment
-    restart_count: int = 0
     max_restarts: int = 0
-    error_file_dir: str | None = None
-    telemetry_socket: str | None = None  # per-step statistics go here (telemetry.wire)
-    telemetry_mode: str = "full"  # wire.TELEMETRY_MODES
-    role: str = "default"  # ROLE_NAME (torchrun's --role)
-    signals_to_handle: str = ",".join(HANDLED_SIGNALS)  # what the launcher forwards
+    telemetry_socket: str | None = None  # per-step statistics go here (telemetry.wire); None = off
+    telemetry_mode: str = "hooks"  # wire.TELEMETRY_MODES
+    hang_detection: bool = False  # progress datagrams and a stack file per rank (stats/hang.py)
+    mps: bool = False  # the ranks are clients of this launcher's private MPS daemon
+    parallel: ParallelLayout | None = None  # TP/PP/DP groups: coordinates and the groups file
 
 
 @dataclass(frozen=True)
@@ -102,6 +115,13 @@ def visible_devices(mode: str, node_uuids: Sequence[str], own_uuid: str) -> tupl
     return ",".join(node_uuids), list(node_uuids).index(own_uuid)
 
 
+def mps_client_env(pipe_dir: str | os.PathLike[str], log_dir: str | os.PathLike[str]) -> dict[str, str]:
+    """What makes a process a client of the MPS daemon that serves ``pipe_dir`` (the ranks of an MPS
+    plan; a benchmark's own clients)."""
+    pipe, log = MPS_CLIENT_ENV
+    return {pipe: os.fspath(pipe_dir), log: os.fspath(log_dir)}
+
+
 def common_user_env(runtime: Runtime, base_env: Mapping[str, str]) -> dict[str, str]:
     """NCCL and user variables, identical for every rank on every node that inherits alike."""
     env = {k: v for k, v in base_env.items() if k.startswith(_INHERITED_COMMON_PREFIXES)}
@@ -130,6 +150,11 @@ def rank_env(job: JobEnv, slot: RankSlot) -> dict[str, str]:
     env["CUDA_VISIBLE_DEVICES"] = slot.cuda_visible_devices if slot.gpu_uuid is not None else ""
     env.update(_openclaw_env(job, slot))
     env.update(_telemetry_env(job, slot))
+    if job.mps:
+        env.update(mps_client_env(job.run_dir.mps_pipe_dir, job.run_dir.mps_log_dir))
+    if job.parallel is not None:
+        env.update(job.parallel.rank_env(slot.rank))
+        env[PARALLEL_FILE_ENV] = str(job.run_dir.parallel_file)
     return env
 
 
@@ -150,6 +175,9 @@ def _telemetry_env(job: JobEnv, slot: RankSlot) -> dict[str, str]:
     )
     if job.telemetry_mode == "full" and slot.gpu_uuid is not None and not user_set:
         env.update(FLIGHT_RECORDER_ENV)
+    if job.hang_detection:  # telemetry/recorder.py sends progress, telemetry/bootstrap.py arms the stack dump
+        env[wire.PROGRESS_ENV] = str(wire.PROGRESS_INTERVAL_S)
+        env[wire.STACKS_ENV] = str(job.run_dir.stacks_file(slot.rank))
     return env
 
 
@@ -173,15 +201,16 @@ def _torchrun_env(job: JobEnv, slot: RankSlot) -> dict[str, str]:
         "ROLE_NAME": job.role,
         "ROLE_WORLD_SIZE": str(job.world_size),
         "MASTER_ADDR": job.master_addr,
-        "MASTER_PORT": str(job.master_port),
-        "TORCHELASTIC_RESTART_COUNT": str(job.restart_count),
+        "MASTER_PORT": FREE_PORT_PLACEHOLDER if job.master_port is None else str(job.master_port),
+        # Attempt 0's value: the supervisor sets this one variable to the attempt's number at each
+        # restart (docs/plan-format.md), as torchrun does.
+        "TORCHELASTIC_RESTART_COUNT": "0",
         "TORCHELASTIC_MAX_RESTARTS": str(job.max_restarts),
         "TORCHELASTIC_RUN_ID": job.run_id,
         "TORCHELASTIC_USE_AGENT_STORE": "False",
         "TORCHELASTIC_SIGNALS_TO_HANDLE": job.signals_to_handle,
+        "TORCHELASTIC_ERROR_FILE": str(job.run_dir.error_file(slot.rank)),
     }
-    if job.error_file_dir is not None:
-        env["TORCHELASTIC_ERROR_FILE"] = f"{job.error_file_dir}/rank-{slot.rank}/error.json"
     return env
 
 

@@ -19,7 +19,7 @@ from openclaw_launch.config.defaults import GRACE_PERIOD_S
 from openclaw_launch.config.model import PreflightSettings
 from openclaw_launch.errors import OpenclawError
 from openclaw_launch.files import write_atomic
-from openclaw_launch.plan.build import LaunchPlan
+from openclaw_launch.plan.model import LaunchPlan
 from openclaw_launch.preflight.tiers import (
     DEFAULT_ITERS,
     PREFLIGHT_SCHEMA,

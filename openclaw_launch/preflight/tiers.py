@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from openclaw_launch.config.model import PreflightSettings
-from openclaw_launch.plan.build import LaunchPlan
+from openclaw_launch.plan.model import LaunchPlan
 from openclaw_launch.topology.model import GpuInfo, Topology
 
 Status = Literal["pass", "warn", "fail", "info"]

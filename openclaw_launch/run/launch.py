@@ -16,15 +16,13 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from openclaw_launch.errors import LaunchError
 from openclaw_launch.files import write_atomic
-from openclaw_launch.plan.build import LaunchPlan
-from openclaw_launch.plan.parallel import PARALLEL_FILE_NAME
+from openclaw_launch.plan.model import LaunchPlan
 from openclaw_launch.report.build import CONTAINMENT, build_report, write_report
 from openclaw_launch.report.format import format_report
 from openclaw_launch.run import cgroup, console
@@ -45,16 +43,6 @@ if TYPE_CHECKING:
 
 
 _FINAL_DRAIN_S = 5.0  # at exit, the console gets this long to take what is queued
-
-
-def run_dir_for(run_id: str) -> Path:
-    """Where this launcher keeps error files and MPS pipes: unique per launcher, known before it exists."""
-    return Path(tempfile.gettempdir()) / f"openclaw-{run_id}-{os.getpid()}"
-
-
-def with_env(plan: LaunchPlan, extra: dict[str, str]) -> LaunchPlan:
-    ranks = tuple(dataclasses.replace(r, env={**r.env, **extra}) for r in plan.ranks)
-    return dataclasses.replace(plan, ranks=ranks)
 
 
 @dataclass(frozen=True)
@@ -167,7 +155,7 @@ def _run(
     agent: Agent | None = None,
 ) -> tuple[JobResult, dict[str, Any] | None]:
     """Set everything up, supervise, tear everything down (in reverse order, whatever happens)."""
-    run_dir = _make_run_dir(run_dir_for(plan.run_id))
+    run_dir = _make_run_dir(Path(plan.run_dir.path))  # the plan's paths (plan/context.py); it adds nothing to a rank
     session: StatsSession | None = None
     with contextlib.ExitStack() as undo:
         # Subreaper before MPS starts: `nvidia-cuda-mps-control -d` double-forks, and an orphan handed
@@ -180,14 +168,13 @@ def _run(
         guardian.watch_path(str(run_dir))
         job_cgroup = _job_cgroup(plan, guardian, os_layer, undo)
         if plan.parallel is not None:  # the groups file OPENCLAW_PARALLEL_FILE names (parallel.py)
-            write_atomic(run_dir / PARALLEL_FILE_NAME, json.dumps(plan.parallel.to_json()))
-        daemon = _start_mps(plan, run_dir, guardian, options) if plan.mps is not None else None
+            write_atomic(plan.run_dir.parallel_file, json.dumps(plan.parallel.to_json()))
+        daemon = _start_mps(plan, guardian, options) if plan.mps is not None else None
         if daemon is not None:
             undo.callback(daemon.stop)
-            plan = with_env(plan, daemon.worker_env())
         if plan.telemetry_socket is not None:
             say = functools.partial(_say, options)
-            plan, session = start_statistics(plan, plan.telemetry_socket, stats, options, run_dir, say)
+            session = start_statistics(plan, plan.telemetry_socket, stats, options, say)
             undo.callback(session.close)
         elif stats.hang_timeout_s or stats.metrics_port is not None or stats.stats_file:
             _say(
@@ -268,14 +255,14 @@ def _make_run_dir(run_dir: Path) -> Path:
     return run_dir
 
 
-def _start_mps(plan: LaunchPlan, run_dir: Path, guardian: Guardian, options: SuperviseOptions) -> MpsDaemon | None:
+def _start_mps(plan: LaunchPlan, guardian: Guardian, options: SuperviseOptions) -> MpsDaemon | None:
     """Start the plan's daemon, registered with the guardian before it exists (a SIGKILLed launcher
     must not leave it running)."""
     from openclaw_launch.run.mps.daemon import start_mps  # psutil and the MPS module load only for MPS jobs
 
     watched: list[int] = []
     daemon, warning = start_mps(
-        plan, run_dir=run_dir / "mps", on_launch=lambda cmd: watched.append(guardian.watch_command(*cmd))
+        plan, run_dir=Path(plan.run_dir.mps_dir), on_launch=lambda cmd: watched.append(guardian.watch_command(*cmd))
     )
     if daemon is None:
         for command_id in watched:

@@ -20,7 +20,6 @@ from openclaw_launch.telemetry import wire
 
 HANG_EXIT_CODE = 124  # as timeout(1): the job was stopped because it made no progress
 CHECK_INTERVAL_S = 0.25  # how often the supervisor asks
-PROGRESS_INTERVAL_S = 0.5  # how often a worker's progress thread looks for news (telemetry/recorder.py)
 SIGNAL_WAIT_S = 1.0  # faulthandler writes at once; the console and the file get this long
 PY_SPY_TIMEOUT_S = 10.0  # py-spy on a process in a bad state may be slow: never longer than this
 MAX_STACK_BYTES = 256 << 10  # read of one rank's stack file

@@ -1,20 +1,18 @@
-"""The statistics side of a run: what ``launch`` adds when the plan has a telemetry socket.
+"""The statistics side of a run: what ``launch`` starts when the plan has a telemetry socket.
 
-The per-rank hang environment, the session (inbox, collector, NVML sampler) with its live parts
-(hang monitor, metrics endpoint, stats file), as the supervision participants that feed it. Heavy modules
-(NVML, prometheus-client) load only when asked for.
+The session (inbox, collector, NVML sampler) with its live parts (hang monitor, metrics endpoint,
+stats file), as the supervision participants that feed it; the ranks' variables for it are the plan's
+(plan/env.py). Heavy modules (NVML, prometheus-client) load only when asked for.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from openclaw_launch.config import defaults
-from openclaw_launch.plan.build import LaunchPlan
+from openclaw_launch.plan.model import LaunchPlan
 from openclaw_launch.run.participant import Participant
 from openclaw_launch.run.results import JobResult
 from openclaw_launch.run.supervise import SuperviseOptions
@@ -40,16 +38,12 @@ def start_statistics(
     socket_path: str,
     stats: StatsOptions,
     options: SuperviseOptions,
-    run_dir: Path,
     say: Callable[[str], None],
-) -> tuple[LaunchPlan, StatsSession]:
-    """The session reading ``socket_path`` (its caller closes it) and the plan its workers get (with
-    the hang environment when ``--hang-timeout-s`` is on)."""
-    if stats.hang_timeout_s:
-        plan = _with_hang_env(plan, run_dir)
+) -> StatsSession:
+    """The session reading ``socket_path`` (its caller closes it)."""
     session = _start_stats(plan, socket_path, stats, say)
-    _start_live(session, stats, options, run_dir, say)
-    return plan, session
+    _start_live(session, stats, options, say)
+    return session
 
 
 def statistics_participants(session: StatsSession) -> list[Participant]:
@@ -62,27 +56,8 @@ def binding_warnings(result: JobResult) -> dict[int, str]:
     return {w.rank: w.binding_warning for w in last if w.binding_warning}
 
 
-def _with_hang_env(plan: LaunchPlan, run_dir: Path) -> LaunchPlan:
-    """Progress datagrams and a stack file per rank (telemetry/recorder.py, telemetry/bootstrap.py)."""
-    from openclaw_launch.stats.hang import PROGRESS_INTERVAL_S
-    from openclaw_launch.telemetry import wire
-
-    ranks = tuple(
-        dataclasses.replace(
-            r,
-            env={
-                **r.env,
-                wire.PROGRESS_ENV: str(PROGRESS_INTERVAL_S),
-                wire.STACKS_ENV: str(run_dir / f"stacks-rank-{r.rank}.txt"),
-            },
-        )
-        for r in plan.ranks
-    )
-    return dataclasses.replace(plan, ranks=ranks)
-
-
 def _start_live(
-    session: StatsSession, stats: StatsOptions, options: SuperviseOptions, run_dir: Path, say: Callable[[str], None]
+    session: StatsSession, stats: StatsOptions, options: SuperviseOptions, say: Callable[[str], None]
 ) -> None:
     """Hang detection on the session (which closes it); the metrics endpoint announced (the session
     bound it, its helper serves it)."""
@@ -97,7 +72,7 @@ def _start_live(
             return f"{options.log_dir}/{plan.run_id}/attempt-{attempt}/rank-{rank}/stderr.log"
 
         watch = HangWatch(stats.hang_timeout_s, [(r.rank, r.local_rank, r.node) for r in plan.ranks])
-        files = {r.rank: str(run_dir / f"stacks-rank-{r.rank}.txt") for r in plan.ranks}
+        files = {r.rank: str(plan.run_dir.stacks_file(r.rank)) for r in plan.ranks}  # the plan's OPENCLAW_STACKS_FILE
         session.hang = HangMonitor(watch, say, files, log_path)
     if session.metrics_port is not None:  # bound by the session, served by its helper
         session.publish()

@@ -19,6 +19,7 @@ HOOKS_ENV = "OPENCLAW_TELEMETRY_HOOKS"  # "0" = no zero-code torch hooks, only t
 # thread's stack when the launcher sends DUMP_SIGNAL.
 PROGRESS_ENV = "OPENCLAW_PROGRESS_INTERVAL_S"
 STACKS_ENV = "OPENCLAW_STACKS_FILE"
+PROGRESS_INTERVAL_S = 0.5  # PROGRESS_ENV's value: how often a worker's progress thread looks for news
 # --telemetry levels: full = hooks + NCCL's flight recorder (the GPU wait signal), hooks = zero-code
 # hooks only, api = only telemetry.step()/section(), off = no statistics at all.
 TELEMETRY_MODES = ("full", "hooks", "api", "off")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from openclaw_launch.config.model import active_thread_percentage_problem, pinned_limit_problem, procs_per_gpu_problem
 from openclaw_launch.errors import PlanError
-from openclaw_launch.plan.build import LaunchPlan, MpsPlan
+from openclaw_launch.plan.model import LaunchPlan, MpsPlan
 
 
 def validate_pinned_limit(value: str) -> str:

@@ -3,14 +3,14 @@
 The launcher owns ``nvidia-cuda-mps-control -d`` for the whole job (restarts keep
 the same daemon). Its pipe and log directories are private to the job (mode
 0700), so it can never collide with a system daemon in ``/tmp/nvidia-mps`` or
-with another job's; workers reach it through ``worker_env()``. ``start()``
+with another job's; the plan already gives every rank the client variables for
+them (``plan/env.py``), so the daemon adds nothing to a rank. ``start()``
 reaps the intermediate process of ``-d``, ``stop()`` the daemon (how they are
-found: ``mps_control``).
+found: ``control.py``).
 
-The rest lives beside it and is re-exported here: ``mps_control`` (the control
-program, the MPS processes of a pipe dir), ``mps_status`` (parsing the daemon's
-answers), ``mps_commands`` (the plan's client limit, setting checks and limit
-commands; pure).
+Beside it: ``control.py`` (the control program, the MPS processes of a pipe
+dir), ``status.py`` (parsing the daemon's answers), ``commands.py`` (the plan's
+client limit, setting checks and limit commands; pure).
 
 Never changes compute mode or any other GPU setting.
 """
@@ -31,14 +31,12 @@ from types import TracebackType
 import psutil
 
 from openclaw_launch.errors import LaunchError
-from openclaw_launch.plan.build import LaunchPlan, MpsPlan
+from openclaw_launch.plan.context import MPS_LOG_SUBDIR, MPS_PIPE_SUBDIR
+from openclaw_launch.plan.model import LaunchPlan, MpsPlan
 from openclaw_launch.run.mps.commands import check_client_limit, check_settings, limit_commands
-from openclaw_launch.run.mps.commands import (
-    clients_per_gpu as clients_per_gpu,  # re-exported, like the `as` names below
-)
-from openclaw_launch.run.mps.commands import validate_pinned_limit as validate_pinned_limit
 from openclaw_launch.run.mps.control import (
     CONTROL_BINARY,
+    FIX_HINT,
     SERVER_BINARY,
     ControlResult,
     control_env,
@@ -49,11 +47,7 @@ from openclaw_launch.run.mps.control import (
     run_control,
     wait_gone,
 )
-from openclaw_launch.run.mps.control import FIX_HINT as _FIX_HINT
-from openclaw_launch.run.mps.control import PID_FILE as PID_FILE
-from openclaw_launch.run.mps.status import MpsServer as MpsServer
 from openclaw_launch.run.mps.status import MpsStatus, mps_status
-from openclaw_launch.run.mps.status import parse_device_clients as parse_device_clients
 
 CONTROL_LOG = "control.log"
 # The daemon binds unix sockets in the pipe dir; the longest name it uses is
@@ -68,7 +62,7 @@ CleanupCommand = tuple[list[str], dict[str, str], str]  # argv, env, stdin: quit
 class MpsDaemon:
     """One private MPS control daemon for this job.
 
-    ``start()`` returns the variables workers need; ``stop()`` quits, reaps and
+    ``start()`` makes it answer on ``pipe_dir``; ``stop()`` quits, reaps and
     removes everything it created, and is safe to call any number of times and
     on any path (success, failure, signal). Also a context manager.
     """
@@ -107,20 +101,16 @@ class MpsDaemon:
 
     @property
     def pipe_dir(self) -> Path:
-        return self.run_dir / "pipe"
+        return self.run_dir / MPS_PIPE_SUBDIR
 
     @property
     def log_dir(self) -> Path:
-        return self.run_dir / "log"
+        return self.run_dir / MPS_LOG_SUBDIR
 
     @property
     def pid(self) -> int | None:
         """The control daemon's pid once it answers (None if it could not be identified)."""
         return self._daemon.pid if self._daemon else None
-
-    def worker_env(self) -> dict[str, str]:
-        """What every worker adds to its environment to become an MPS client of this daemon."""
-        return {"CUDA_MPS_PIPE_DIRECTORY": str(self.pipe_dir), "CUDA_MPS_LOG_DIRECTORY": str(self.log_dir)}
 
     def daemon_env(self) -> dict[str, str]:
         """The control daemon's environment: ours plus its private dirs and only the planned GPUs."""
@@ -155,8 +145,8 @@ class MpsDaemon:
 
     # -- start ---------------------------------------------------------------
 
-    def start(self) -> dict[str, str]:
-        """Start the daemon, wait until it answers, apply the limits; return ``worker_env()``.
+    def start(self) -> None:
+        """Start the daemon, wait until it answers, apply the limits.
 
         Raises LaunchError (with the daemon's log tail) and leaves nothing behind on failure.
         """
@@ -176,12 +166,11 @@ class MpsDaemon:
         except LaunchError as e:
             tail = self._log_tail() if self._started else ""
             self.stop()
-            hint = "" if _FIX_HINT in str(e) else _FIX_HINT  # once, even when the cause already gave it
+            hint = "" if FIX_HINT in str(e) else FIX_HINT  # once, even when the cause already gave it
             raise LaunchError(f"{e}\n{tail}{hint}") from None
         except BaseException:
             self.stop()
             raise
-        return self.worker_env()
 
     def _prepare_dirs(self) -> None:
         if self._run_dir is None:

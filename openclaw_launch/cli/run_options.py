@@ -1,0 +1,224 @@
+"""The options of ``run``, defined once: ``run`` and ``plan`` both take every one of them, so a
+``run`` command line planned with ``plan`` shows exactly what it would execute (one ``RunOptions``).
+
+Only ``--telemetry`` and ``--hang-timeout-s`` change what a rank runs; ``plan`` checks the others
+as ``run --dry-run`` does (a bad value is exit 2 in both) and has no use for them.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import click
+
+from openclaw_launch.cli import option_types
+from openclaw_launch.config import defaults
+from openclaw_launch.config.signals import signal_numbers
+from openclaw_launch.telemetry.wire import TELEMETRY_MODES
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Every ``run`` option besides the shared ``Common`` ones, as click parsed them."""
+
+    restart_backoff_s: float
+    kill_timeout_s: float
+    console_ranks: str
+    prefix_template: str | None
+    report_path: str | None
+    telemetry: str
+    stats_interval_s: float
+    straggler_threshold_pct: float
+    hang_timeout_s: float | None
+    metrics_port: int | None
+    stats_file: str | None
+    forward_signals: tuple[str, ...]  # canonical names (config/signals.py)
+    agent_port: int | None
+    agent_timeout_s: float
+    keepalive_s: float
+    job_report_path: str | None
+    preflight_first: bool
+    dry_run: bool
+
+
+_run_options: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
+    click.option(
+        "--restart-backoff-s",
+        type=option_types.seconds(),
+        default=defaults.RESTART_BACKOFF_S,
+        show_default=True,
+        help=f"Wait before restart k: this times 2**k (at most {defaults.RESTART_BACKOFF_MAX_S:g} s).",
+    ),
+    click.option(
+        "--kill-timeout-s",
+        type=option_types.seconds(),
+        default=defaults.KILL_TIMEOUT_S,
+        show_default=True,
+        help="After SIGKILL, how long to wait for workers stuck in the kernel before giving up.",
+    ),
+    click.option(
+        "--console-ranks",
+        default="all",
+        show_default=True,
+        help="Ranks shown on the console: all, none, or 0,3-5 (torchrun's --local-ranks-filter, by global rank).",
+    ),
+    click.option(
+        "--prefix",
+        "prefix_template",
+        default=None,
+        help="Console line prefix; fields {rank}, {local_rank}, {node} "
+        f"(default: {defaults.CONSOLE_PREFIX!r}, or "
+        "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE).",
+    ),
+    click.option("--report", "report_path", type=click.Path(dir_okay=False), help="Write the run report JSON here."),
+    click.option(
+        "--telemetry",
+        type=click.Choice(TELEMETRY_MODES),
+        default=defaults.TELEMETRY_MODE,
+        show_default=True,
+        help="Per-step statistics: hooks = zero-code torch hooks and the telemetry API; full = the same plus, "
+        "on GPUs, NCCL's flight recorder (the wait signal that names a rank slow in GPU work; it costs about "
+        "1 % of step time); api = only telemetry.step()/section(); off = none. torchrun has none.",
+    ),
+    click.option(
+        "--stats-interval-s",
+        type=option_types.seconds(),
+        default=defaults.STATS_INTERVAL_S,
+        show_default=True,
+        help="Print a one-line straggler summary this often while the job runs (0 = never).",
+    ),
+    click.option(
+        "--straggler-threshold-pct",
+        type=option_types.percent(),
+        default=defaults.STRAGGLER_THRESHOLD_PCT,
+        show_default=True,
+        help="Name a straggler when one rank is busy this % of the median step longer than the others.",
+    ),
+    click.option(
+        "--hang-timeout-s",
+        type=option_types.hang_timeout(),
+        default=None,
+        help="A rank with no step for this long (armed after its first step) is a hang: it is named with its "
+        "stack, every rank's stack goes to its log, and the job stops with exit code 124 (default: off; "
+        "config runtime.hang_timeout_s). docs/hangs-and-metrics.md.",
+    ),
+    click.option(
+        "--metrics-port",
+        type=click.IntRange(0, 65535),
+        default=None,
+        help="Serve live per-rank and per-GPU metrics in Prometheus format on this port (0 = any free port; "
+        "needs the 'metrics' extra, prometheus-client). Default: off.",
+    ),
+    click.option(
+        "--stats-file",
+        "stats_file",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="Append the live statistics as one JSON line every --stats-interval-s (and one at the end).",
+    ),
+    click.option(
+        "--forward-signals",
+        type=option_types.signal_list(allow_none=True),
+        default=",".join(defaults.FORWARD_ONLY_SIGNALS),
+        show_default=True,
+        envvar="OPENCLAW_FORWARD_SIGNALS",
+        help="Signals forwarded to the workers WITHOUT stopping the job (checkpoint requests: Slurm's "
+        "--signal=B:USR1@90); 'none' for none. A signal here and in --signals-to-handle is forwarded only.",
+    ),
+    click.option(
+        "--agent-port",
+        type=click.IntRange(1, 65535),
+        envvar="OPENCLAW_AGENT_PORT",
+        help="Several nodes: the port the first node's agent listens on (default MASTER_PORT+1).",
+    ),
+    click.option(
+        "--agent-timeout-s",
+        type=click.FloatRange(min=1),
+        default=defaults.AGENT_TIMEOUT_S,
+        show_default=True,
+        envvar="OPENCLAW_AGENT_TIMEOUT_S",
+        help="Several nodes: how long the agents wait for every node before starting nothing.",
+    ),
+    click.option(
+        "--keepalive-s",
+        type=click.FloatRange(min=0.5),
+        default=defaults.KEEPALIVE_S,
+        show_default=True,
+        envvar="OPENCLAW_KEEPALIVE_S",
+        help="Several nodes: a node silent this long is lost, and every other node stops its workers.",
+    ),
+    click.option(
+        "--job-report",
+        "job_report_path",
+        type=click.Path(dir_okay=False),
+        help="Several nodes: the first node writes the whole job's report here (default: next to --report, "
+        "with -job before .json).",
+    ),
+    click.option(
+        "--preflight",
+        "preflight_first",
+        is_flag=True,
+        help="First run `preflight` with this plan (config preflight: settings); a failing tier or probe starts "
+        "nothing and exits with preflight's code (docs/preflight.md); a warning starts the job.",
+    ),
+    click.option("--dry-run", is_flag=True, help="Print the plan and start nothing (`plan` never starts anything)."),
+]
+
+
+def with_run_options(f: Callable[..., None]) -> Callable[..., None]:
+    """Add every ``run`` option and hand them to ``f`` as one ``RunOptions``, after ``Common``."""
+
+    @functools.wraps(f)
+    def wrapper(c: object, **kw: Any) -> None:
+        r = RunOptions(**{name: kw.pop(name) for name in RunOptions.__dataclass_fields__})
+        f(c, r, **kw)
+
+    for option in reversed(_run_options):
+        wrapper = option(wrapper)
+    return wrapper
+
+
+def console_ranks(text: str) -> frozenset[int] | None:
+    """``--console-ranks``: ``all`` -> None (every rank), ``none`` -> no rank, else a list like ``0,3-5``."""
+    if text == "all":
+        return None
+    if text == "none":
+        return frozenset()
+    from openclaw_launch.topology.cpulist import parse_cpulist
+
+    try:
+        return frozenset(parse_cpulist(text))
+    except ValueError as e:
+        raise click.BadParameter(
+            f"{text!r}: use all, none, or ranks like 0,3-5 ({e})", param_hint="--console-ranks"
+        ) from None
+
+
+@dataclass(frozen=True)
+class ConsoleChoices:
+    """What the console and signal options ask of the supervisor, checked before anything starts."""
+
+    prefix: str
+    ranks_shown: frozenset[int] | None  # global ranks; None = every rank (see local_ranks_shown)
+    pass_signals: tuple[int, ...]
+
+
+def console_choices(r: RunOptions, role: str, local_ranks_given: bool, environ: Mapping[str, str]) -> ConsoleChoices:
+    """``--prefix`` (or TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE), ``--console-ranks`` and
+    ``--forward-signals``; a bad value raises ``click`` errors (exit 2), in ``run`` and ``plan`` alike."""
+    from openclaw_launch.cli.torchrun_resolve import check_prefix, prefix_from_env
+
+    env_prefix = environ.get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE")
+    if r.prefix_template is not None:
+        prefix = check_prefix(r.prefix_template)
+    elif env_prefix:
+        prefix = check_prefix(prefix_from_env(env_prefix, role), "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE")
+    else:
+        prefix = defaults.CONSOLE_PREFIX
+    signals = signal_numbers(r.forward_signals)
+    if local_ranks_given and r.console_ranks != "all":
+        raise click.UsageError("--console-ranks and --local-ranks-filter both choose the console's ranks; give one")
+    return ConsoleChoices(prefix=prefix, ranks_shown=console_ranks(r.console_ranks), pass_signals=signals)

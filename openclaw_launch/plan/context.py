@@ -1,0 +1,102 @@
+"""The run's facts, decided once per command before the plan is built: its id, its free port and
+every path of its private run directory.
+
+Pure: computing a path touches nothing (``run/launch.py`` creates the directory and removes it).
+``plan`` and ``run --dry-run`` make the same context as ``run`` except for what only a running
+launcher knows, which they show as a placeholder (docs/plan-format.md, "Placeholders").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from openclaw_launch.plan.parallel import PARALLEL_FILE_NAME
+
+#: The launcher's process id, part of the run directory's name (unique per launcher on a host).
+PID_PLACEHOLDER = "<pid>"
+#: The id ``run`` draws (12 hex digits) when neither --run-id nor Slurm gives one (one node only).
+RUN_ID_PLACEHOLDER = "<run-id>"
+#: The TCP port ``run`` finds free on this host when it starts (a one-node job with no port given).
+FREE_PORT_PLACEHOLDER = "<free-port>"
+#: torchrun's run id; several nodes use it when none is given, since a drawn one differs per node.
+MULTI_NODE_RUN_ID = "none"
+#: An MPS daemon directory's two parts (CUDA_MPS_PIPE_DIRECTORY, CUDA_MPS_LOG_DIRECTORY).
+MPS_PIPE_SUBDIR, MPS_LOG_SUBDIR = "pipe", "log"
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """One launcher's private directory (mode 0700, removed at the end) and the run's files.
+
+    Error files are kept with the logs when ``--log-dir`` is given (``errors_dir``), otherwise
+    they live in the run directory and go with it.
+    """
+
+    path: PurePosixPath
+    errors_dir: PurePosixPath
+
+    @property
+    def socket(self) -> PurePosixPath:
+        """Where the ranks send their per-step statistics (telemetry/wire.py)."""
+        return self.path / "telemetry.sock"
+
+    @property
+    def mps_dir(self) -> PurePosixPath:
+        """The private MPS daemon's directory (run/mps/daemon.py creates it)."""
+        return self.path / "mps"
+
+    @property
+    def mps_pipe_dir(self) -> PurePosixPath:
+        return self.mps_dir / MPS_PIPE_SUBDIR
+
+    @property
+    def mps_log_dir(self) -> PurePosixPath:
+        return self.mps_dir / MPS_LOG_SUBDIR
+
+    @property
+    def parallel_file(self) -> PurePosixPath:
+        """The TP/PP/DP groups JSON the run writes before the ranks start."""
+        return self.path / PARALLEL_FILE_NAME
+
+    def error_file(self, rank: int) -> PurePosixPath:
+        """The rank's TORCHELASTIC_ERROR_FILE."""
+        return self.errors_dir / f"rank-{rank}" / "error.json"
+
+    def stacks_file(self, rank: int) -> PurePosixPath:
+        """Where the rank's faulthandler writes every thread's stack on a hang."""
+        return self.path / f"stacks-rank-{rank}.txt"
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What one command decided about its run; ``build_plan`` takes it and asks nothing else."""
+
+    run_id: str
+    run_dir: RunDir
+    free_master_port: int | None = None  # found free at start: a one-node job's default; None = not known yet
+
+
+def run_id_for(given: str | None, slurm_job_id: str | None, nnodes: int, drawn: str) -> str:
+    """``--run-id``, else Slurm's job id, else for several nodes torchrun's ``none`` (every node
+    must share the id: it names the logs and TORCHELASTIC_RUN_ID), else ``drawn`` (``run``: a
+    random id; ``plan``: ``RUN_ID_PLACEHOLDER``)."""
+    if given:
+        return given
+    if slurm_job_id:
+        return slurm_job_id
+    return MULTI_NODE_RUN_ID if nnodes > 1 else drawn
+
+
+def run_context(
+    run_id: str,
+    tmp_dir: str,
+    pid: int | None,
+    log_dir: str | None = None,
+    free_master_port: int | None = None,
+) -> RunContext:
+    """The context of a run with this id. ``pid`` None: not a running launcher (``plan``,
+    ``--dry-run``), shown as ``PID_PLACEHOLDER``. ``tmp_dir``: the launcher's temporary directory."""
+    path = PurePosixPath(tmp_dir) / f"openclaw-{run_id}-{PID_PLACEHOLDER if pid is None else pid}"
+    errors = PurePosixPath(log_dir) / run_id / "errors" if log_dir else path / "errors"
+    return RunContext(run_id=run_id, run_dir=RunDir(path=path, errors_dir=errors), free_master_port=free_master_port)

@@ -1,0 +1,144 @@
+"""The plan's types and their JSON (``openclaw-launch plan --json``, docs/plan-format.md).
+
+A plan holds everything ``run`` does to start this node's ranks: each rank's final argv and the
+variables set on top of the inherited environment. ``build`` makes one, ``format`` prints it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from openclaw_launch.config.defaults import HANDLED_SIGNALS
+from openclaw_launch.config.parallel import ParallelSpec
+from openclaw_launch.plan.context import RunDir
+from openclaw_launch.plan.parallel import ParallelLayout
+
+PLAN_SCHEMA = 1
+
+EntryKind = Literal["script", "module", "exec"]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """What each worker runs: ``python script args``, ``python -m module args`` or ``cmd args``."""
+
+    kind: EntryKind
+    target: str
+    args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """The command line's choices (the run's facts are the ``RunContext``)."""
+
+    entry: Entry
+    node: str | None = None  # which config node this launcher is; None = the only / first match
+    python: str = "python3"  # interpreter for script/module entries (the launcher passes sys.executable)
+    base_env: Mapping[str, str] = field(default_factory=dict)  # the launcher's environment (read-only)
+    master_addr: str | None = None  # CLI overrides config
+    master_port: int | None = None  # CLI overrides config
+    max_restarts: int = 0
+    numactl: str | None = "numactl"  # path to numactl; None = not installed (plan without it, warn)
+    strictness: str | None = None  # CLI override of runtime.strictness
+    telemetry_mode: str = "off"  # wire.TELEMETRY_MODES; "off" = no socket, no bootstrap (the CLI's default: hooks)
+    hang_timeout_s: float | None = None  # --hang-timeout-s; None = the config's runtime.hang_timeout_s
+    role: str = "default"  # ROLE_NAME (torchrun's --role)
+    signals_to_handle: str = ",".join(HANDLED_SIGNALS)  # TORCHELASTIC_SIGNALS_TO_HANDLE
+    virtual_local_rank: bool = False  # torchrun's --virtual-local-rank: LOCAL_RANK=0, only its own GPU
+    parallel: ParallelSpec = field(default_factory=ParallelSpec)  # --tp/--pp/--dp (override the config's)
+    fallback_master_addr: str | None = None  # several nodes, no address anywhere: Slurm's first host
+
+
+@dataclass(frozen=True)
+class RankPlan:
+    rank: int
+    local_rank: int
+    node: str
+    node_rank: int  # GROUP_RANK
+    gpu_uuid: str | None  # None for CPU workers
+    gpu_index: int | None
+    pci_bus_id: str | None
+    numa_node: int | None
+    cpus: tuple[int, ...]
+    mem_policy: str
+    mem_nodes: tuple[int, ...]
+    argv: tuple[str, ...]  # exactly what is executed
+    env: Mapping[str, str]  # every variable the launcher sets on top of the inherited environment
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "rank": self.rank,
+            "local_rank": self.local_rank,
+            "node": self.node,
+            "node_rank": self.node_rank,
+            "gpu_uuid": self.gpu_uuid,
+            "gpu_index": self.gpu_index,
+            "pci_bus_id": self.pci_bus_id,
+            "numa_node": self.numa_node,
+            "cpus": list(self.cpus),
+            "mem_policy": self.mem_policy,
+            "mem_nodes": list(self.mem_nodes),
+            "argv": list(self.argv),
+            "env": dict(self.env),
+        }
+
+
+@dataclass(frozen=True)
+class MpsPlan:
+    """The MPS daemon this node's launcher owns (runtime.enable_mps)."""
+
+    max_clients_per_gpu: int | None
+    active_thread_percentage: int | None
+    pinned_device_mem_limit: str | None
+    on_start_failure: str  # "error" | "warn"
+    gpu_uuids: tuple[str, ...]
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "max_clients_per_gpu": self.max_clients_per_gpu,
+            "active_thread_percentage": self.active_thread_percentage,
+            "pinned_device_mem_limit": self.pinned_device_mem_limit,
+            "on_start_failure": self.on_start_failure,
+            "gpu_uuids": list(self.gpu_uuids),
+        }
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    run_id: str
+    node: str
+    node_rank: int
+    nnodes: int
+    world_size: int
+    master_addr: str
+    master_port: int | None  # None: a one-node job's port that ``run`` finds free when it starts
+    backend: str  # "nccl" or "gloo"
+    ranks: tuple[RankPlan, ...]
+    mps: MpsPlan | None = None
+    warnings: tuple[str, ...] = ()
+    telemetry_socket: str | None = None  # per-step statistics channel (telemetry.wire); None = off
+    parallel: ParallelLayout | None = None  # TP/PP/DP groups (config parallel / --tp --pp --dp)
+    hang_timeout_s: float | None = None  # hang detection (stats/hang.py); None = off
+    run_dir: RunDir = field(kw_only=True)  # the run's private directory and the paths in it
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "schema": PLAN_SCHEMA,
+            "run_id": self.run_id,
+            "node": self.node,
+            "node_rank": self.node_rank,
+            "nnodes": self.nnodes,
+            "world_size": self.world_size,
+            "master_addr": self.master_addr,
+            "master_port": self.master_port,
+            "backend": self.backend,
+            "run_dir": str(self.run_dir.path),
+            "mps": None if self.mps is None else self.mps.to_json(),
+            "warnings": list(self.warnings),
+            "telemetry_socket": self.telemetry_socket,
+            "hang_timeout_s": self.hang_timeout_s,
+            "parallel": self.parallel.to_json() if self.parallel is not None else None,
+            "ranks": [r.to_json() for r in self.ranks],
+        }

@@ -1,0 +1,38 @@
+"""A worker that writes down what it was really started with, for tests/test_plan_is_run.py.
+
+``$PLAN_IS_RUN_DIR/rank-$RANK.json``: ``sys.argv``, the argv it was exec'd with
+(``/proc/self/cmdline``), its whole environment, and which of the run's paths it was given exist
+(the telemetry socket, its stack file, the MPS pipe directory, the parallel groups file).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+PATH_VARIABLES = (
+    "OPENCLAW_TELEMETRY_SOCKET",
+    "OPENCLAW_STACKS_FILE",
+    "CUDA_MPS_PIPE_DIRECTORY",
+    "OPENCLAW_PARALLEL_FILE",
+)
+
+
+def main() -> None:
+    with open("/proc/self/cmdline", "rb") as f:
+        cmdline = [part.decode() for part in f.read().split(b"\0")[:-1]]
+    record = {
+        "sys_argv": sys.argv,
+        "cmdline": cmdline,
+        "environ": dict(os.environ),
+        "exists": {name: os.path.exists(os.environ[name]) for name in PATH_VARIABLES if name in os.environ},
+    }
+    path = os.path.join(os.environ["PLAN_IS_RUN_DIR"], f"rank-{os.environ['RANK']}.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(record, f)
+    os.replace(path + ".tmp", path)
+
+
+if __name__ == "__main__":
+    main()
