@@ -197,3 +197,29 @@ def test_the_agent_helper_dies_with_a_sigkilled_launcher(tmp_path: Path) -> None
     assert _gone(helper)
     procs["node0"].communicate(timeout=DEADLINE_S)  # it sees node1 lost and stops
     assert procs["node0"].returncode == 1
+
+
+def test_py_spy_dumps_start_on_the_calling_thread_and_a_silent_one_is_killed(tmp_path: Path) -> None:
+    """The hang monitor's stack dumps (stats/hang_monitor.py): processes, no thread in the launcher.
+    A stand-in py-spy: it prints the pid it was given, and never answers for pid 2."""
+    import threading
+
+    from openclaw_launch.stats.hang_monitor import PySpy
+
+    exe = tmp_path / "py-spy"
+    exe.write_text('#!/bin/sh\n[ "$3" = 2 ] && exec sleep 600\necho "Thread $3 (MainThread)"\necho oops >&2\n')
+    exe.chmod(0o755)
+    spy = PySpy(str(exe), timeout_s=0.5)
+    threads = threading.active_count()
+    for rank in (0, 1, 2):
+        spy.start(rank, pid=rank)
+    assert threading.active_count() == threads
+    deadline = time.monotonic() + DEADLINE_S
+    while not spy.done():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert spy.take() == {
+        0: "Thread 0 (MainThread)\n",
+        1: "Thread 1 (MainThread)\n",
+        2: "(py-spy failed: no answer within 0.5 s)",
+    }

@@ -1,6 +1,6 @@
 """The effects of hang detection: ``HangMonitor`` runs ``stats.hang.HangWatch`` on a timer of the
 supervisor and never blocks the loop: it sends the stack-dump signal the bootstrap's faulthandler
-listens for (or runs ``py-spy dump`` in a thread when py-spy is installed), waits a bounded time for
+listens for (or starts ``py-spy dump`` when py-spy is installed), waits a bounded time for
 the stacks, appends each rank's stack to its stderr log, prints the stuck ranks' stacks on the
 console, and then gives the supervisor its stop reason: a hang, ``HANG_EXIT_CODE``, never restarted.
 
@@ -14,11 +14,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import threading
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 
 from openclaw_launch.run.participant import Participant, StopKind, StopReason, Timer
 from openclaw_launch.stats.hang import (
@@ -36,14 +36,15 @@ from openclaw_launch.telemetry import wire
 
 
 class PySpy:
-    """``py-spy dump --pid`` per rank, each in a thread that only runs it and reads its pipe."""
+    """``py-spy dump --pid`` per rank, started from the supervisor's own thread (the launcher forks
+    and spawns with one thread: run/helper.py) with its output in unlinked temporary files; ``done``
+    polls them and kills one still running after ``timeout_s``."""
 
     def __init__(self, exe: str, timeout_s: float = PY_SPY_TIMEOUT_S) -> None:
         self.exe = exe
         self.timeout_s = timeout_s
-        self.out: dict[int, str] = {}
-        self._lock = threading.Lock()
-        self._threads: list[threading.Thread] = []
+        self._runs: dict[int, tuple[subprocess.Popen[bytes], IO[bytes], IO[bytes], float]] = {}
+        self._failed: dict[int, str] = {}  # rank -> why its dump has no stack
 
     @staticmethod
     def find() -> PySpy | None:
@@ -51,31 +52,44 @@ class PySpy:
         return PySpy(exe) if exe else None
 
     def start(self, rank: int, pid: int) -> None:
-        t = threading.Thread(target=self._run, args=(rank, pid), name=f"openclaw-py-spy-{rank}", daemon=True)
-        self._threads.append(t)
-        t.start()
-
-    def _run(self, rank: int, pid: int) -> None:
+        out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()  # noqa: SIM115 (closed in take)
+        argv = [self.exe, "dump", "--pid", str(pid)]
         try:
-            done = subprocess.run(
-                [self.exe, "dump", "--pid", str(pid)],
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                timeout=self.timeout_s,
-                check=False,
-            )
-            text = done.stdout.decode(errors="replace") or done.stderr.decode(errors="replace")
-        except (OSError, subprocess.SubprocessError) as exc:
-            text = f"(py-spy failed: {exc})"
-        with self._lock:
-            self.out[rank] = text[:MAX_STACK_BYTES]
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err)
+        except OSError as exc:
+            out.close()
+            err.close()
+            self._failed[rank] = f"(py-spy failed: {exc})"
+            return
+        self._runs[rank] = (proc, out, err, time.monotonic() + self.timeout_s)
 
     def done(self) -> bool:
-        return not any(t.is_alive() for t in self._threads)
+        """Whether every dump has ended (the supervisor may have reaped it: Popen then reads 0)."""
+        now = time.monotonic()
+        running = False
+        for rank, (proc, _, _, deadline) in self._runs.items():
+            if proc.poll() is None:
+                if now >= deadline:
+                    self._kill(rank, proc)
+                running = True
+        return not running
+
+    def _kill(self, rank: int, proc: subprocess.Popen[bytes]) -> None:
+        proc.kill()
+        self._failed[rank] = f"(py-spy failed: no answer within {self.timeout_s:g} s)"
 
     def take(self) -> dict[int, str]:
-        with self._lock:
-            return dict(self.out)
+        """Each rank's dump (stdout, else stderr); one still running is killed and said so."""
+        texts: dict[int, str] = {}
+        for rank, (proc, out, err, _) in self._runs.items():
+            if proc.poll() is None:
+                self._kill(rank, proc)
+            for f in (out, err):
+                f.seek(0)
+                texts[rank] = texts.get(rank) or f.read(MAX_STACK_BYTES).decode(errors="replace")
+                f.close()
+        self._runs = {}
+        return {**texts, **self._failed}
 
 
 def read_stack_file(path: str) -> str:
