@@ -137,8 +137,7 @@ def _serve(
         sampler.stop()
     if writer is not None:
         writer.close()
-    if server is not None:
-        server.close()
+    # The endpoint goes with the process: a polite shutdown waits out serve_forever's 0.5 s poll.
     if finish:
         link.send(
             {

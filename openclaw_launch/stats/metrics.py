@@ -128,7 +128,8 @@ def listen(port: int) -> socket.socket:
 
 
 class MetricsServer:
-    """prometheus-client's handler on a listening socket, one thread per request (in the helper)."""
+    """prometheus-client's handler on a listening socket, one thread per request (in the helper,
+    which ends it by exiting)."""
 
     def __init__(self, sock: socket.socket) -> None:
         from http.server import ThreadingHTTPServer
@@ -143,16 +144,10 @@ class MetricsServer:
         server.socket.close()
         server.socket = sock
         server.daemon_threads = True
-        self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, name="openclaw-metrics", daemon=True)
-        self._thread.start()
+        threading.Thread(target=server.serve_forever, name="openclaw-metrics", daemon=True).start()
 
     def publish(self, snap: dict[str, Any]) -> None:
         self._collector.latest = snap  # one reference: the server thread sees the old or the new one
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
 
 
 class StatsFile:
