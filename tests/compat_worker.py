@@ -1,6 +1,7 @@
 """A worker as torchrun users write them, for the torchrun compatibility tests.
 
-``--dump DIR``: write the rank variables to DIR/rank-<RANK>.json (and exit ``--exit``).
+``--dump DIR``: write the rank variables, the arguments argparse left (``argv``) and the raw
+``sys.argv[1:]`` (``sys_argv``, DIR as ``{dump}``) to DIR/rank-<RANK>.json (and exit ``--exit``).
 ``--checkpoint-on-sigterm S FILE``: on SIGTERM, "checkpoint" for S seconds, write FILE, exit 0.
 ``--partial-then-sigkill TEXT``: print TEXT without newline or flush, then SIGKILL itself.
 ``--redraw-until FILE``: draw ``\\rstep N`` (no newline) until FILE exists, then end the line.
@@ -15,7 +16,7 @@ import signal
 import sys
 import time
 
-DUMPED = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+DUMPED = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES")
 DUMPED_PREFIXES = ("GROUP_", "ROLE_", "TORCHELASTIC_")
 
 
@@ -31,6 +32,7 @@ def main() -> int:
     if a.dump:
         env = {k: v for k, v in os.environ.items() if k in DUMPED or k.startswith(DUMPED_PREFIXES)}
         env["argv"] = json.dumps(rest)
+        env["sys_argv"] = json.dumps(["{dump}" if arg == a.dump else arg for arg in sys.argv[1:]])
         with open(os.path.join(a.dump, f"rank-{os.environ['RANK']}.json"), "w") as f:
             json.dump(env, f)
         deadline = time.monotonic() + 30

@@ -159,6 +159,7 @@ def node_report(node: str = "n0", rank_ids: tuple[int, ...] = (0, 1), **changes:
         "run_id": "job1",
         "node": node,
         "world_size": 4,
+        "master_port": 29500,
         "exit_code": 0,
         "attempts": 2,
         "signal_received": None,

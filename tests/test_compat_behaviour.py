@@ -1,7 +1,8 @@
 """What torchrun users rely on besides the command line, with real processes: two one-node jobs on
-one host, a 30 s grace period for a checkpointing SIGTERM handler, output of a SIGKILLed worker, a
-progress bar drawn with \\r, the launcher's own TORCHELASTIC_ERROR_FILE, and every PET_* variable
-under both launchers."""
+one host (also with MASTER_PORT/MASTER_ADDR exported, and on torchtitan's port-0 line, under both
+launchers), a 30 s grace period for a checkpointing SIGTERM handler, output of a SIGKILLed worker, a
+progress bar drawn with \\r, the launcher's own TORCHELASTIC_ERROR_FILE, every attempt's error file,
+and every PET_* variable under both launchers."""
 
 from __future__ import annotations
 
@@ -23,9 +24,10 @@ WORKER = "tests/compat_worker.py"
 HANG_GUARD_S = 60.0
 
 
-def start(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+def start(*args: str, env: dict[str, str] | None = None, launcher: str = "openclaw_launch") -> subprocess.Popen[str]:
+    """A launcher on ``args``: ours, or torchrun with ``launcher="torch.distributed.run"``."""
     return subprocess.Popen(
-        [sys.executable, "-m", "openclaw_launch", *args],
+        [sys.executable, "-m", launcher, *args],
         cwd=ROOT,
         env={**os.environ, **(env or {})},
         stdout=subprocess.PIPE,
@@ -42,6 +44,70 @@ def test_two_one_node_jobs_on_one_host_both_succeed() -> None:
         code, out, err = finish(job)
         assert code == 0, err
         assert "sum 1" in out
+
+
+LAUNCHERS = {"torchrun": "torch.distributed.run", "openclaw": "openclaw_launch"}
+
+
+def test_master_port_and_addr_of_the_shell_are_ignored_as_by_torchrun() -> None:
+    """Two one-node jobs of each launcher at once, in a shell that exports MASTER_PORT (a port this
+    test holds, so a launcher that obeyed it would fail) and an unresolvable MASTER_ADDR: every job
+    forms its world; ours says once what it ignored and what to use instead."""
+    pytest.importorskip("torch")
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        shell = {"MASTER_PORT": str(taken.getsockname()[1]), "MASTER_ADDR": "no-such-host.invalid"}
+        jobs = [
+            (which, start("--nproc-per-node", "2", "tests/allreduce_worker.py", env=shell, launcher=module))
+            for which, module in LAUNCHERS.items()
+            for _ in range(2)
+        ]
+        for which, job in jobs:
+            code, out, err = finish(job)
+            assert code == 0, f"{which}: {err}"
+            assert out.count("sum 1") == 2, f"{which}: {out}"
+            if which == "openclaw":
+                (warning,) = [line for line in err.splitlines() if "launching environment" in line]
+                assert f"MASTER_PORT={shell['MASTER_PORT']}" in warning and "--master-port" in warning
+
+
+def test_two_port_0_jobs_at_once_under_both_launchers(tmp_path: Path) -> None:
+    """torchtitan's run_train.sh line (c10d, localhost:0), twice at once under each launcher: every
+    world forms on its own free port, and our report names the port its workers got."""
+    pytest.importorskip("torch")
+    line = ["--nproc_per_node=2", "--rdzv_backend", "c10d", "--rdzv_endpoint=localhost:0", "--role", "rank"]
+    jobs = []
+    for which, module in LAUNCHERS.items():
+        for k in range(2):
+            report = ["--report", str(tmp_path / f"run-{k}.json")] if which == "openclaw" else []
+            jobs.append((which, start(*line, *report, "tests/allreduce_worker.py", launcher=module)))
+    for which, job in jobs:
+        code, out, err = finish(job)
+        assert code == 0 and out.count("sum 1") == 2, f"{which}: {err}"
+    ports = {json.loads((tmp_path / f"run-{k}.json").read_text())["master_port"] for k in range(2)}
+    assert len(ports) == 2 and 0 not in ports and None not in ports
+
+
+def test_every_attempts_error_file_is_kept_as_under_torchrun(tmp_path: Path) -> None:
+    """--max-restarts 1, rank 1 fails both attempts with an @record error file: both attempts' files
+    stay under either launcher, and our summary names the last attempt's (the root cause)."""
+    args = ["--nproc-per-node", "2", "--max-restarts", "1", "--monitor-interval", "0.1", "--rdzv-id", "e"]
+    worker = ["--no-python", sys.executable, "tests/fake_worker.py", "--only-rank", "1", "--error-file"]
+    jobs = {w: start(*args, "--log-dir", str(tmp_path / w), *worker, launcher=m) for w, m in LAUNCHERS.items()}
+    errs = {}
+    for which, job in jobs.items():
+        code, _, errs[which] = finish(job)
+        assert code != 0, f"{which}: {errs[which]}"
+    torchrun_logs = tmp_path / "torchrun"
+    theirs = sorted(p.relative_to(torchrun_logs).parts[1:] for p in torchrun_logs.glob("*/attempt_*/1/error.json"))
+    assert theirs == [("attempt_0", "1", "error.json"), ("attempt_1", "1", "error.json")]
+    err = errs["openclaw"]
+    ours = [tmp_path / "openclaw" / "e" / "errors" / f"attempt-{n}" / "rank-1" / "error.json" for n in (0, 1)]
+    assert all(json.loads(f.read_text())["message"]["message"].startswith("ValueError") for f in ours)
+    assert f"error file {ours[1]}" in err and f"error file {ours[0]}" not in err
 
 
 def test_sigterm_handler_gets_torchruns_30s_grace(tmp_path: Path) -> None:
@@ -133,7 +199,7 @@ def test_parent_error_file_gets_the_root_cause_and_log_dir_keeps_the_workers(tmp
     assert code != 0
     data = json.loads(parent.read_text())
     assert data["message"]["errorCode"] == code
-    worker_file = logs / "e" / "errors" / "rank-1" / "error.json"
+    worker_file = logs / "e" / "errors" / "attempt-0" / "rank-1" / "error.json"
     assert worker_file.exists() and f"error file {worker_file}" in err
 
 

@@ -61,7 +61,7 @@ def test_torchrun_variables_exactly() -> None:
     assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("10.0.0.1", "29400")
     assert env["TORCHELASTIC_RESTART_COUNT"] == "0" and env["TORCHELASTIC_MAX_RESTARTS"] == "3"  # attempt 0's
     assert env["TORCHELASTIC_RUN_ID"] == "r1" and env["TORCHELASTIC_USE_AGENT_STORE"] == "False"
-    assert env["TORCHELASTIC_ERROR_FILE"] == "/logs/r1/errors/rank-5/error.json"
+    assert env["TORCHELASTIC_ERROR_FILE"] == "/logs/r1/errors/attempt-0/rank-5/error.json"
     assert env["TORCHELASTIC_SIGNALS_TO_HANDLE"] == "SIGINT,SIGTERM"
     assert env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
     assert env["OMP_NUM_THREADS"] == "4"
@@ -77,9 +77,10 @@ def test_cuda_and_openclaw_identity() -> None:
     assert env["OPENCLAW_BACKEND"] == "nccl" and env["OPENCLAW_CUDA_DEVICE_INDEX"] == "1"
 
 
-def test_cpu_worker_sees_no_gpu_and_uses_gloo() -> None:
+def test_cpu_worker_keeps_the_launchers_cuda_visible_devices_and_uses_gloo() -> None:
+    """Not set for a CPU worker: it inherits the launcher's (a user's value), as under torchrun."""
     env = rank_env(job(), gpu_slot(gpu_uuid=None, pci_bus_id=None, numa_node=None, cuda_device_index=None))
-    assert env["CUDA_VISIBLE_DEVICES"] == "" and env["OPENCLAW_BACKEND"] == "gloo"
+    assert "CUDA_VISIBLE_DEVICES" not in env and env["OPENCLAW_BACKEND"] == "gloo"
     assert env["OPENCLAW_GPU_UUID"] == "" and env["OPENCLAW_NUMA_NODE"] == ""
     assert "OPENCLAW_CUDA_DEVICE_INDEX" not in env
 

@@ -307,7 +307,7 @@ def test_cpu_workers_spread_over_cores() -> None:
     assert plan.backend == "gloo" and plan.mps is None and plan.world_size == 4
     used: set[int] = set()
     for r in plan.ranks:
-        assert r.gpu_uuid is None and r.env["CUDA_VISIBLE_DEVICES"] == "" and r.env["OPENCLAW_BACKEND"] == "gloo"
+        assert r.gpu_uuid is None and "CUDA_VISIBLE_DEVICES" not in r.env and r.env["OPENCLAW_BACKEND"] == "gloo"
         assert len(r.cpus) == 32 and not used & set(r.cpus) and r.env["OMP_NUM_THREADS"] == "16"
         used |= set(r.cpus)
     assert [r.numa_node for r in plan.ranks] == [0, 0, 1, 1]
@@ -384,9 +384,10 @@ def test_plan_is_deterministic_and_printable() -> None:
     kept = run_context("j", "/tmp", 7, log_dir="/logs")
     first, second = plan_for(cfg, topo, kept), plan_for(cfg, topo, kept)
     assert json.dumps(first.to_json()) == json.dumps(second.to_json())
-    assert first.ranks[3].env["TORCHELASTIC_ERROR_FILE"] == "/logs/j/errors/rank-3/error.json"  # kept with the logs
+    assert first.ranks[3].env["TORCHELASTIC_ERROR_FILE"] == "/logs/j/errors/attempt-0/rank-3/error.json"  # kept
     assert (
-        plan_for(cfg, topo).ranks[3].env["TORCHELASTIC_ERROR_FILE"] == "/tmp/openclaw-r-<pid>/errors/rank-3/error.json"
+        plan_for(cfg, topo).ranks[3].env["TORCHELASTIC_ERROR_FILE"]
+        == "/tmp/openclaw-r-<pid>/errors/attempt-0/rank-3/error.json"
     )
     lines = format_plan_table(plan_for(cfg, topo)).splitlines()
     assert lines[1].split()[:8] == ["rank", "local", "node", "gpu", "bus", "numa", "cpus", "mem"]
@@ -474,8 +475,11 @@ def test_one_node_job_takes_the_free_port_unless_one_is_given() -> None:
     entry = Entry("script", "t.py")
     free = run_context("r", "/tmp", 1, free_master_port=4242)
     assert build_plan(config, topo, free, PlanOptions(entry=entry)).master_port == 4242
-    env_port = PlanOptions(entry=entry, base_env={"MASTER_PORT": "5000"})
-    assert build_plan(config, topo, free, env_port).master_port == 5000
+    shell_port = PlanOptions(entry=entry, base_env={"MASTER_PORT": "5000"})  # ignored, as by torchrun, and said
+    ignored = build_plan(config, topo, free, shell_port)
+    assert ignored.master_port == 4242 and any("MASTER_PORT=5000" in w for w in ignored.warnings)
+    port_0 = PlanOptions(entry=entry, master_port=0)  # torchrun's port 0: the free one
+    assert build_plan(config, topo, free, port_0).master_port == 4242
     given = PlanOptions(entry=entry, master_port=6000, base_env={"MASTER_PORT": "5000"})
     assert build_plan(config, topo, free, given).master_port == 6000
     # a plan made before the run (``plan``, ``--dry-run``) cannot know the port: a documented placeholder

@@ -157,7 +157,8 @@ def test_two_nodes_on_loopback_run_their_plans(tmp_path: Path) -> None:
     args = [[*common, "--node-rank", str(k), WORKER] for k in (0, 1)]
     plans = [plan_json(a, env) for a in args]
     assert [p["run_id"] for p in plans] == ["none", "none"]  # several nodes: torchrun's id, decided once
-    assert plans[1]["ranks"][0]["env"]["TORCHELASTIC_ERROR_FILE"] == f"{tmp_path}/logs/none/errors/rank-1/error.json"
+    error_file = f"{tmp_path}/logs/none/errors/attempt-0/rank-1/error.json"
+    assert plans[1]["ranks"][0]["env"]["TORCHELASTIC_ERROR_FILE"] == error_file
     procs = [start_run(a, env) for a in args]
     for proc in procs:
         finish(proc)

@@ -1,7 +1,8 @@
 """torchrun's command line, flag by flag, under both launchers (torch is installed): the same
-workers with the same rank variables and the same exit code; refused values exit 2 with nothing
-started; the docs tables are the flag table and the defaults table; signal lists are read by one
-parser in every spelling; every default is the one in config/defaults.py."""
+workers with the same rank variables, arguments and exit code (port 0, ``--`` after the target
+included); refused values exit 2 with nothing started; the docs tables are the flag table and the
+defaults table; signal lists are read by one parser in every spelling; every default is the one in
+config/defaults.py; the opt-in ``torchrun`` shim, in a scratch directory."""
 
 from __future__ import annotations
 
@@ -32,10 +33,10 @@ TIMEOUT_S = 60
 # paths (TORCHELASTIC_RUN_ID, TORCHELASTIC_ERROR_FILE, MASTER_PORT), TORCHELASTIC_USE_AGENT_STORE
 # (no agent store here: the workers' store is made by rank 0, as without an agent) and the default
 # TORCHELASTIC_SIGNALS_TO_HANDLE (we also forward Slurm's SIGUSR1/SIGUSR2); MASTER_ADDR must reach
-# this host under both.
+# this host under both. CUDA_VISIBLE_DEVICES is compared: on a CPU host both leave a user's alone.
 COMPARED = (
     "RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE ROLE_RANK ROLE_NAME "
-    "ROLE_WORLD_SIZE TORCHELASTIC_RESTART_COUNT TORCHELASTIC_MAX_RESTARTS argv".split()
+    "ROLE_WORLD_SIZE TORCHELASTIC_RESTART_COUNT TORCHELASTIC_MAX_RESTARTS CUDA_VISIBLE_DEVICES argv sys_argv".split()
 )
 
 
@@ -57,12 +58,14 @@ def env_for(extra: dict[str, str]) -> dict[str, str]:
     return {**env, **extra}
 
 
-def run_one(which: str, args: list[str], env: dict[str, str], out: Path) -> tuple[int, dict[int, dict[str, str]]]:
+def run_one(
+    which: str, args: list[str], env: dict[str, str], out: Path, cwd: Path = ROOT
+) -> tuple[int, dict[int, dict[str, str]]]:
     """Run a launcher on the dumping worker; its exit code and every rank's variables."""
     out.mkdir(parents=True, exist_ok=True)
     argv = [a.replace("{dump}", str(out)) for a in args]
     proc = subprocess.run(
-        [*launcher_cmd(which), *argv], env=env_for(env), cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S
+        [*launcher_cmd(which), *argv], env=env_for(env), cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT_S
     )
     ranks = {int(p.stem.split("-")[1]): json.loads(p.read_text()) for p in out.glob("rank-*.json")}
     assert ranks or proc.returncode != 0, f"{which} {argv}: no worker ran\n{proc.stderr[-3000:]}"
@@ -82,7 +85,9 @@ def assert_same(case: str, theirs: tuple[int, dict[int, dict[str, str]]], ours: 
     assert sorted(o_ranks) == sorted(t_ranks), f"{case}: ranks {sorted(o_ranks)}, torchrun {sorted(t_ranks)}"
     for rank, t_env in t_ranks.items():
         o_env = o_ranks[rank]
-        diff = {k: (o_env.get(k), t_env.get(k)) for k in COMPARED if o_env.get(k) != t_env.get(k)}
+        # --virtual-local-rank: torchrun numbers even a CPU host's devices (0, 1, ...); ours has none to give
+        compared = [k for k in COMPARED if k != "CUDA_VISIBLE_DEVICES" or "virtual" not in case.lower()]
+        diff = {k: (o_env.get(k), t_env.get(k)) for k in compared if o_env.get(k) != t_env.get(k)}
         assert not diff, f"{case} rank {rank}: (ours, torchrun) {diff}"
         if "TORCHELASTIC_SIGNALS_TO_HANDLE" in t_env and "signals" in case:
             assert o_env["TORCHELASTIC_SIGNALS_TO_HANDLE"] == t_env["TORCHELASTIC_SIGNALS_TO_HANDLE"]
@@ -155,9 +160,40 @@ CASES: dict[str, tuple[list[str], dict[str, str]]] = {
     "module": (["--nproc-per-node=2", "-m", "compat_worker", "--dump", "{dump}"], {}),
     "no_python": (["--no_python", "--nproc-per-node=1", sys.executable, *dump()], {}),
     "run_path": (["--run-path", *dump("x")], {}),
-    "pet_flags": (["--nproc-per-node=2", *dump()], {"PET_NO_PYTHON": "0", "PET_VIRTUAL_LOCAL_RANK": "1"}),
+    "pet_flags_virtual": (["--nproc-per-node=2", *dump()], {"PET_NO_PYTHON": "0", "PET_VIRTUAL_LOCAL_RANK": "1"}),
     "worker_fails": (["--nproc-per-node=2", *dump("--exit", "1")], {}),
+    # port 0: a free port (nanoGPT-style --standalone with a port; torchtitan's run_train.sh, verbatim
+    # but for the module and its config)
+    "standalone_master_port_0": (["--standalone", "--nproc_per_node=2", "--master_port=0", *dump()], {}),
+    "torchtitan_run_train": (
+        [
+            "--nproc_per_node=2",
+            "--rdzv_backend",
+            "c10d",
+            "--rdzv_endpoint=localhost:0",
+            "--local-ranks-filter",
+            "0",
+            "--role",
+            "rank",
+            "--tee",
+            "3",
+            "-m",
+            "compat_worker",
+            "--dump",
+            "{dump}",
+            "--job.config_file",
+            "debug_model.toml",
+        ],
+        {},
+    ),
+    # "--" directly after the target is argparse's end of options: dropped; a later one is the script's
+    "dashdash_after_script": (["--nproc-per-node=2", WORKER, "--", "--dump", "{dump}", "--lr", "1"], {}),
+    "dashdash_after_module": (["--nproc-per-node=1", "-m", "compat_worker", "--", "--dump", "{dump}", "x"], {}),
+    "dashdash_later_is_kept": (["--nproc-per-node=1", *dump("a", "--", "b")], {}),
+    # a CPU host: the user's CUDA_VISIBLE_DEVICES reaches the workers unchanged
+    "cpu_host_keeps_cuda_visible_devices": (["--nproc-per-node=2", *dump()], {"CUDA_VISIBLE_DEVICES": "3,5"}),
 }
+PORT_ZERO = ("standalone_master_port_0", "torchtitan_run_train")
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -172,6 +208,12 @@ def test_same_workers_and_variables_as_torchrun(tmp_path: Path, case: str) -> No
         }
         theirs, ours = jobs["torchrun"].result(), jobs["openclaw"].result()
     assert_same(case, theirs, ours)
+    if case in PORT_ZERO:  # a real port under both, the same for every rank
+        assert {r["MASTER_PORT"] for r in ours[1].values()} != {"0"} != {r["MASTER_PORT"] for r in theirs[1].values()}
+    if case == "cpu_host_keeps_cuda_visible_devices":
+        assert {r.get("CUDA_VISIBLE_DEVICES") for r in ours[1].values()} == {"3,5"}
+    if case.startswith("dashdash"):
+        assert all("--" not in json.loads(r["sys_argv"])[:1] for r in ours[1].values())
 
 
 def test_two_nodes_two_launchers_per_side(tmp_path: Path) -> None:
@@ -193,6 +235,88 @@ def test_two_nodes_two_launchers_per_side(tmp_path: Path) -> None:
     assert sorted(ours[1]) == [0, 1, 2, 3] and ours[1][3]["GROUP_RANK"] == "1"
 
 
+def both(args: list[str], env: dict[str, str], tmp_path: Path, cwd: Path = ROOT) -> dict[str, tuple[int, dict]]:
+    """The same line under both launchers at once ("{port}": a free port for each)."""
+    with ThreadPoolExecutor(2) as pool:
+        jobs = {
+            which: pool.submit(
+                run_one, which, [a.replace("{port}", str(free_port())) for a in args], env, tmp_path / which, cwd
+            )
+            for which in ("torchrun", "openclaw")
+        }
+        return {which: job.result() for which, job in jobs.items()}
+
+
+def test_static_master_port_0_is_a_free_port_where_torchrun_hands_out_0(tmp_path: Path) -> None:
+    """torchrun's static rendezvous gives the workers MASTER_PORT=0 (their init_process_group then
+    waits for ever: measured); here port 0 means a free port, as torchrun's c10d and --standalone
+    read it, and the report holds it."""
+    report = tmp_path / "run.json"
+    line = ["--nproc-per-node=2", "--master-port=0", *dump()]
+    with ThreadPoolExecutor(2) as pool:
+        theirs = pool.submit(run_one, "torchrun", line, {}, tmp_path / "torchrun")
+        ours = pool.submit(run_one, "openclaw", ["--report", str(report), *line], {}, tmp_path / "openclaw")
+        runs = {"torchrun": theirs.result(), "openclaw": ours.result()}
+    assert_same("static_port_0", runs["torchrun"], runs["openclaw"])
+    ports = {r["MASTER_PORT"] for r in runs["openclaw"][1].values()}
+    assert {r["MASTER_PORT"] for r in runs["torchrun"][1].values()} == {"0"} and ports != {"0"}
+    assert ports == {str(json.loads(report.read_text())["master_port"])}
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        ["-m", "scripts.base_train", "--", "--depth=24", "--device_batch_size=2"],  # nanochat's line
+        ["{tmp}/worker.sh", "--", "--depth=24"],  # --no-python cmd -- args
+    ],
+    ids=["nanochat_module", "no_python_command"],
+)
+def test_double_dash_after_the_target_under_both(tmp_path: Path, shape: list[str]) -> None:
+    """The worker parses its arguments strictly (argparse's parse_args, as nanochat's base_train):
+    a '--' left in sys.argv fails every rank with 'unrecognized arguments'."""
+    package = tmp_path / "scripts"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "base_train.py").write_text(
+        "import argparse, sys\nimport compat_worker\n"
+        "p = argparse.ArgumentParser()\n"
+        "p.add_argument('--depth', type=int, required=True)\np.add_argument('--device_batch_size', type=int)\n"
+        "p.add_argument('--dump', required=True)\np.parse_args()\nsys.exit(compat_worker.main())\n"
+    )
+    wrapper = tmp_path / "worker.sh"
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} -m scripts.base_train "$@"\n')
+    wrapper.chmod(0o755)
+    no_python = ["--no-python"] if shape[0].endswith(".sh") else []
+    args = [*no_python, "--nproc-per-node=2", *(a.replace("{tmp}", str(tmp_path)) for a in shape), "--dump", "{dump}"]
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT), str(ROOT / "tests")])}
+    runs = both(args, env, tmp_path, cwd=tmp_path)
+    assert_same("double_dash", runs["torchrun"], runs["openclaw"])
+    assert runs["openclaw"][0] == 0
+    for rank in runs["openclaw"][1].values():
+        assert json.loads(rank["sys_argv"])[:1] == ["--depth=24"]
+
+
+def test_a_free_port_is_held_until_the_launcher_exits() -> None:
+    """No other launcher's free port can be the same one while this launcher runs (the kernel gives
+    a bound port to no bind(0)); rank 0's store still listens on it (SO_REUSEADDR, as torch's)."""
+    from torch.distributed import TCPStore
+
+    from openclaw_launch.cli.torchrun_resolve import free_port as launcher_free_port
+
+    port = launcher_free_port()
+    others = [socket.socket() for _ in range(500)]
+    try:
+        for other in others:
+            other.bind(("", 0))
+            assert other.getsockname()[1] != port
+    finally:
+        for other in others:
+            other.close()
+    store = TCPStore("127.0.0.1", port, 1, is_master=True, wait_for_workers=False)
+    store.set("k", "v")
+    assert store.get("k") == b"v"
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [
@@ -212,6 +336,8 @@ def test_two_nodes_two_launchers_per_side(tmp_path: Path) -> None:
         (["--nproc_per_node=1", "--rdzv_idd=3"], "--rdzv_id"),  # unknown option: did you mean
         (["--nproc-per-node=1", "--bogus", "--dry-run"], "--bogus"),  # --dry-run after it starts nothing
         (["--nnodes", "2", "--node-rank", "2"], "--node-rank"),
+        (["--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", "0"], "MASTER_PORT 0"),
+        (["--nnodes=2", "--node-rank=0", "--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:0"], "MASTER_PORT 0"),
     ],
     ids=lambda v: v if isinstance(v, str) else None,
 )
@@ -404,3 +530,75 @@ def test_signal_spellings_reach_the_workers_and_the_supervisor(tmp_path: Path) -
             proc.communicate()
     assert proc.returncode == 128 + usr1, err
     assert log.read_text().split() == ["SIGUSR2", "SIGUSR1"]
+
+
+def shim_command(bin_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*launcher_cmd("openclaw"), "install-torchrun-shim", "--dir", str(bin_dir), *args],
+        env=env_for({}),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+
+
+def test_torchrun_shim_runs_a_shell_script_that_calls_torchrun_under_openclaw(tmp_path: Path) -> None:
+    """In a scratch bin directory holding a copy of torch's torchrun (the real one is never
+    touched): refused without --force, replaced with it, the script's `torchrun` line then gives
+    the workers torchrun's variables from openclaw-launch, and --uninstall puts torch's back."""
+    import shutil
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    real = shutil.which("torchrun")
+    assert real is not None
+    original = Path(real).read_bytes()
+    (bin_dir / "torchrun").write_bytes(original)
+    (bin_dir / "torchrun").chmod(0o755)
+
+    refused = shim_command(bin_dir)
+    assert refused.returncode == 2 and "--force" in refused.stderr and "Traceback" not in refused.stderr
+    assert (bin_dir / "torchrun").read_bytes() == original
+    installed = shim_command(bin_dir, "--force")
+    assert installed.returncode == 0, installed.stderr
+    assert (bin_dir / "torchrun.before-openclaw").read_bytes() == original
+
+    script = tmp_path / "run_train.sh"
+    script.write_text('#!/bin/sh\ntorchrun --nproc_per_node=2 --rdzv_backend c10d --rdzv_endpoint="localhost:0" "$@"\n')
+    env = env_for({"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"})
+    out = tmp_path / "dump"
+    out.mkdir()
+    proc = subprocess.run(
+        ["sh", str(script), WORKER, "--dump", str(out)], env=env, capture_output=True, text=True, timeout=TIMEOUT_S
+    )
+    assert proc.returncode == 0, proc.stderr
+    ranks = {int(p.stem.split("-")[1]): json.loads(p.read_text()) for p in out.glob("rank-*.json")}
+    theirs = run_one(
+        "torchrun",
+        ["--nproc_per_node=2", "--rdzv_backend", "c10d", "--rdzv_endpoint=localhost:0", *dump()],
+        {},
+        tmp_path / "t",
+    )
+    assert_same("shim", theirs, (proc.returncode, ranks))
+    assert {r["TORCHELASTIC_USE_AGENT_STORE"] for r in ranks.values()} == {"False"}  # openclaw's workers, not torch's
+
+    again = shim_command(bin_dir)  # the shim is ours: rewritten without --force
+    assert again.returncode == 0, again.stderr
+    removed = shim_command(bin_dir, "--uninstall")
+    assert removed.returncode == 0, removed.stderr
+    assert (bin_dir / "torchrun").read_bytes() == original and not (bin_dir / "torchrun.before-openclaw").exists()
+    nothing = shim_command(bin_dir, "--uninstall")
+    assert nothing.returncode == 2 and "not the shim" in nothing.stderr
+    assert (bin_dir / "torchrun").read_bytes() == original
+
+
+def test_torchrun_shim_in_a_directory_without_torchrun(tmp_path: Path) -> None:
+    assert shim_command(tmp_path).returncode == 0
+    shim = tmp_path / "torchrun"
+    assert os.access(shim, os.X_OK) and "-m openclaw_launch" in shim.read_text()
+    removed = shim_command(tmp_path, "--uninstall")
+    assert removed.returncode == 0 and not shim.exists()
+    assert "nothing to undo" in shim_command(tmp_path, "--uninstall").stdout
+    missing = shim_command(tmp_path / "absent")
+    assert missing.returncode == 2 and "--dir" in missing.stderr

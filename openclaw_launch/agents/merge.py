@@ -80,6 +80,7 @@ def merge_reports(
         run_id=first.run_id,
         node=first.node,
         world_size=first.world_size,
+        master_port=first.master_port,
         exit_code=exit_code,
         attempts=max(rep.attempts for rep in reports),
         signal_received=next((rep.signal_received for rep in reports if rep.signal_received), None),

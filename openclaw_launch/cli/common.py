@@ -21,7 +21,7 @@ from typing import Any, NoReturn, cast
 import click
 
 from openclaw_launch.cli.torchrun_compat import FLAGS, TorchrunArgs
-from openclaw_launch.cli.torchrun_resolve import free_port, node_by_rank, resolve
+from openclaw_launch.cli.torchrun_resolve import free_port, node_by_rank, resolve, script_args
 from openclaw_launch.config.model import BindingPolicy, Config
 from openclaw_launch.config.parallel import PARALLEL_DIMS, ParallelSpec
 from openclaw_launch.config.reader import load_config
@@ -153,7 +153,7 @@ def _entry(script: tuple[str, ...], tr: TorchrunArgs) -> Entry:
     if not script:
         raise click.UsageError("give the training script (or -m MODULE, or --no-python COMMAND) to run")
     kind: EntryKind = "script" if tr.run_path else "module" if tr.module else "exec" if tr.no_python else "script"
-    return Entry(kind=kind, target=script[0], args=tuple(script[1:]))
+    return Entry(kind=kind, target=script[0], args=script_args(tuple(script[1:])))
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Command line: ``run`` (the default), ``plan``, ``preflight``, ``discover``, ``validate``, ``report``.
+"""Command line: ``run`` (the default), ``plan``, ``preflight``, ``discover``, ``validate``, ``report``,
+``install-torchrun-shim``.
 
 Thin: parse options, gather inputs (config, topology), call the pure planner,
 hand the plan to the effects (MPS, supervisor). Every user error exits 2 with
@@ -15,11 +16,12 @@ import click
 
 from openclaw_launch.cli.common import fail
 from openclaw_launch.cli.run import run
+from openclaw_launch.cli.shim import install_torchrun_shim
 from openclaw_launch.cli.tools import discover, plan, preflight, report, validate
 from openclaw_launch.cli.torchrun_resolve import misspelled_command
 from openclaw_launch.errors import OpenclawError
 
-SUBCOMMANDS = ("run", "plan", "preflight", "discover", "validate", "report")
+SUBCOMMANDS = ("run", "plan", "preflight", "discover", "validate", "report", "install-torchrun-shim")
 
 
 class _DefaultRun(click.Group):
@@ -44,7 +46,7 @@ def cli() -> None:
     """
 
 
-for _command in (run, plan, preflight, discover, validate, report):
+for _command in (run, plan, preflight, discover, validate, report, install_torchrun_shim):
     cli.add_command(_command)
 
 

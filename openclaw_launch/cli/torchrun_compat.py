@@ -87,7 +87,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "rdzv_endpoint",
         _both("rdzv-endpoint"),
-        f"HOST[:PORT]: MASTER_ADDR and MASTER_PORT of every rank (port default {RDZV_PORT}).",
+        f"HOST[:PORT]: MASTER_ADDR and MASTER_PORT of every rank (port default {RDZV_PORT}; HOST:0: a free "
+        "port, one node only).",
         env=_pet("rdzv_endpoint"),
     ),
     Flag(
@@ -107,7 +108,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "standalone",
         ("--standalone",),
-        "Single-node job on a free MASTER_PORT (the default for one node anyway); refused with --nnodes > 1.",
+        "Single-node job on a free MASTER_PORT, whatever --master-port or --rdzv-endpoint say (as torchrun); "
+        "refused with --nnodes > 1.",
         env=_pet("standalone"),
         kwargs={"is_flag": True},
     ),
@@ -170,7 +172,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "log_dir",
         _both("log-dir"),
-        "Per-rank stdout/stderr logs and error files under DIR/<run-id>/attempt-N/rank-R/, kept after the job.",
+        "Per-rank stdout/stderr logs under DIR/<run-id>/attempt-N/rank-R/ and error files under "
+        "DIR/<run-id>/errors/attempt-N/rank-R/ (every attempt's), kept after the job.",
         env=_pet("log_dir"),
         kwargs={"type": click.Path(file_okay=False)},
     ),
@@ -216,10 +219,10 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "master_port",
         _both("master-port"),
-        "MASTER_PORT of every rank (default: config, then $MASTER_PORT; else a free port for a one-node "
-        "job, 29500 for several nodes).",
+        "MASTER_PORT of every rank; 0: a free one (one node only). Default: config, else a free port for a "
+        "one-node job, 29500 for several nodes ($MASTER_PORT of the shell is ignored, as by torchrun).",
         env=_pet("master_port"),
-        kwargs={"type": click.IntRange(1, 65535)},
+        kwargs={"type": click.IntRange(0, 65535)},
     ),
     Flag(
         "local_addr",
@@ -278,7 +281,11 @@ OTHER_VARIABLES: tuple[tuple[str, str], ...] = (
         "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE",
         "console prefix when --prefix is not given; ${rank}, ${local_rank}, ${role_name} are filled in",
     ),
-    ("MASTER_PORT", "the rendezvous port when neither --master-port nor the config gives one"),
+    (
+        "MASTER_PORT, MASTER_ADDR",
+        "ignored in the launching shell, as by torchrun (a warning says so): the workers get the plan's; "
+        "choose them with --master-port / --master-addr or PET_MASTER_PORT / PET_MASTER_ADDR",
+    ),
 )
 
 

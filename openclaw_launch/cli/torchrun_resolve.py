@@ -5,6 +5,7 @@ refused value raises ``click.BadParameter`` naming the option, before anything s
 
 from __future__ import annotations
 
+import socket
 import string
 from dataclasses import dataclass
 
@@ -14,6 +15,7 @@ from openclaw_launch.cli.torchrun_compat import TorchrunArgs
 from openclaw_launch.config.defaults import HANDLED_SIGNALS, RDZV_PORT
 from openclaw_launch.config.limits import MAX_PREFIX_LEN, MAX_RANKS_PER_NODE, MAX_WORLD_SIZE, host_problem
 from openclaw_launch.config.model import Config
+from openclaw_launch.plan.context import FREE_PORT
 
 _STD_STREAMS = {0: (), 1: ("stdout",), 2: ("stderr",), 3: ("stdout", "stderr")}  # torchrun's Std
 
@@ -26,7 +28,7 @@ class Resolved:
     nnodes: int | None  # None: not given
     node_rank: int | None
     master_addr: str | None
-    master_port: int | None
+    master_port: int | None  # FREE_PORT (0): a free port drawn at start (torchrun's port 0, --standalone)
     binding: str | None  # overrides runtime.binding
     signals: tuple[str, ...]  # forwarded, by canonical name
     console_hidden: frozenset[tuple[int, str]]  # (local rank, stream) kept off the console (--redirects)
@@ -78,6 +80,8 @@ def resolve(args: TorchrunArgs, with_config: bool) -> Resolved:
             raise _bad("--rdzv-endpoint", f"{host_problem(addr)}; use HOST[:PORT]")
     elif addr is not None and host_problem(addr):
         raise _bad("--master-addr", f"{host_problem(addr)}; use an IP address or hostname")
+    if args.standalone:  # torchrun's --standalone: a free port, whatever --master-port says
+        port = FREE_PORT
     hidden = _streams(args.redirects, "--redirects")
     teed = _streams(args.tee, "--tee")
     return Resolved(
@@ -137,9 +141,16 @@ def _endpoint(text: str) -> tuple[str, int]:
         raise _bad("--rdzv-endpoint", f"{text!r}: use HOST[:PORT]")
     if not port:
         return host, RDZV_PORT
-    if not port.isdigit() or not 0 < int(port) < 65536:
-        raise _bad("--rdzv-endpoint", f"{text!r}: the port must be 1..65535")
+    if not port.isdigit() or not 0 <= int(port) < 65536:
+        raise _bad("--rdzv-endpoint", f"{text!r}: the port must be 0..65535 (0: a free port, one node only)")
     return host, int(port)
+
+
+def script_args(after_target: tuple[str, ...]) -> tuple[str, ...]:
+    """The target's arguments as torchrun passes them: one ``--`` directly after the script (or
+    ``-m`` module, or ``--no-python`` command) is dropped (argparse's end of options), any other
+    ``--`` is the script's (``train.py a -- b`` keeps it)."""
+    return after_target[1:] if after_target[:1] == ("--",) else after_target
 
 
 def _check_rdzv_conf(text: str | None) -> None:
@@ -205,13 +216,24 @@ def check_prefix(template: str, option: str = "--prefix") -> str:
     return template
 
 
-def free_port() -> int:
-    """A TCP port free on this host now: a one-node job's MASTER_PORT, as torchrun picks one."""
-    import socket
+# The sockets that hold this launcher's free ports (see ``free_port``), open until it exits.
+_held_ports: list[socket.socket] = []
 
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return int(s.getsockname()[1])
+
+def free_port() -> int:
+    """A TCP port free on this host, held by this launcher until it exits: a one-node job's
+    MASTER_PORT (torchrun's port 0 and ``--standalone``).
+
+    Finding a free port and closing it again leaves a gap before rank 0 binds it, in which another
+    launcher may draw the same one (two jobs, one EADDRINUSE). The port stays bound here instead
+    (SO_REUSEADDR, never listening, close-on-exec): the kernel gives it to no other bind or connect,
+    while rank 0's store, which also sets SO_REUSEADDR, can listen on it, at every restart too.
+    """
+    held = socket.socket()
+    held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    held.bind(("", 0))
+    _held_ports.append(held)
+    return int(held.getsockname()[1])
 
 
 def node_by_rank(config: Config, nnodes: int | None, node_rank: int | None, cli_node: str | None) -> str | None:

@@ -8,7 +8,7 @@ anything runs: ``run`` executes exactly this.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from openclaw_launch.config.checks import identity_checks, planned_numa_node
@@ -26,7 +26,7 @@ from openclaw_launch.plan.binding import (
     numactl_missing,
     unbound,
 )
-from openclaw_launch.plan.context import RunContext
+from openclaw_launch.plan.context import FREE_PORT, RunContext
 from openclaw_launch.plan.env import JobEnv, RankSlot, overridden_user_vars, rank_env, visible_devices
 from openclaw_launch.plan.model import Entry, LaunchPlan, MpsPlan, PlanOptions, RankPlan
 from openclaw_launch.plan.parallel import ParallelLayout, layout_warnings, plan_parallel
@@ -88,6 +88,7 @@ def build_plan(config: Config, topology: Topology, context: RunContext, options:
         mps=mps is not None,
         parallel=layout,
     )
+    warnings += _shell_rendezvous_warnings(options.base_env, job.master_addr, job.master_port)
     return LaunchPlan(
         run_id=context.run_id,
         node=node.name,
@@ -135,17 +136,34 @@ def _master_addr(config: Config, options: PlanOptions) -> str:
 
 
 def _master_port(config: Config, context: RunContext, options: PlanOptions) -> int | None:
-    """A given port wins (flag, config, then $MASTER_PORT). Otherwise a one-node job takes the free
-    port the launcher found (two jobs on one host must not collide, as under torchrun; None: found
-    when ``run`` starts), and a multi-node job the fixed default every node computes alike."""
-    env_port = options.base_env.get("MASTER_PORT", "").strip()
-    from_env = int(env_port) if env_port.isdigit() and 0 < int(env_port) < 65536 else None
-    given = options.master_port or config.runtime.master_port or from_env
+    """A given port wins (flag, then config; $MASTER_PORT is not read, as by torchrun). Otherwise,
+    or for port 0, a one-node job takes the free port the launcher found (two jobs on one host must
+    not collide, as under torchrun; None: found when ``run`` starts), and a multi-node job the fixed
+    default every node computes alike."""
+    if options.master_port == FREE_PORT and len(config.nodes) > 1:
+        raise PlanError(
+            f"MASTER_PORT 0 (a free port) is for one node: the {len(config.nodes)} nodes must all be given the "
+            "same port (--master-port PORT, --rdzv-endpoint HOST:PORT or runtime.master_port)"
+        )
+    given = options.master_port if options.master_port is not None else config.runtime.master_port
     if given:
         return given
     if len(config.nodes) == 1:
         return context.free_master_port
     return DEFAULT_MASTER_PORT
+
+
+def _shell_rendezvous_warnings(base_env: Mapping[str, str], master_addr: str, master_port: int | None) -> list[str]:
+    """torchrun's rule: MASTER_ADDR and MASTER_PORT of the launching shell are not read (PET_* and
+    the flags are); one warning where the workers get other values than the shell exports."""
+    planned = {"MASTER_ADDR": master_addr, "MASTER_PORT": None if master_port is None else str(master_port)}
+    ignored = [k for k, v in planned.items() if k in base_env and base_env[k] != v]
+    if not ignored:
+        return []
+    given = " and ".join(f"{k}={base_env[k]}" for k in ignored)
+    instead = " and ".join(f"--{k.lower().replace('_', '-')} (or PET_{k})" for k in ignored)
+    verb, them = ("is", "it") if len(ignored) == 1 else ("are", "them")
+    return [f"{given} of the launching environment {verb} ignored, as by torchrun; to choose {them} use {instead}"]
 
 
 def _select_node(config: Config, name: str | None) -> tuple[int, NodeSpec]:

@@ -19,6 +19,9 @@ PID_PLACEHOLDER = "<pid>"
 RUN_ID_PLACEHOLDER = "<run-id>"
 #: The TCP port ``run`` finds free on this host when it starts (a one-node job with no port given).
 FREE_PORT_PLACEHOLDER = "<free-port>"
+#: torchrun's port 0 (``--master-port 0``, ``--rdzv-endpoint HOST:0``, ``--standalone``): the free
+#: port above, also where a config gives a port. One node only: other nodes could not know it.
+FREE_PORT = 0
 #: torchrun's run id; several nodes use it when none is given, since a drawn one differs per node.
 MULTI_NODE_RUN_ID = "none"
 #: An MPS daemon directory's two parts (CUDA_MPS_PIPE_DIRECTORY, CUDA_MPS_LOG_DIRECTORY).
@@ -59,9 +62,10 @@ class RunDir:
         """The TP/PP/DP groups JSON the run writes before the ranks start."""
         return self.path / PARALLEL_FILE_NAME
 
-    def error_file(self, rank: int) -> PurePosixPath:
-        """The rank's TORCHELASTIC_ERROR_FILE."""
-        return self.errors_dir / f"rank-{rank}" / "error.json"
+    def error_file(self, rank: int, attempt: int = 0) -> PurePosixPath:
+        """The rank's TORCHELASTIC_ERROR_FILE in that attempt: each attempt has its own (torchrun's
+        ``attempt_N/``), so a restart keeps the file of the failure that caused it."""
+        return self.errors_dir / f"attempt-{attempt}" / f"rank-{rank}" / "error.json"
 
     def stacks_file(self, rank: int) -> PurePosixPath:
         """Where the rank's faulthandler writes every thread's stack on a hang."""

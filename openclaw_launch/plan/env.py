@@ -147,7 +147,10 @@ def rank_env(job: JobEnv, slot: RankSlot) -> dict[str, str]:
         env["OMP_NUM_THREADS"] = str(max(1, slot.cores))
     env.update(_torchrun_env(job, slot))
     env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-    env["CUDA_VISIBLE_DEVICES"] = slot.cuda_visible_devices if slot.gpu_uuid is not None else ""
+    if slot.gpu_uuid is not None:
+        env["CUDA_VISIBLE_DEVICES"] = slot.cuda_visible_devices
+    else:  # a CPU worker keeps the launcher's (a user's value left alone, as by torchrun)
+        env.pop("CUDA_VISIBLE_DEVICES", None)
     env.update(_openclaw_env(job, slot))
     env.update(_telemetry_env(job, slot))
     if job.mps:

@@ -7,7 +7,7 @@ variables set on top of the inherited environment. ``build`` makes one, ``format
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from openclaw_launch.config.defaults import HANDLED_SIGNALS
@@ -38,7 +38,7 @@ class PlanOptions:
     python: str = "python3"  # interpreter for script/module entries (the launcher passes sys.executable)
     base_env: Mapping[str, str] = field(default_factory=dict)  # the launcher's environment (read-only)
     master_addr: str | None = None  # CLI overrides config
-    master_port: int | None = None  # CLI overrides config
+    master_port: int | None = None  # CLI overrides config; 0 (context.FREE_PORT): the free port, one node only
     max_restarts: int = 0
     numactl: str | None = "numactl"  # path to numactl; None = not installed (plan without it, warn)
     strictness: str | None = None  # CLI override of runtime.strictness
@@ -122,6 +122,19 @@ class LaunchPlan:
     parallel: ParallelLayout | None = None  # TP/PP/DP groups (config parallel / --tp --pp --dp)
     hang_timeout_s: float | None = None  # hang detection (stats/hang.py); None = off
     run_dir: RunDir = field(kw_only=True)  # the run's private directory and the paths in it
+
+    def attempt_ranks(self, attempt: int) -> tuple[RankPlan, ...]:
+        """The ranks as attempt N (0-based) starts them. The plan shows attempt 0's variables; two
+        change per attempt, as under torchrun: TORCHELASTIC_RESTART_COUNT, and the run's error file
+        of each rank (``RunDir.error_file``), so every attempt's survives the restart (a file given
+        to a rank by hand stays as it is)."""
+        out = []
+        for rank in self.ranks:
+            env = {**rank.env, "TORCHELASTIC_RESTART_COUNT": str(attempt)}
+            if env.get("TORCHELASTIC_ERROR_FILE") == str(self.run_dir.error_file(rank.rank)):
+                env["TORCHELASTIC_ERROR_FILE"] = str(self.run_dir.error_file(rank.rank, attempt))
+            out.append(replace(rank, env=env))
+        return tuple(out)
 
     def to_json(self) -> dict[str, object]:
         return {

@@ -184,6 +184,7 @@ def build_report(
         run_id=plan.run_id,
         node=plan.node,
         world_size=plan.world_size,
+        master_port=plan.master_port,
         exit_code=exit_code,
         attempts=result.attempts,
         signal_received=signal_name(result.signal_received) if result.signal_received else None,

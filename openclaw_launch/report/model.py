@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from openclaw_launch.report.codec import doc
 from openclaw_launch.report.rank import RankEntry, RankOutcome
 
-SCHEMA = "openclaw-report/3"
+SCHEMA = "openclaw-report/4"
 # Schemas ``report`` still reads: a key added since takes its legacy value (codec.doc).
-LEGACY_SCHEMAS = ("openclaw-report/1", "openclaw-report/2")
+LEGACY_SCHEMAS = ("openclaw-report/1", "openclaw-report/2", "openclaw-report/3")
 JOB_SCOPE = "job"
 
 
@@ -193,6 +193,12 @@ class Report:
     )
     node: str = field(metadata=doc("this launcher's node", job="the first node (which wrote it)"))
     world_size: int = field(metadata=doc("ranks in the whole job"))
+    master_port: int | None = field(
+        metadata=doc(
+            "the workers' MASTER_PORT: the given one, else (and for port 0, `--standalone`) the free port a "
+            "one-node launcher drew and held at start; null in reports before schema 4"
+        )
+    )
     exit_code: int = field(
         metadata=doc("the launcher's exit code (several nodes: the job's, the same on every node)", job="the job's")
     )

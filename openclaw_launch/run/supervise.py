@@ -230,8 +230,9 @@ class _Supervisor:
         self.attempt_open = True
         self.failure = None
         self.reasons, self._reported = [], set()
-        logs = self.files.prepare(self.plan.ranks, attempt)  # raises before any worker of the attempt starts
-        for rank, rank_logs in zip(self.plan.ranks, logs, strict=True):
+        ranks = self.plan.attempt_ranks(attempt)  # this attempt's restart count and error files
+        logs = self.files.prepare(ranks, attempt)  # raises before any worker of the attempt starts
+        for rank, rank_logs in zip(ranks, logs, strict=True):
             if self.state is State.STARTING:
                 self._spawn(rank, attempt, rank_logs)
             else:  # a spawn failed: do not start the rest
@@ -264,7 +265,7 @@ class _Supervisor:
         w.tail = deque(maxlen=self.opt.stderr_tail_lines)
         self.workers.append(w)
         try:
-            spawned = self.os.spawn(rank.argv, {**rank.env, "TORCHELASTIC_RESTART_COUNT": str(attempt)})
+            spawned = self.os.spawn(rank.argv, rank.env)
         except OSError as exc:
             close_logs(logs)
             w.not_started(exc, self.os.time())
