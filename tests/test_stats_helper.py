@@ -72,6 +72,7 @@ def test_samples_metrics_and_stats_file_come_from_the_helper(tmp_path: Path) -> 
     session = _session(tmp_path, said, gpu_source=recorded, metrics_port=0, stats_file=str(stats_file))
     helper = session.helper
     assert helper is not None and helper.pid != os.getpid() and session.metrics_port
+
     def sampled() -> bool:
         helper.drain()
         return set(helper.latest) == set(UUIDS)
@@ -107,6 +108,7 @@ def test_nvml_that_does_not_start_is_a_warning_and_in_the_report(tmp_path: Path)
     session = _session(tmp_path, said, gpu_source=broken)
     helper = session.helper
     assert helper is not None
+
     def warned() -> bool:
         helper.drain()
         return bool(said)
