@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -195,3 +196,71 @@ def test_flight_recorder_entries_are_attributed_to_their_steps() -> None:
     assert read is not None and read.steps == 2 and read.collectives == 3
     assert read.sync_s == pytest.approx(0.033) and read.late_s == pytest.approx(0.031)
     assert reader.read(windows) is None  # read again only after READ_INTERVAL_S
+
+
+FAILING = 'import sys\n\n\ndef step(batch):\n    raise ValueError(f"bad batch {batch}")\n\n\nstep(int(sys.argv[1]))\n'
+
+
+@pytest.mark.parametrize("how", ["script", "symlinked-script", "module", "directory"])
+def test_a_failing_script_under_the_launcher_prints_plain_pythons_traceback(tmp_path: Path, how: str) -> None:
+    """stderr (less the rank prefix) line for line and the exit code as ``python SCRIPT``: no
+    launcher frame in the traceback; under ``-m`` and for a directory runpy's frames as python's."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "failing.py").write_text(FAILING)
+    (tmp_path / "train.py").symlink_to("pkg/failing.py")
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "__main__.py").write_text(FAILING)
+    target = {
+        "script": ["pkg/failing.py"],
+        "symlinked-script": ["train.py"],
+        "module": ["-m", "pkg.failing"],
+        "directory": ["app"],
+    }[how]
+    env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
+    plain = subprocess.run(
+        [sys.executable, *target, "3"], capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path
+    )
+    ours = subprocess.run(
+        [sys.executable, "-m", "openclaw_launch", "--nproc-per-node", "1", *target, "3"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert plain.returncode == ours.returncode == 1, ours.stderr
+    ranks = [line.removeprefix("[rank 0] ") for line in ours.stderr.splitlines() if line.startswith("[rank 0] ")]
+    assert ranks == plain.stderr.splitlines()
+    assert "ValueError: bad batch 3" in plain.stderr and "bootstrap" not in ours.stderr
+
+
+def test_a_missing_module_fails_in_python_dash_ms_words(tmp_path: Path) -> None:
+    plain = _probe("-m", "no_such_module_here", bootstrap=False)
+    ours = _probe("-m", "no_such_module_here", bootstrap=True)
+    assert plain.returncode == ours.returncode == 1
+    assert ours.stderr == plain.stderr
+
+
+def test_a_keyboard_interrupt_ends_the_script_by_sigint_as_in_python(tmp_path: Path) -> None:
+    script = tmp_path / "interrupted.py"
+    script.write_text("raise KeyboardInterrupt\n")
+    plain, ours = _probe(str(script), bootstrap=False), _probe(str(script), bootstrap=True)
+    assert plain.returncode == ours.returncode == -signal.SIGINT
+    assert ours.stderr == plain.stderr
+
+
+def test_the_error_file_of_record_holds_the_same_traceback_as_under_plain_python(tmp_path: Path) -> None:
+    """torch's ``@record`` formats the traceback inside its own wrapper: no launcher frame there."""
+    pytest.importorskip("torch.distributed.elastic.multiprocessing.errors")
+    script = tmp_path / "recorded.py"
+    script.write_text(
+        "from torch.distributed.elastic.multiprocessing.errors import record\n\n\n"
+        "@record\ndef main():\n    raise ValueError('bad batch')\n\n\nmain()\n"
+    )
+    seen = []
+    for bootstrap in (False, True):
+        error_file = tmp_path / f"error-{bootstrap}.json"
+        done = _probe(str(script), bootstrap=bootstrap, env={"TORCHELASTIC_ERROR_FILE": str(error_file)})
+        assert done.returncode == 1, done.stderr
+        seen.append(json.loads(error_file.read_text())["message"]["extraInfo"]["py_callstack"])
+    assert seen[0] == seen[1] and "bad batch" in seen[0]

@@ -5,7 +5,9 @@ The launcher starts ``python -u -m openclaw_launch.telemetry.bootstrap SCRIPT AR
 real path, symlinks resolved, as python's own ``realpath``; untouched under ``-P``) and the
 ``__main__`` module (absolute ``__file__``, a ``SourceFileLoader``, no ``__package__``) are what a
 plain ``python SCRIPT`` gives; a directory or zip file as SCRIPT runs through ``runpy`` (its
-``__main__.py``). The stack of a traceback starts with the bootstrap's frames. Nothing heavy is imported here: the torch
+``__main__.py``). An uncaught exception's traceback is python's own: the bootstrap's frames are
+cut from it before ``sys.excepthook`` prints it (under ``-m`` runpy's two frames stay, as
+``python -m`` prints them), the exit code is 1. Nothing heavy is imported here: the torch
 hooks are installed right after the script itself imports torch, and a script that never does
 pays nothing. Any failure of ours is one warning on stderr, never the job's end.
 """
@@ -20,7 +22,8 @@ import runpy
 import sys
 import types
 from collections.abc import Callable, Sequence
-from types import ModuleType
+from types import FrameType, ModuleType, TracebackType
+from typing import NoReturn
 
 from openclaw_launch.telemetry import wire
 
@@ -96,11 +99,30 @@ def arm_stack_dump() -> None:
         sys.stderr.write(f"openclaw-launch: warning: no stack dump on hang in this rank ({exc!r})\n")
 
 
+def arm_sigterm_flush() -> None:
+    """A rank the launcher stops keeps its statistics: SIGTERM flushes the recorder's batch, then
+    acts as before (telemetry/recorder.py ``watch_sigterm``); a handler the script installs wins."""
+    if os.environ.get(wire.SOCKET_ENV):
+        from openclaw_launch.telemetry import recorder
+
+        recorder.get(watch_sigterm=True)
+
+
 def main(argv: list[str]) -> None:
     if not argv or argv[:1] == ["-m"] and len(argv) < 2:
         sys.exit("usage: python -m openclaw_launch.telemetry.bootstrap (SCRIPT | -m MODULE) [ARGS...]")
     arm_stack_dump()
     arm()
+    try:
+        _run(argv)
+    except SystemExit:
+        raise
+    except BaseException as exc:
+        by_runpy = argv[0] == "-m" or not _is_source(argv[0])  # python shows runpy's frames then
+        _end_as_python(exc, sys._getframe() if by_runpy else None)
+
+
+def _run(argv: list[str]) -> None:
     # Under -P / PYTHONSAFEPATH python puts nothing in front of sys.path, and neither do we.
     own_path0 = not getattr(sys.flags, "safe_path", False)
     if argv[0] == "-m":
@@ -117,10 +139,53 @@ def main(argv: list[str]) -> None:
     sys.argv = list(argv)
     if own_path0:
         sys.path[0] = os.path.dirname(os.path.realpath(script))  # as `python SCRIPT`
-    if os.path.isfile(script) and not script.endswith((".pyc", ".pyz", ".zip")):
+    if _is_source(script):
         _run_source_as_main(script)
     else:
         runpy.run_path(script, run_name="__main__")
+
+
+def _is_source(script: str) -> bool:
+    """A source file (run as python runs one); else a module, directory or zip file (by runpy)."""
+    return os.path.isfile(script) and not script.endswith((".pyc", ".pyz", ".zip"))
+
+
+def _end_as_python(exc: BaseException, runpy_frame: FrameType | None) -> NoReturn:
+    """What python does with an uncaught exception, minus our frames: ``sys.excepthook`` (the
+    user's if they set one) prints the user's part of the traceback, the exit code is 1, and a
+    KeyboardInterrupt still ends the process by SIGINT (python does that itself when it sees one
+    escape ``-m``, here with the hook silenced: it was printed). ``runpy_frame``: where runpy's
+    frames above us are, for a module, directory or zip file (python shows them for those)."""
+    ours = {_end_as_python.__code__.co_filename, runpy.run_path.__code__.co_filename}
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename in ours:
+        tb = tb.tb_next
+    if tb is None:  # nothing of the user's ran: runpy could not find the module
+        if runpy_frame is not None and isinstance(exc, ImportError):
+            sys.exit(f"{sys.executable}: {exc}")  # python -m's words and exit code
+        raise exc
+    frame = runpy_frame
+    while frame is not None:
+        if frame.f_code.co_filename == runpy.run_path.__code__.co_filename:
+            tb = TracebackType(tb, frame, frame.f_lasti, frame.f_lineno)
+        frame = frame.f_back
+    exc.__traceback__ = tb
+    sys.last_type, sys.last_value, sys.last_traceback = type(exc), exc, tb
+    try:
+        sys.excepthook(type(exc), exc, tb)
+    except Exception as hook_exc:  # as python reports a failing hook
+        sys.stderr.write("Error in sys.excepthook:\n")
+        sys.__excepthook__(type(hook_exc), hook_exc, hook_exc.__traceback__)
+        sys.stderr.write("\nOriginal exception was:\n")
+        sys.__excepthook__(type(exc), exc, tb)
+    if isinstance(exc, KeyboardInterrupt):
+        sys.excepthook = _printed_already
+        raise exc
+    sys.exit(1)
+
+
+def _printed_already(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+    """The hook once the exception was printed (a KeyboardInterrupt left to python to end with)."""
 
 
 def _run_source_as_main(script: str) -> None:
