@@ -2,7 +2,8 @@
 and for its signal lists (``config/signals.py``'s parser).
 
 ``click.FloatRange(min=0)`` takes ``nan`` and ``inf`` (every comparison with nan is false); these
-do not, and their message names the accepted range.
+do not, and their message names the accepted range. Every duration option (and its environment
+variable) is ``seconds(lo)``: ``limits.seconds_problem`` is the rule, as for the config's durations.
 """
 
 from __future__ import annotations
@@ -12,7 +13,14 @@ from typing import Any
 
 import click
 
-from openclaw_launch.config.limits import MAX_PERCENT, MAX_RESTARTS, MAX_SECONDS, MAX_WORLD_SIZE, MIN_HANG_TIMEOUT_S
+from openclaw_launch.config.limits import (
+    MAX_PERCENT,
+    MAX_RESTARTS,
+    MAX_SECONDS,
+    MAX_WORLD_SIZE,
+    MIN_HANG_TIMEOUT_S,
+    seconds_problem,
+)
 from openclaw_launch.config.signals import parse_signals
 
 
@@ -24,14 +32,26 @@ class _FiniteRange(click.FloatRange):
         return rv
 
 
-def seconds() -> click.FloatRange:
-    """A duration: 0 .. a week."""
-    return _FiniteRange(0, MAX_SECONDS)
+class _Seconds(click.FloatRange):
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds.", param, ctx)
+        problem = seconds_problem(number, self.min or 0.0)
+        if problem is not None:
+            self.fail(problem, param, ctx)
+        return number
+
+
+def seconds(lo: float = 0.0) -> click.FloatRange:
+    """A duration: ``lo`` .. MAX_SECONDS (a week)."""
+    return _Seconds(lo, MAX_SECONDS)
 
 
 def hang_timeout() -> click.FloatRange:
     """--hang-timeout-s: MIN_HANG_TIMEOUT_S .. a week (runtime.hang_timeout_s has the same bounds)."""
-    return _FiniteRange(MIN_HANG_TIMEOUT_S, MAX_SECONDS)
+    return seconds(MIN_HANG_TIMEOUT_S)
 
 
 def percent() -> click.FloatRange:

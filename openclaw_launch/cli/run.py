@@ -52,6 +52,8 @@ def run(c: Common, r: RunOptions) -> None:
     if r.dry_run:
         click.echo(format_plan_table(plan, warnings=False))
         return
+    if c.tr.no_python:
+        _check_command(c.script[0], plan.ranks[0].env.get("PATH", os.environ.get("PATH", os.defpath)))
     if r.report_path:
         check_output_option(r.report_path, "--report")
     if r.stats_file:
@@ -121,6 +123,23 @@ def _preflight_or_exit(c: Common, run_id: str) -> None:
     if code != 0:
         click.echo(f"openclaw-launch: preflight failed (exit {code}); the job was not started", err=True)
         sys.exit(code)
+
+
+def _check_command(command: str, path: str) -> None:
+    """``--no-python COMMAND`` that is not there: exit 127 before any worker starts (126: not
+    executable), as a shell does; numactl would exit 1 for it in every rank."""
+    import shutil
+
+    found = shutil.which(command, path=path) if "/" not in command else command
+    if found is None or not os.path.exists(found):
+        click.echo(
+            f"openclaw-launch: error: --no-python {command}: command not found (not a file, nor on the workers' PATH)",
+            err=True,
+        )
+        sys.exit(127)
+    if os.path.isdir(found) or not os.access(found, os.X_OK):
+        click.echo(f"openclaw-launch: error: --no-python {command}: not executable (chmod +x it)", err=True)
+        sys.exit(126)
 
 
 def _check_metrics_extra() -> None:

@@ -16,6 +16,7 @@ import click
 
 from openclaw_launch.cli import option_types
 from openclaw_launch.config import defaults
+from openclaw_launch.config.limits import MIN_AGENT_TIMEOUT_S, MIN_KEEPALIVE_S
 from openclaw_launch.config.signals import signal_numbers
 from openclaw_launch.telemetry.wire import TELEMETRY_MODES
 
@@ -136,7 +137,7 @@ _run_options: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
     ),
     click.option(
         "--agent-timeout-s",
-        type=click.FloatRange(min=1),
+        type=option_types.seconds(MIN_AGENT_TIMEOUT_S),
         default=defaults.AGENT_TIMEOUT_S,
         show_default=True,
         envvar="OPENCLAW_AGENT_TIMEOUT_S",
@@ -144,7 +145,7 @@ _run_options: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
     ),
     click.option(
         "--keepalive-s",
-        type=click.FloatRange(min=0.5),
+        type=option_types.seconds(MIN_KEEPALIVE_S),
         default=defaults.KEEPALIVE_S,
         show_default=True,
         envvar="OPENCLAW_KEEPALIVE_S",

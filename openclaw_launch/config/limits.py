@@ -13,6 +13,8 @@ MAX_WORLD_SIZE = 1 << 20
 MAX_RESTARTS = 1000  # --max-restarts
 MAX_SECONDS = 7 * 24 * 3600.0  # every duration option (grace period, backoff, intervals, timeouts)
 MIN_HANG_TIMEOUT_S = 2.0  # --hang-timeout-s / runtime.hang_timeout_s: progress is known to ~0.5 s
+MIN_AGENT_TIMEOUT_S = 1.0  # --agent-timeout-s: a node's join takes a round trip or two
+MIN_KEEPALIVE_S = 0.5  # --keepalive-s: the keep-alive loop beats several times per period
 MAX_PERCENT = 1000.0  # --straggler-threshold-pct
 MAX_ENV_VALUE = 131071  # the kernel's MAX_ARG_STRLEN (128 KiB) less the "\0"
 MAX_YAML_DEPTH = 32  # a config is 5 levels deep; nesting deeper is a mistake (or an attack)
@@ -26,6 +28,19 @@ MAX_SNAPSHOT_BYTES = 16 << 20
 MAX_SMI_BYTES = 4 << 20
 MAX_REPORT_BYTES = 64 << 20
 MAX_ERROR_FILE_BYTES = 64 << 10  # a worker's @record error file: its prefix is the root cause
+MAX_RECORD_BYTES = 1 << 20  # a preflight --record file: a few tiers
+MAX_JSON_DEPTH = 64  # our JSON files are a few levels deep; json.loads recurses (RecursionError)
+FDS_PER_RANK = 2  # the launcher holds per local rank: the read ends of its stdout and stderr
+FDS_PER_RANK_LOGS = 2  # ... and with --log-dir its stdout.log and stderr.log
+FD_MARGIN = 256  # the launcher's own descriptors besides the ranks' (helpers, logs, sockets, imports)
+
+
+def seconds_problem(value: float, lo: float = 0.0) -> str | None:
+    """Why ``value`` is not a duration from ``lo`` to MAX_SECONDS (None when it is one): the one
+    rule for every duration option and config key (nan, inf and 1e300 fail it)."""
+    if lo <= value <= MAX_SECONDS:  # false for nan
+        return None
+    return f"{value!r} is not a number of seconds from {lo:g} to {MAX_SECONDS:g}"
 
 
 def host_problem(text: str) -> str | None:

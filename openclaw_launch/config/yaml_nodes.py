@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from openclaw_launch.config.limits import MAX_SECONDS, MAX_YAML_DEPTH
+from openclaw_launch.config.limits import MAX_SECONDS, MAX_YAML_DEPTH, seconds_problem
 from openclaw_launch.errors import Problem
 
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # a plain key (and an environment variable name)
@@ -257,8 +257,9 @@ class NodeReader:
         except ValueError:
             self.error(e.path, e.line, f"expected {what}, got {node.value!r}")
             return None
-        if not lo <= value <= MAX_SECONDS:  # also nan
-            self.error(e.path, e.line, f"{node.value} is out of range: expected {what}")
+        problem = seconds_problem(value, lo)
+        if problem is not None:
+            self.error(e.path, e.line, problem)
             return None
         return value
 

