@@ -190,7 +190,20 @@ def test_no_python_not_executable_exits_126(tmp_path: Path) -> None:
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
 @pytest.mark.parametrize("code", [0, 3])
 def test_unwritable_report_keeps_the_exit_code(code: int) -> None:
-    p = _launch(["--nproc-per-node", "1", "--telemetry", "off", "--report", "/dev/full", "--no-python", "sh", "-c", f"exit {code}"])
+    p = _launch(
+        [
+            "--nproc-per-node",
+            "1",
+            "--telemetry",
+            "off",
+            "--report",
+            "/dev/full",
+            "--no-python",
+            "sh",
+            "-c",
+            f"exit {code}",
+        ]
+    )
     assert p.returncode == code, p.stderr
     _clean(p)
     assert "cannot write the report /dev/full" in p.stderr and f"exit code {code} stands" in p.stderr
@@ -228,3 +241,98 @@ def test_open_files_hard_limit_too_low_is_refused_up_front() -> None:
     _clean(p)
     assert "the hard limit is 1024" in p.stderr and "ulimit" in p.stderr
     assert "[rank" not in p.stderr + p.stdout  # no worker started
+
+
+# ---- 2. preflight --expect through the bounded reader; outputs checked before measuring ------------
+
+PREFLIGHT = ["preflight", "--nproc-per-node", "2"]
+
+
+def _record(tiers: dict[str, object], node: str = "localhost") -> str:
+    return json.dumps({"format": "openclaw-preflight-record/1", "node": node, "tiers": tiers})
+
+
+def _one_error_line(p: subprocess.CompletedProcess[str]) -> str:
+    assert p.returncode == 2, p.stderr
+    _clean(p)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1, p.stderr
+    assert "[rank" not in p.stdout + p.stderr  # nothing was measured
+    return lines[0]
+
+
+def test_expect_dev_zero() -> None:
+    line = _one_error_line(_launch([*PREFLIGHT, "--expect", "/dev/zero"], timeout_s=30))
+    assert "/dev/zero" in line and "not a regular file" in line
+
+
+def test_expect_fifo_does_not_block(tmp_path: Path) -> None:
+    fifo = tmp_path / "rec.fifo"
+    os.mkfifo(fifo)
+    line = _one_error_line(_launch([*PREFLIGHT, "--expect", str(fifo)], timeout_s=30))
+    assert "a FIFO" in line
+
+
+def test_expect_deep_json(tmp_path: Path) -> None:
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    line = _one_error_line(_launch([*PREFLIGHT, "--expect", str(deep)], timeout_s=30))
+    assert "nests deeper than" in line
+
+
+def test_expect_oversized(tmp_path: Path) -> None:
+    big = tmp_path / "big.json"
+    big.write_text(" " * (2 << 20))
+    line = _one_error_line(_launch([*PREFLIGHT, "--expect", str(big)], timeout_s=30))
+    assert "larger than" in line
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity", "1e999", "true", "0", "-3", '"300"', "null", "[1]"])
+def test_expect_values_are_finite_positive_numbers(tmp_path: Path, value: str) -> None:
+    rec = tmp_path / "rec.json"
+    rec.write_text(_record({"node": {"busbw_gbps": 1}}).replace('"busbw_gbps": 1', f'"busbw_gbps": {value}'))
+    line = _one_error_line(_launch([*PREFLIGHT, "--expect", str(rec)], timeout_s=30))
+    assert str(rec) in line and ("busbw_gbps" in line or "not valid JSON" in line), line
+
+
+@pytest.mark.parametrize("key,value", [("size_bytes", "true"), ("size_bytes", "1.5"), ("ranks", "0")])
+def test_expect_sizes_are_whole_numbers(tmp_path: Path, key: str, value: str) -> None:
+    rec = tmp_path / "rec.json"
+    rec.write_text(
+        _record({"node": {"busbw_gbps": 1.0}}).replace('"busbw_gbps": 1.0', f'"busbw_gbps": 1.0, "{key}": {value}')
+    )
+    line = _one_error_line(_launch([*PREFLIGHT, "--expect", str(rec)], timeout_s=30))
+    assert f"tiers.node.{key}" in line
+
+
+def test_expect_from_another_topology_is_refused(tmp_path: Path) -> None:
+    rec = tmp_path / "rec.json"
+    rec.write_text(_record({"nvlink:0,1": {"busbw_gbps": 300.0}, "nvlink:2,3": {"busbw_gbps": 300.0}}))
+    line = _one_error_line(_launch([*PREFLIGHT, "--expect", str(rec)], timeout_s=30))
+    assert "another topology" in line and "nvlink:0,1" in line and "node" in line
+
+
+@pytest.mark.parametrize("target", ["/proc/rec.json", "DIR", "FILE/under"])
+@pytest.mark.parametrize("option", ["--record", "--report"])
+def test_preflight_outputs_checked_before_measuring(tmp_path: Path, option: str, target: str) -> None:
+    (tmp_path / "FILE").write_text("x")
+    path = target.replace("DIR", str(tmp_path)).replace("FILE", str(tmp_path / "FILE"))
+    line = _one_error_line(_launch([*PREFLIGHT, option, path], timeout_s=30))
+    assert f"{option} {path}: " in line or f"'{option}'" in line, line  # ours, or click's for a directory
+
+
+def test_expect_with_another_message_size_warns_and_is_not_used(tmp_path: Path) -> None:
+    """A real CPU preflight: the recording (of 1 MiB all-reduces, on another node) is named in a
+    warning and not used; the verdict and the run report are complete."""
+    rec, report = tmp_path / "rec.json", tmp_path / "r.json"
+    rec.write_text(_record({"node": {"busbw_gbps": 1000.0, "size_bytes": 1 << 20, "ranks": 2}}, node="elsewhere"))
+    p = _launch([*PREFLIGHT, "--expect", str(rec), "--report", str(report), "--record", str(tmp_path / "new.json")])
+    assert p.returncode == 0, p.stderr
+    _clean(p)
+    assert "recorded on node elsewhere; this is localhost" in p.stderr
+    assert "tier node recorded with 1 MiB all-reduces, this run uses 4 MiB" in p.stderr
+    assert "INFO  node  2 ranks" in p.stdout  # no floor of 1000 GB/s: not a failure
+    data = _report_complete(report, 0)
+    assert data["preflight"]["exit_code"] == 0  # type: ignore[index]
+    saved = json.loads((tmp_path / "new.json").read_text())
+    assert saved["tiers"]["node"]["size_bytes"] == 4 << 20 and saved["tiers"]["node"]["ranks"] == 2

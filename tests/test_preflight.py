@@ -16,6 +16,7 @@ from openclaw_launch.config.model import PreflightSettings
 from openclaw_launch.plan.build import build_plan
 from openclaw_launch.plan.context import run_context
 from openclaw_launch.plan.model import Entry, LaunchPlan, PlanOptions
+from openclaw_launch.preflight.record import record, recorded_floors, usable_floors
 from openclaw_launch.preflight.tiers import (
     Expectation,
     Tier,
@@ -23,8 +24,6 @@ from openclaw_launch.preflight.tiers import (
     judge,
     network_expectations,
     plan_tiers,
-    record,
-    recorded_floors,
 )
 from openclaw_launch.preflight.worker import select_device
 from openclaw_launch.topology.discover import host_config
@@ -130,13 +129,13 @@ def test_record_round_trips_into_expectations() -> None:
     tiers = plan_tiers(plan, topo)
     per_rank = {r: {"tiers": {t.name: {"seconds": 0.004, "correct": True} for t in tiers}} for r in (0, 1)}
     results = [judge(t, per_rank, Expectation(None, ""), 2**30, 20) for t in tiers]
-    saved = json.loads(json.dumps(record(results, plan.node)))
-    floors = recorded_floors(saved, "rec.json")
-    assert floors == {"nvlink:0,1": 268.44, "node": 268.44}
+    saved = json.loads(json.dumps(record(results, plan)))
+    floors, warnings = usable_floors(recorded_floors(saved), "rec.json", tiers, plan, 2**30)
+    assert floors == {"nvlink:0,1": 268.44, "node": 268.44} and warnings == []
     exp = expectations(tiers, plan, topo, PreflightSettings(), floors, "rec.json")
     assert exp["node"] == Expectation(214.75, "268.44 GB/s recorded in rec.json x 0.8")
     with pytest.raises(ValueError, match="not a preflight recording"):
-        recorded_floors({"tiers": {}}, "x.json")
+        recorded_floors({"tiers": {}})
 
 
 def test_network_expectation_from_the_ib_rate() -> None:

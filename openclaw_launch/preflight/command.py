@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from openclaw_launch.config.defaults import GRACE_PERIOD_S
+from openclaw_launch.config.limits import MAX_RECORD_BYTES
 from openclaw_launch.config.model import PreflightSettings
 from openclaw_launch.errors import OpenclawError
-from openclaw_launch.files import write_atomic
+from openclaw_launch.files import check_output_path, write_atomic
 from openclaw_launch.plan.model import LaunchPlan
+from openclaw_launch.preflight.record import Recording, record, recorded_floors, usable_floors
 from openclaw_launch.preflight.tiers import (
     DEFAULT_ITERS,
     PREFLIGHT_SCHEMA,
@@ -32,8 +34,6 @@ from openclaw_launch.preflight.tiers import (
     judge,
     network_expectations,
     plan_tiers,
-    record,
-    recorded_floors,
 )
 from openclaw_launch.report.codec import from_json, to_json
 from openclaw_launch.report.model import NetworkExpectation, PreflightTier, PreflightVerdict
@@ -65,7 +65,11 @@ def run_preflight(
 ) -> int:
     """The whole command; returns its exit code (docs/preflight.md). ``make_plan(script)`` plans
     ``python -m SCRIPT...`` as ``run`` would; ``read_topology(with_gpus)`` reads the same host."""
-    recorded = _read_expect(options.expect_path) if options.expect_path else None
+    for option, path in (("--record", options.record_path), ("--report", options.report_path)):
+        problem = check_output_path(path) if path else None
+        if problem is not None:  # before minutes of measuring, not after
+            raise OpenclawError(f"{option} {path}: {problem}")
+    recording = _read_expect(options.expect_path) if options.expect_path else None
     work = Path(tempfile.mkdtemp(prefix="openclaw-preflight-"))
     try:
         spec_path, out_dir = work / "spec.json", work / "results"
@@ -73,11 +77,12 @@ def run_preflight(
         plan = make_plan((WORKER_MODULE, str(spec_path), str(out_dir)))
         topology = read_topology(plan.backend == "nccl")
         tiers = plan_tiers(plan, topology)
-        expected = expectations(tiers, plan, topology, settings, recorded, options.expect_path or "")
         size = default_size_bytes(plan, settings, options.size_mib)
+        recorded, record_warnings = _compare(recording, options.expect_path or "", tiers, plan, size)
+        expected = expectations(tiers, plan, topology, settings, recorded, options.expect_path or "")
         iters = options.iters or settings.iters or DEFAULT_ITERS
         _write_spec(spec_path, plan, tiers, size, iters, options.timeout_s)
-        for w in plan.warnings:
+        for w in (*plan.warnings, *record_warnings):
             print(f"openclaw-launch: warning: {w}", file=sys.stderr)
         gpus = {r.rank: r.gpu_index for r in plan.ranks}
         results: list[TierResult] = []
@@ -106,15 +111,31 @@ def run_preflight(
         shutil.rmtree(work, ignore_errors=True)
     _output(doc, results, options.as_json)
     if options.record_path:
-        _write(options.record_path, record(results, plan.node), "--record")
+        _write(options.record_path, record(results, plan), "--record")
     return doc.exit_code
 
 
-def _read_expect(path: str) -> dict[str, float]:
+def _read_expect(path: str) -> Recording:
+    """Through the bounded reader: a FIFO, /dev/zero or deep JSON is one line, exit 2."""
+    from openclaw_launch.safe_read import InputFileError, read_json
+
     try:
-        return recorded_floors(json.loads(Path(path).read_text()), path)
-    except (OSError, ValueError) as e:
+        return recorded_floors(read_json(path, "preflight recording", MAX_RECORD_BYTES))
+    except InputFileError as e:
+        raise OpenclawError(f"--expect: {e}") from None
+    except ValueError as e:
         raise OpenclawError(f"--expect {path}: {e}") from None
+
+
+def _compare(
+    recording: Recording | None, source: str, tiers: list[Any], plan: LaunchPlan, size: int
+) -> tuple[dict[str, float] | None, list[str]]:
+    if recording is None:
+        return None, []
+    try:
+        return usable_floors(recording, source, tiers, plan, size)
+    except ValueError as e:
+        raise OpenclawError(f"--expect {source}: {e}") from None
 
 
 def _write_spec(path: Path, plan: LaunchPlan, tiers: list[Any], size: int, iters: int, timeout_s: float) -> None:

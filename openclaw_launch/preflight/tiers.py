@@ -19,7 +19,6 @@ from openclaw_launch.topology.model import GpuInfo, Topology
 
 Status = Literal["pass", "warn", "fail", "info"]
 PREFLIGHT_SCHEMA = "openclaw-preflight/1"
-RECORD_FORMAT = "openclaw-preflight-record/1"
 
 #: NVLink bandwidth per link and direction, GB/s, by generation: NVLink 1 (P100) 20; 2, 3 and 4
 #: (V100, A100, H100/H200) 25, which is why an H200 with 18 links is "900 GB/s" bidirectional;
@@ -296,32 +295,6 @@ def format_line(r: TierResult) -> str:
     size = f"{r.size_bytes / 2**20:g} MiB x {r.iters}"
     line = f"{r.status.upper():<4}  {r.tier.name}  {len(r.tier.ranks)} ranks  {bw}{exp}  {size}"
     return line + (f" - {r.message}" if r.message else "")
-
-
-def record(results: Sequence[TierResult], node: str) -> dict[str, Any]:
-    """``--record FILE``: the measured bandwidths, for a later ``--expect FILE``."""
-    return {
-        "format": RECORD_FORMAT,
-        "node": node,
-        "tiers": {
-            r.tier.name: {"busbw_gbps": r.busbw_gbps, "size_bytes": r.size_bytes}
-            for r in results
-            if r.busbw_gbps is not None
-        },
-    }
-
-
-def recorded_floors(data: Any, source: str) -> dict[str, float]:
-    """The tiers of a ``--record`` file; ValueError says what is wrong with it."""
-    if not isinstance(data, dict) or data.get("format") != RECORD_FORMAT or not isinstance(data.get("tiers"), dict):
-        raise ValueError(f"{source} is not a preflight recording (format {RECORD_FORMAT}; write one with --record)")
-    out = {}
-    for name, entry in data["tiers"].items():
-        value = entry.get("busbw_gbps") if isinstance(entry, dict) else None
-        if not isinstance(value, (int, float)) or value <= 0:
-            raise ValueError(f"{source}: tiers.{name}.busbw_gbps is not a bandwidth > 0")
-        out[str(name)] = float(value)
-    return out
 
 
 def default_size_bytes(plan: LaunchPlan, settings: PreflightSettings, size_mib: int | None) -> int:

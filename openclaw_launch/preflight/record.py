@@ -1,0 +1,122 @@
+"""``preflight --record FILE`` and ``--expect FILE``: the measured bandwidths saved with what makes
+them comparable (message size, ranks, GPUs by UUID), read back with every value checked, and
+compared with this run before anything is measured. Pure: the file is read by the bounded reader
+(safe_read.read_json) in command.py."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from openclaw_launch.plan.model import LaunchPlan
+from openclaw_launch.preflight.tiers import Tier, TierResult
+
+RECORD_FORMAT = "openclaw-preflight-record/1"
+
+
+def _tier_gpus(tier: Tier, plan: LaunchPlan) -> list[str]:
+    members = set(tier.ranks)
+    return sorted({r.gpu_uuid for r in plan.ranks if r.rank in members and r.gpu_uuid})
+
+
+def record(results: Sequence[TierResult], plan: LaunchPlan) -> dict[str, Any]:
+    """``--record FILE``: the measured bandwidths, for a later ``--expect FILE``, with what makes them
+    comparable: the message size, the ranks and the GPUs (by UUID) of each tier."""
+    return {
+        "format": RECORD_FORMAT,
+        "node": plan.node,
+        "tiers": {
+            r.tier.name: {
+                "busbw_gbps": r.busbw_gbps,
+                "size_bytes": r.size_bytes,
+                "ranks": len(r.tier.ranks),
+                "gpus": _tier_gpus(r.tier, plan),
+            }
+            for r in results
+            if r.busbw_gbps is not None
+        },
+    }
+
+
+@dataclass(frozen=True)
+class RecordedTier:
+    busbw_gbps: float
+    size_bytes: int | None  # None: not recorded (older files); the others too
+    ranks: int | None
+    gpus: tuple[str, ...] | None
+
+
+@dataclass(frozen=True)
+class Recording:
+    """A ``--record`` file, its values checked."""
+
+    node: str | None
+    tiers: Mapping[str, RecordedTier]
+
+
+def _number(value: Any, integer: bool) -> bool:
+    """A finite number > 0 (not a boolean, which Python counts as an int)."""
+    kinds = (int,) if integer else (int, float)
+    return isinstance(value, kinds) and not isinstance(value, bool) and 0 < value < float("inf")
+
+
+def recorded_floors(data: Any) -> Recording:
+    """The tiers of a ``--record`` file's JSON; ValueError says what is wrong with it."""
+    if not isinstance(data, dict) or data.get("format") != RECORD_FORMAT or not isinstance(data.get("tiers"), dict):
+        raise ValueError(f"not a preflight recording (format {RECORD_FORMAT}; write one with --record)")
+    tiers = {}
+    for name, entry in data["tiers"].items():
+        entry = entry if isinstance(entry, dict) else {}
+        if not _number(entry.get("busbw_gbps"), integer=False):
+            raise ValueError(f"tiers.{name}.busbw_gbps is {entry.get('busbw_gbps')!r}, not a bandwidth > 0 in GB/s")
+        for key in ("size_bytes", "ranks"):
+            if key in entry and not _number(entry[key], integer=True):
+                raise ValueError(f"tiers.{name}.{key} is {entry[key]!r}, not a whole number > 0")
+        gpus = entry.get("gpus")
+        if gpus is not None and not (isinstance(gpus, list) and all(isinstance(g, str) for g in gpus)):
+            raise ValueError(f"tiers.{name}.gpus is not a list of GPU UUIDs")
+        uuids = None if gpus is None else tuple(gpus)
+        tiers[str(name)] = RecordedTier(float(entry["busbw_gbps"]), entry.get("size_bytes"), entry.get("ranks"), uuids)
+    node = data.get("node")
+    return Recording(node if isinstance(node, str) else None, tiers)
+
+
+def usable_floors(
+    recording: Recording, source: str, tiers: Sequence[Tier], plan: LaunchPlan, size_bytes: int
+) -> tuple[dict[str, float], list[str]]:
+    """The recorded bandwidths that compare with this run, and a warning for each that does not (another
+    message size, other ranks or GPUs: not used). ValueError when no tier of the recording is in this
+    run: a recording of another topology."""
+    names = {t.name for t in tiers}
+    if recording.tiers and not names & set(recording.tiers):
+        raise ValueError(
+            f"{source} recorded tier(s) {', '.join(sorted(recording.tiers))}; this run has "
+            f"{', '.join(sorted(names)) or 'none'}: a recording of another topology (make one here with --record)"
+        )
+    warnings = []
+    if recording.node is not None and recording.node != plan.node:
+        warnings.append(f"--expect {source} was recorded on node {recording.node}; this is {plan.node}")
+    floors = {}
+    for t in tiers:
+        rec = recording.tiers.get(t.name)
+        if rec is None:
+            continue
+        why = None
+        if rec.size_bytes is not None and rec.size_bytes != size_bytes:
+            why = (
+                f"recorded with {rec.size_bytes / 2**20:g} MiB all-reduces, this run uses {size_bytes / 2**20:g} MiB "
+                f"(bandwidth depends on the size: pass --size-mib {rec.size_bytes / 2**20:g})"
+            )
+        elif rec.ranks is not None and rec.ranks != len(t.ranks):
+            why = f"recorded with {rec.ranks} ranks, this run has {len(t.ranks)}"
+        elif rec.gpus is not None and list(rec.gpus) != _tier_gpus(t, plan):
+            why = "recorded on other GPUs (UUIDs differ)"
+        if why is None:
+            floors[t.name] = rec.busbw_gbps
+        else:
+            warnings.append(f"--expect {source}: tier {t.name} {why}; its recorded bandwidth is not used")
+    warnings += [
+        f"--expect {source}: tier {name} is not in this run; ignored" for name in sorted(set(recording.tiers) - names)
+    ]
+    return floors, warnings
