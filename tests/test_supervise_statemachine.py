@@ -94,7 +94,7 @@ class FakeOs:
     def close_fd(self, fd: int) -> None:
         raise AssertionError("no pipes in the fake")
 
-    def spawn(self, argv: Sequence[str], env: Mapping[str, str]) -> Spawned:
+    def spawn(self, argv: Sequence[str], env: Mapping[str, str], tty: object = None) -> Spawned:
         proc = self.procs.pop(0)
         proc.pid = 100 + len(self.spawned)
         if proc.exit_after is not None:

@@ -3,6 +3,8 @@ pipes and the participants' descriptors, and one heap of timers.
 
 Nothing here blocks but ``OsLayer.wait_fds`` (with the next timer's timeout), so a worker's exit,
 a line of output and an agent's message are all seen at once and an idle launcher uses no CPU.
+A worker's stream is a pty when the launcher's is a terminal (run/terminal.py): read here as a pipe
+(EIO once the worker is gone is its end), resized here on SIGWINCH.
 """
 
 from __future__ import annotations
@@ -10,11 +12,12 @@ from __future__ import annotations
 import heapq
 import itertools
 import signal
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TextIO
 
 from openclaw_launch.run import console
 from openclaw_launch.run.osproc import OsLayer
+from openclaw_launch.run.terminal import RESIZE_SIGNAL, LauncherTerminal, Terminal
 from openclaw_launch.run.worker_output import WorkerStream
 
 _MAX_DRAIN = 16 << 20  # bytes read from a pipe after its worker is gone, at most
@@ -33,8 +36,18 @@ class EventLoop:
         self.readers = dict(readers)  # fd -> call when readable (the participants', for the whole job)
         self.consoles = consoles
         self.streams: dict[int, WorkerStream] = {}  # the workers' pipes of the open attempt
+        self.terminal = LauncherTerminal.of(*consoles) if len(consoles) == 2 else None  # (stdout, stderr)
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
+
+    def install_signals(self, signals: Iterable[int]) -> None:
+        """Route ``signals`` (and SIGWINCH when the workers get ptys) to the wake-up descriptor."""
+        resize = (RESIZE_SIGNAL,) if self.terminal is not None else ()
+        self.wakeup_fd = self.os.install_signals((*signals, *resize))
+
+    def terminal_for(self, shown: Mapping[str, bool]) -> Terminal | None:
+        """Which streams of a worker get a pty: those shown on a launcher stream that is a terminal."""
+        return self.terminal.for_worker(shown) if self.terminal is not None else None
 
     def watch_readers(self) -> None:
         for fd in self.readers:
@@ -53,6 +66,9 @@ class EventLoop:
         for fd in self.os.wait_fds(timeout):
             if fd == self.wakeup_fd:
                 signals += [s for s in self.os.drain_signals() if s != signal.SIGCHLD]
+                if RESIZE_SIGNAL in signals and self.terminal is not None:
+                    signals = [s for s in signals if s != RESIZE_SIGNAL]
+                    self.os.resize_terminals(self.terminal.size_fd)
             elif fd in self.streams:
                 self._read(self.streams[fd])
             elif fd in self.readers:

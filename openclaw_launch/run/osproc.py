@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from typing import BinaryIO, Protocol
 
 from openclaw_launch.config.limits import MAX_ERROR_FILE_BYTES
+from openclaw_launch.run import terminal
 from openclaw_launch.run.cgroup import join as join_cgroup
+from openclaw_launch.run.terminal import Terminal
 from openclaw_launch.safe_read import read_prefix
 
 PR_SET_PDEATHSIG = 1
@@ -30,7 +32,8 @@ _READ_CHUNK = 65536
 
 @dataclass(frozen=True)
 class Spawned:
-    """A started worker: its pid (= its process group and session id) and the read ends of its pipes."""
+    """A started worker: its pid (= its process group and session id) and the read ends of its
+    pipes (a pty's master side for a stream that got a terminal, run/terminal.py)."""
 
     pid: int
     stdout_fd: int | None
@@ -60,7 +63,8 @@ class OsLayer(Protocol):
     def wait_fds(self, timeout: float | None) -> list[int]: ...
     def read_fd(self, fd: int) -> bytes | None: ...
     def close_fd(self, fd: int) -> None: ...
-    def spawn(self, argv: Sequence[str], env: Mapping[str, str]) -> Spawned: ...
+    def spawn(self, argv: Sequence[str], env: Mapping[str, str], tty: Terminal | None = None) -> Spawned: ...
+    def resize_terminals(self, size_fd: int) -> None: ...
     def killpg(self, pgid: int, sig: int) -> bool: ...
     def kill(self, pid: int, sig: int) -> bool: ...
     def reap(self) -> list[Reaped]: ...
@@ -97,6 +101,7 @@ class RealOs:
         self._pid = os.getpid()
         self._selector = selectors.DefaultSelector()
         self._popens: dict[int, subprocess.Popen[bytes]] = {}
+        self._ptys: set[int] = set()  # the workers' pty masters now open
         self._old_handlers: dict[int, object] = {}
         self._old_wakeup: int | None = None
         self._wake_r: int | None = None
@@ -187,13 +192,23 @@ class RealOs:
 
     def read_fd(self, fd: int) -> bytes | None:
         """Bytes read, ``b""`` at EOF, None when nothing is there now."""
+        if fd in self._ptys:
+            return terminal.read_master(fd, _READ_CHUNK)
         try:
             return os.read(fd, _READ_CHUNK)
         except BlockingIOError:
             return None
 
     def close_fd(self, fd: int) -> None:
+        self._ptys.discard(fd)
         os.close(fd)
+
+    def resize_terminals(self, size_fd: int) -> None:
+        """Every worker's pty takes the window size the launcher's terminal has now (SIGWINCH)."""
+        size = terminal.window_size(size_fd)
+        if size is not None:
+            for fd in self._ptys:
+                terminal.set_window_size(fd, size)
 
     def _child_setup(self) -> None:
         """Runs in the child before exec: die with the launcher, and not be born an orphan."""
@@ -204,29 +219,35 @@ class RealOs:
         if self.cgroup_procs is not None:  # before exec: nothing the worker starts is outside
             join_cgroup(self.cgroup_procs)
 
-    def spawn(self, argv: Sequence[str], env: Mapping[str, str]) -> Spawned:
-        """Start argv in its own session with ``env`` on top of this process's environment."""
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
+    def spawn(self, argv: Sequence[str], env: Mapping[str, str], tty: Terminal | None = None) -> Spawned:
+        """Start argv in its own session with ``env`` on top of this process's environment; its
+        stdout and stderr are pipes, or ptys where ``tty`` says so."""
+        size = terminal.window_size(tty.size_fd) if tty is not None else None
+        ends: list[tuple[int, int]] = []  # (ours, the worker's) for stdout, stderr
         try:
+            for pty in (tty is not None and tty.stdout, tty is not None and tty.stderr):
+                ends.append(terminal.open_pty(size) if pty else os.pipe())
             proc = subprocess.Popen(
                 list(argv),
                 env={**os.environ, **env},
-                stdout=out_w,
-                stderr=err_w,
+                stdout=ends[0][1],
+                stderr=ends[1][1],
                 start_new_session=True,
                 close_fds=True,
                 preexec_fn=self._child_setup,
             )
         except BaseException:
-            os.close(out_r)
-            os.close(err_r)
+            for ours, _ in ends:
+                os.close(ours)
             raise
         finally:
-            os.close(out_w)
-            os.close(err_w)
+            for _, theirs in ends:
+                os.close(theirs)
+        (out_r, _), (err_r, _) = ends
         os.set_blocking(out_r, False)
         os.set_blocking(err_r, False)
+        if tty is not None:
+            self._ptys.update(fd for fd, pty in ((out_r, tty.stdout), (err_r, tty.stderr)) if pty)
         self._popens[proc.pid] = proc
         return Spawned(proc.pid, out_r, err_r)
 

@@ -44,7 +44,7 @@ from openclaw_launch.run.results import (
     why_ended,
 )
 from openclaw_launch.run.teardown import Teardown
-from openclaw_launch.run.worker_output import ConsoleLine, WorkerStream
+from openclaw_launch.run.worker_output import ConsoleLine, WorkerStream, shown_streams
 from openclaw_launch.run.worker_record import AttemptFiles, Logs, WorkerRecord, attempt_results, close_logs, read_back
 
 if TYPE_CHECKING:  # plan.py pulls in config/yaml; the supervisor only needs the shapes
@@ -147,7 +147,7 @@ class _Supervisor:
 
     def run(self) -> JobResult:
         old_subreaper = self.os.set_child_subreaper(True)
-        self.loop.wakeup_fd = self.os.install_signals((*self.opt.forwarded_signals, signal.SIGCHLD))
+        self.loop.install_signals((*self.opt.forwarded_signals, signal.SIGCHLD))
         self.loop.watch_readers()
         try:
             return self._run_attempts()
@@ -264,8 +264,9 @@ class _Supervisor:
         w = WorkerRecord(rank, attempt, self.os.time(), self.os.monotonic(), readbacks_left=self.opt.readback_attempts)
         w.tail = deque(maxlen=self.opt.stderr_tail_lines)
         self.workers.append(w)
+        shown = shown_streams(rank.rank, rank.local_rank, self.opt.console_ranks, self.opt.console_hidden)
         try:
-            spawned = self.os.spawn(rank.argv, rank.env)
+            spawned = self.os.spawn(rank.argv, rank.env, self.loop.terminal_for(shown))
         except OSError as exc:
             close_logs(logs)
             w.not_started(exc, self.os.time())
@@ -277,13 +278,11 @@ class _Supervisor:
             self.guardian.watch_pgid(w.pid)
         for fd, name in ((spawned.stdout_fd, "stdout"), (spawned.stderr_fd, "stderr")):
             if fd is not None:
-                self._open_stream(w, fd, name, logs[name])
+                self._open_stream(w, fd, name, logs[name], shown[name])
         read_back(w, self.os, self.loop.at, self.opt.readback_delay_s, self._binding_warning)
 
-    def _open_stream(self, w: WorkerRecord, fd: int, name: str, log: BinaryIO | None) -> None:
+    def _open_stream(self, w: WorkerRecord, fd: int, name: str, log: BinaryIO | None, show: bool) -> None:
         r = w.rank
-        show = self.opt.console_ranks is None or r.rank in self.opt.console_ranks
-        show = show and not {(r.local_rank, name), (-1, name)} & self.opt.console_hidden  # --redirects
         prefix = self.opt.prefix_template.format(rank=r.rank, local_rank=r.local_rank, node=r.node, attempt=w.attempt)
         shown = (self.stdout if name == "stdout" else self.stderr) if show else None
         tail = w.tail if name == "stderr" else None

@@ -151,3 +151,12 @@ _LINE_ENDS = re.compile("(\r\n|\n|\r)")
 def _last_redraw(line: str) -> str:
     """A line redrawn with ``\\r`` (a progress bar) as the terminal shows it: its last drawing."""
     return next((part for part in reversed(line.split("\r")) if part), "")
+
+
+def shown_streams(
+    rank: int, local_rank: int, console_ranks: frozenset[int] | None, hidden: frozenset[tuple[int, str]]
+) -> dict[str, bool]:
+    """Which of a rank's streams reach the console: its rank is shown (``--local-ranks-filter``; None
+    = every rank) and the stream is not kept off it (``--redirects``: (local rank or -1 = all, stream))."""
+    shown = console_ranks is None or rank in console_ranks
+    return {name: shown and not {(local_rank, name), (-1, name)} & hidden for name in ("stdout", "stderr")}

@@ -1,0 +1,128 @@
+"""Pseudo-terminals for the workers when the launcher writes to a terminal.
+
+Under torchrun the workers write to the user's terminal itself: ``isatty()`` is true, tqdm and rich
+draw live bars in colour. Here each rank's stream goes through the launcher (rank prefix, log file,
+the stderr tail of the root cause), so the launcher gives the worker's stdout a pty of its own when
+its own stdout is a terminal, and the worker's stderr another when its own stderr is one: two
+streams stay two streams (one pty for both would mix them, as a real terminal does, and lose the
+per-stream logs and the stderr tail); a stream the launcher does not show (``--redirects``,
+``--local-ranks-filter``) or that is not a terminal stays a pipe, as today.
+
+The pty only carries bytes: output processing is off on its worker side (no ``\\n`` -> ``\\r\\n``),
+so the log holds exactly what the worker wrote and the launcher's own terminal does the rest. Its
+window size is the launcher's terminal's at spawn and follows it (SIGWINCH in the launcher resizes
+every rank's pty). It is not the worker's controlling terminal (workers keep their own session,
+for ``killpg``): Ctrl-C reaches the launcher, which stops the job, and no worker is sent SIGWINCH
+by the kernel, as under torchrun, whose workers run in their own session too; a program that wants
+the size reads it (``os.get_terminal_size``), as tqdm and rich do.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import signal
+import struct
+import termios
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TextIO
+
+from openclaw_launch.run import console
+
+RESIZE_SIGNAL = signal.SIGWINCH
+_WINSIZE = "HHHH"  # struct winsize: rows, columns, x pixels, y pixels
+
+
+@dataclass(frozen=True)
+class Terminal:
+    """Which of one worker's streams get a pty, and where the window size comes from."""
+
+    stdout: bool
+    stderr: bool
+    size_fd: int  # the launcher's terminal: its window size is the ptys'
+
+
+@dataclass(frozen=True)
+class LauncherTerminal:
+    """The launcher's console streams that are terminals (their descriptors; None: not one)."""
+
+    stdout_fd: int | None
+    stderr_fd: int | None
+
+    @classmethod
+    def of(cls, stdout: TextIO, stderr: TextIO) -> LauncherTerminal | None:
+        found = cls(_tty_fd(stdout), _tty_fd(stderr))
+        return found if found.stdout_fd is not None or found.stderr_fd is not None else None
+
+    @property
+    def size_fd(self) -> int:
+        """The terminal whose window size the workers' ptys take."""
+        fd = self.stdout_fd if self.stdout_fd is not None else self.stderr_fd
+        assert fd is not None, "LauncherTerminal.of returns None without a terminal"
+        return fd
+
+    def for_worker(self, shown: Mapping[str, bool]) -> Terminal | None:
+        """A pty for each stream shown on a launcher stream that is a terminal; None: pipes only."""
+        stdout = self.stdout_fd is not None and shown["stdout"]
+        stderr = self.stderr_fd is not None and shown["stderr"]
+        return Terminal(stdout, stderr, self.size_fd) if stdout or stderr else None
+
+
+def _tty_fd(stream: TextIO) -> int | None:
+    if isinstance(stream, console.Console):
+        stream = stream.stream
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError, AttributeError):  # io.StringIO, a closed stream
+        return None
+    return fd if os.isatty(fd) else None
+
+
+def window_size(fd: int) -> bytes | None:
+    """The terminal's ``struct winsize``; None when ``fd`` is no terminal (any more)."""
+    try:
+        return fcntl.ioctl(fd, termios.TIOCGWINSZ, bytes(struct.calcsize(_WINSIZE)))
+    except OSError:
+        return None
+
+
+def set_window_size(fd: int, size: bytes) -> None:
+    """Resize a pty (its master side); the worker side sees it at once."""
+    try:
+        fcntl.ioctl(fd, termios.TIOCSWINSZ, size)
+    except OSError as exc:
+        if exc.errno not in (errno.EIO, errno.ENOTTY, errno.EBADF):
+            raise
+
+
+def open_pty(size: bytes | None) -> tuple[int, int]:
+    """A pty pair (master, worker side), both close-on-exec (the worker gets its side as stdout or
+    stderr only), the master non-blocking, output processing off, ``size`` as its window size."""
+    master, worker_side = os.openpty()  # opened with O_NOCTTY: never our controlling terminal
+    try:
+        attrs = termios.tcgetattr(worker_side)
+        attrs[1] &= ~termios.OPOST  # oflag: the bytes as written (ONLCR would make \n into \r\n)
+        termios.tcsetattr(worker_side, termios.TCSANOW, attrs)
+        if size is not None:
+            set_window_size(master, size)
+        os.set_blocking(master, False)
+    except BaseException:
+        os.close(master)
+        os.close(worker_side)
+        raise
+    return master, worker_side
+
+
+def read_master(fd: int, limit: int) -> bytes | None:
+    """Bytes read, ``b""`` at the end (EIO: every writer of the worker side is gone), None when
+    nothing is there now."""
+    try:
+        return os.read(fd, limit)
+    except BlockingIOError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.EIO:
+            return b""
+        raise

@@ -1,0 +1,192 @@
+"""The workers' terminal: when the launcher writes to a terminal each rank writes to a pty of its own
+(run/terminal.py), so it sees a terminal of the launcher's window size as torchrun's workers do;
+redraws reach the terminal with the rank prefix and the log as written; SIGWINCH resizes every
+rank's pty; Ctrl-C reaches the launcher, not the workers; pipes when the launcher's output is not a
+terminal. Real launchers on a real pty (the test holds its master side), under torchrun too."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import select
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKER = str(ROOT / "tests" / "terminal_worker.py")
+TIMEOUT_S = 60  # a safety net for a hung launcher, never a measured time
+LAUNCHERS = {
+    "openclaw": [sys.executable, "-m", "openclaw_launch"],
+    "torchrun": [sys.executable, "-m", "torch.distributed.run"],
+}
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "MASTER_"))}
+    return {**env, "PYTHONPATH": os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])}
+
+
+def _set_size(fd: int, rows: int, columns: int) -> None:
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+
+
+def _take_terminal() -> None:
+    """In the launcher before exec: its stdin (the pty) becomes its controlling terminal, as in a shell."""
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+class OnTerminal:
+    """A launcher started on a pty of ``rows`` x ``columns`` (stdin, stdout and, unless
+    ``stderr_pipe``, stderr): its controlling terminal, the test reading its master side."""
+
+    def __init__(self, args: list[str], rows: int = 24, columns: int = 80, stderr_pipe: bool = False) -> None:
+        self.master, worker_side = os.openpty()
+        _set_size(worker_side, rows, columns)
+        self.output = b""
+        self.proc = subprocess.Popen(
+            args,
+            stdin=worker_side,
+            stdout=worker_side,
+            stderr=subprocess.PIPE if stderr_pipe else worker_side,
+            start_new_session=True,
+            preexec_fn=_take_terminal,
+            env=_env(),
+            cwd=ROOT,
+        )
+        os.close(worker_side)
+
+    def _read(self, timeout_s: float) -> bool:
+        """Read what is there (waiting at most ``timeout_s``); False at the end (EIO: no writer left)."""
+        ready, _, _ = select.select([self.master], [], [], timeout_s)
+        if not ready:
+            return True
+        try:
+            data = os.read(self.master, 65536)
+        except OSError:
+            return False
+        self.output += data
+        return bool(data)
+
+    def wait_for(self, text: bytes, times: int = 1) -> None:
+        """Read until ``text`` was written ``times`` times (the safety net: TIMEOUT_S)."""
+        deadline = time.monotonic() + TIMEOUT_S
+        while self.output.count(text) < times:
+            assert time.monotonic() < deadline and self._read(1.0), f"never came: {text!r}\n{self.text()}"
+
+    def finish(self) -> int:
+        code = self.proc.wait(timeout=TIMEOUT_S)
+        while self._read(1.0):
+            pass
+        os.close(self.master)
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
+        return code
+
+    def text(self) -> str:
+        return self.output.decode(errors="replace")
+
+
+def _probes(out: Path) -> dict[int, dict[str, object]]:
+    return {int(p.stem.split("-")[1]): json.loads(p.read_text()) for p in sorted(out.glob("rank-*.json"))}
+
+
+def test_workers_see_the_launchers_terminal_and_its_size_as_under_torchrun(tmp_path: Path) -> None:
+    seen = {}
+    for which, launcher in LAUNCHERS.items():
+        out = tmp_path / which
+        out.mkdir()
+        term = OnTerminal([*launcher, "--nproc-per-node", "2", WORKER, "probe", str(out)], rows=33, columns=101)
+        assert term.finish() == 0, term.text()
+        seen[which] = _probes(out)
+    both = {"stdout_isatty": True, "stderr_isatty": True, "stdout_size": [101, 33], "stderr_size": [101, 33]}
+    assert seen["openclaw"] == seen["torchrun"] == {0: both, 1: both}
+
+
+def test_with_the_launchers_output_a_pipe_the_workers_see_pipes_as_under_torchrun(tmp_path: Path) -> None:
+    seen = {}
+    for which, launcher in LAUNCHERS.items():
+        out = tmp_path / which
+        out.mkdir()
+        done = subprocess.run(
+            [*launcher, "--nproc-per-node", "2", WORKER, "probe", str(out)],
+            capture_output=True,
+            env=_env(),
+            cwd=ROOT,
+            timeout=TIMEOUT_S,
+        )
+        assert done.returncode == 0, done.stderr
+        seen[which] = _probes(out)
+    pipes = {"stdout_isatty": False, "stderr_isatty": False, "stdout_size": None, "stderr_size": None}
+    assert seen["openclaw"] == seen["torchrun"] == {0: pipes, 1: pipes}
+
+
+def test_each_stream_gets_a_pty_only_where_the_launchers_is_a_terminal(tmp_path: Path) -> None:
+    """The launcher's stdout a terminal, its stderr a pipe: the worker's stdout a tty, its stderr a pipe."""
+    seen = {}
+    for which, launcher in LAUNCHERS.items():
+        out = tmp_path / which
+        out.mkdir()
+        term = OnTerminal([*launcher, "--nproc-per-node", "1", WORKER, "probe", str(out)], stderr_pipe=True)
+        assert term.finish() == 0, term.text()
+        seen[which] = _probes(out)
+    mixed = {"stdout_isatty": True, "stderr_isatty": False, "stdout_size": [80, 24], "stderr_size": None}
+    assert seen["openclaw"] == seen["torchrun"] == {0: mixed}
+
+
+def test_a_stream_kept_off_the_console_is_a_pipe(tmp_path: Path) -> None:
+    """``--redirects 2``: the rank's stderr goes to its log only, so it is no terminal (torchrun's
+    goes to a file)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    args = ["--nproc-per-node", "1", "--log-dir", str(tmp_path / "logs"), "--redirects", "2"]
+    term = OnTerminal([*LAUNCHERS["openclaw"], *args, WORKER, "probe", str(out)])
+    assert term.finish() == 0, term.text()
+    mixed = {"stdout_isatty": True, "stderr_isatty": False, "stdout_size": [80, 24], "stderr_size": None}
+    assert _probes(out) == {0: mixed}
+
+
+def test_a_redrawn_bar_reaches_the_terminal_as_redraws_with_the_prefix_and_the_log_as_written(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    term = OnTerminal([*LAUNCHERS["openclaw"], "--nproc-per-node", "1", "--log-dir", str(logs), WORKER, "bar", "3"])
+    assert term.finish() == 0, term.text()
+    drawn = [f"step {i}/3 \x1b[32m{'#' * i}\x1b[0m" for i in range(4)]
+    # each redraw goes back to the line's start and draws the prefix again; colours untouched
+    assert "\r".join(f"[rank 0] {d}" for d in drawn) + "\r\n" in term.text()
+    (log,) = logs.glob("*/attempt-0/rank-0/stderr.log")
+    assert log.read_bytes() == ("".join(f"\r{d}" for d in drawn) + "\n").encode()  # no \r\n: bytes as written
+
+
+@pytest.mark.parametrize("which", LAUNCHERS)
+def test_a_resized_terminal_resizes_every_ranks_terminal(tmp_path: Path, which: str) -> None:
+    term = OnTerminal([*LAUNCHERS[which], "--nproc-per-node", "2", WORKER, "resize", str(tmp_path)])
+    prefixes = ["[rank 0] ", "[rank 1] "] if which == "openclaw" else [""]  # torchrun's workers: no prefix
+    for prefix in prefixes:
+        term.wait_for(f"{prefix}size 80x24".encode(), times=2 // len(prefixes))
+    _set_size(term.master, 30, 100)  # the kernel sends SIGWINCH to the launcher (the terminal's foreground)
+    for prefix in prefixes:
+        term.wait_for(f"{prefix}size 100x30".encode(), times=2 // len(prefixes))
+    (tmp_path / "stop").write_text("")
+    assert term.finish() == 0, term.text()
+
+
+@pytest.mark.parametrize("which", LAUNCHERS)
+def test_ctrl_c_on_the_terminal_reaches_the_launcher_which_stops_the_workers(tmp_path: Path, which: str) -> None:
+    """The workers are in their own session: the terminal's SIGINT goes to the launcher alone, and
+    the workers hear of it from the launcher (the sender's pid), as under torchrun."""
+    term = OnTerminal([*LAUNCHERS[which], "--nproc-per-node", "2", WORKER, "interrupt", str(tmp_path)])
+    term.wait_for(b"waiting", times=2)
+    os.write(term.master, b"\x03")  # Ctrl-C: the line discipline sends SIGINT to the foreground group
+    code = term.finish()
+    for rank in (0, 1):
+        got = json.loads((tmp_path / f"signal-{rank}.json").read_text())
+        assert got["pid"] == term.proc.pid and got["signo"] in (signal.SIGINT, signal.SIGTERM), got
+    if which == "openclaw":
+        assert code == 128 + signal.SIGINT, term.text()
