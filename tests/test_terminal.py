@@ -10,6 +10,7 @@ import fcntl
 import json
 import os
 import select
+import shutil
 import signal
 import struct
 import subprocess
@@ -190,3 +191,15 @@ def test_ctrl_c_on_the_terminal_reaches_the_launcher_which_stops_the_workers(tmp
         assert got["pid"] == term.proc.pid and got["signo"] in (signal.SIGINT, signal.SIGTERM), got
     if which == "openclaw":
         assert code == 128 + signal.SIGINT, term.text()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare(1)")
+def test_without_ptys_to_be_had_the_workers_get_pipes_and_run(tmp_path: Path) -> None:
+    """No pty for the workers (/dev/ptmx unusable in the launcher's mount namespace): pipes, not a failure."""
+    out = tmp_path / "out"
+    out.mkdir()
+    launch = " ".join([*LAUNCHERS["openclaw"], "--nproc-per-node", "1", WORKER, "probe", str(out)])
+    term = OnTerminal(["unshare", "--mount", "sh", "-c", f"mount --bind /dev/null /dev/ptmx && exec {launch}"])
+    assert term.finish() == 0, term.text()
+    pipes = {"stdout_isatty": False, "stderr_isatty": False, "stdout_size": None, "stderr_size": None}
+    assert _probes(out) == {0: pipes}

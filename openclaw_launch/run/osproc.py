@@ -221,12 +221,15 @@ class RealOs:
 
     def spawn(self, argv: Sequence[str], env: Mapping[str, str], tty: Terminal | None = None) -> Spawned:
         """Start argv in its own session with ``env`` on top of this process's environment; its
-        stdout and stderr are pipes, or ptys where ``tty`` says so."""
+        stdout and stderr are pipes, or ptys where ``tty`` says so (a pipe where no pty can be had)."""
         size = terminal.window_size(tty.size_fd) if tty is not None else None
         ends: list[tuple[int, int]] = []  # (ours, the worker's) for stdout, stderr
+        ptys: list[int] = []
         try:
-            for pty in (tty is not None and tty.stdout, tty is not None and tty.stderr):
-                ends.append(terminal.open_pty(size) if pty else os.pipe())
+            for wanted in (tty is not None and tty.stdout, tty is not None and tty.stderr):
+                pair = terminal.open_pty(size) if wanted else None
+                ptys += [pair[0]] if pair is not None else []
+                ends.append(pair or os.pipe())
             proc = subprocess.Popen(
                 list(argv),
                 env={**os.environ, **env},
@@ -246,8 +249,7 @@ class RealOs:
         (out_r, _), (err_r, _) = ends
         os.set_blocking(out_r, False)
         os.set_blocking(err_r, False)
-        if tty is not None:
-            self._ptys.update(fd for fd, pty in ((out_r, tty.stdout), (err_r, tty.stderr)) if pty)
+        self._ptys.update(ptys)
         self._popens[proc.pid] = proc
         return Spawned(proc.pid, out_r, err_r)
 

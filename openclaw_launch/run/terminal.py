@@ -97,10 +97,14 @@ def set_window_size(fd: int, size: bytes) -> None:
             raise
 
 
-def open_pty(size: bytes | None) -> tuple[int, int]:
+def open_pty(size: bytes | None) -> tuple[int, int] | None:
     """A pty pair (master, worker side), both close-on-exec (the worker gets its side as stdout or
-    stderr only), the master non-blocking, output processing off, ``size`` as its window size."""
-    master, worker_side = os.openpty()  # opened with O_NOCTTY: never our controlling terminal
+    stderr only), the master non-blocking, output processing off, ``size`` as its window size.
+    None where none can be had (no devpts in a container, the pty limit): the stream is a pipe."""
+    try:
+        master, worker_side = os.openpty()  # opened with O_NOCTTY: never our controlling terminal
+    except OSError:
+        return None
     try:
         attrs = termios.tcgetattr(worker_side)
         attrs[1] &= ~termios.OPOST  # oflag: the bytes as written (ONLCR would make \n into \r\n)
