@@ -176,7 +176,12 @@ def node_report(node: str = "n0", rank_ids: tuple[int, ...] = (0, 1), **changes:
         "console_dropped_lines": 0,
         "guardian_lost": None,
         "statistics": RunStatistics(
-            threshold_pct=5.0, wait_source="cpu-phases", sync_bound_share=None, gpu_error=None, bad_datagrams=0
+            threshold_pct=5.0,
+            wait_source="cpu-phases",
+            sync_bound_share=None,
+            gpu_error=None,
+            stats_file_error=None,
+            bad_datagrams=0,
         ),
         "stragglers": (),
         "hang": None,

@@ -25,7 +25,7 @@ LAUNCHER = [sys.executable, "-m", "openclaw_launch"]
 
 
 def _launch(args: list[str], timeout_s: float = 120, **kw: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*LAUNCHER, *args], capture_output=True, text=True, timeout=timeout_s, **kw)  # type: ignore[call-overload,no-any-return]
+    return subprocess.run([*LAUNCHER, *args], capture_output=True, text=True, timeout=timeout_s, **kw)  # type: ignore[call-overload]
 
 
 def _clean(p: subprocess.CompletedProcess[str]) -> None:
@@ -336,3 +336,54 @@ def test_expect_with_another_message_size_warns_and_is_not_used(tmp_path: Path) 
     assert data["preflight"]["exit_code"] == 0  # type: ignore[index]
     saved = json.loads((tmp_path / "new.json").read_text())
     assert saved["tiers"]["node"]["size_bytes"] == 4 << 20 and saved["tiers"]["node"]["ranks"] == 2
+
+
+# ---- 3. --stats-file write errors: on the console once, in the report -----------------------------
+
+STEPPING_WORKER = """
+import time
+from openclaw_launch import telemetry
+for _ in range(30):
+    time.sleep(0.05)
+    telemetry.step()
+"""
+
+
+def _stats_file_job(tmp_path: Path, stats_file: str, wrap: list[str] | None = None) -> subprocess.CompletedProcess[str]:
+    script, report = tmp_path / "steps.py", tmp_path / "r.json"
+    script.write_text(STEPPING_WORKER)
+    args = ["--nproc-per-node", "2", "--stats-interval-s", "0.2", "--stats-file", stats_file, "--report", str(report)]
+    cmd = [*(wrap or []), *LAUNCHER, *args, str(script)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+def _assert_stats_file_error(tmp_path: Path, p: subprocess.CompletedProcess[str], path: str) -> None:
+    assert p.returncode == 0, p.stderr
+    _clean(p)
+    warnings = [line for line in p.stderr.splitlines() if "warning" in line and "--stats-file" in line]
+    assert len(warnings) == 1, p.stderr  # once, however many lines failed
+    assert path in warnings[0] and "No space left on device" in warnings[0]
+    data = _report_complete(tmp_path / "r.json", 0)
+    error = data["statistics"]["stats_file_error"]  # type: ignore[index]
+    assert path in error and "No space left on device" in error
+    assert "stats file: --stats-file" in p.stderr  # the summary says it too
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_stats_file_on_a_full_device(tmp_path: Path) -> None:
+    _assert_stats_file_error(tmp_path, _stats_file_job(tmp_path, "/dev/full"), "/dev/full")
+
+
+@needs_unshare
+def test_stats_file_on_a_full_tmpfs(tmp_path: Path) -> None:
+    """A 4 KiB tmpfs, filled, mounted in a private mount namespace (gone with the launcher)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    stats = disk / "stats.jsonl"
+    fill = f"head -c 65536 /dev/zero > {disk}/fill 2>/dev/null"  # fails once the 4 KiB are used: full
+    mount = f'mount -t tmpfs -o size=4k tmpfs {disk} && {{ {fill}; exec "$@"; }}'
+    p = _stats_file_job(
+        tmp_path, str(stats), ["unshare", "--mount", "--propagation", "private", "sh", "-c", mount, "sh"]
+    )
+    _assert_stats_file_error(tmp_path, p, str(stats))
+    assert not stats.exists()  # it was on the private tmpfs

@@ -71,6 +71,7 @@ def merge_reports(
             threshold,
             sync_bound(summaries),
             next((s.gpu_error for s in node_stats if s.gpu_error), None),
+            next((s.stats_file_error for s in node_stats if s.stats_file_error), None),
             sum(s.bad_datagrams for s in node_stats),
         )
     history = _attempts(reports, fate_nodes)

@@ -133,6 +133,7 @@ def run_statistics(
     threshold_pct: float | None,
     sync_bound_share: float | None,
     gpu_error: str | None,
+    stats_file_error: str | None,
     bad_datagrams: int,
 ) -> RunStatistics:
     return RunStatistics(
@@ -140,6 +141,7 @@ def run_statistics(
         wait_source=wait_source(summaries),
         sync_bound_share=sync_bound_share,
         gpu_error=gpu_error,
+        stats_file_error=stats_file_error,
         bad_datagrams=bad_datagrams,
     )
 
@@ -207,6 +209,7 @@ def build_report(
             stats.get("threshold_pct"),
             stats.get("sync_bound_share"),
             stats.get("gpu_error"),
+            stats.get("stats_file_error"),
             stats.get("bad_datagrams", 0),
         ),
         stragglers=tuple(straggler_entry(s) for s in stats.get("stragglers", ())),

@@ -101,4 +101,6 @@ def _verdict_lines(report: Report) -> list[str]:
         )
     if stats.gpu_error:
         lines.append(f"gpu: {stats.gpu_error}")
+    if stats.stats_file_error:
+        lines.append(f"stats file: {stats.stats_file_error}")
     return lines

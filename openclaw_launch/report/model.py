@@ -36,6 +36,13 @@ class RunStatistics:
         )
     )
     gpu_error: str | None = field(metadata=doc("why GPU sampling stopped or never started"))
+    stats_file_error: str | None = field(
+        metadata=doc(
+            "the first error writing `--stats-file` (a full disk; the console said it once, the job went on, "
+            "later lines may be lost); null: none",
+            legacy=None,
+        )
+    )
     bad_datagrams: int = field(metadata=doc("messages from workers that could not be read", legacy=0))
 
 

@@ -8,7 +8,8 @@ Messages, one JSON object per line:
 - launcher -> helper: ``publish`` (the endpoint's snapshot), ``append`` (a stats-file line),
   ``finish`` (stop sampling, write what is queued, answer ``done``, exit).
 - helper -> launcher: ``gpus`` after every round of samples (the latest sample and the running
-  summary per GPU), ``gpu_error`` (NVML did not start), ``done`` (the final summaries and errors).
+  summary per GPU), ``gpu_error`` (NVML did not start), ``stats_file_error`` (the first line that
+  could not be written: a full disk), ``done`` (the final summaries and errors).
 """
 
 from __future__ import annotations
@@ -27,11 +28,12 @@ FINISH_TIMEOUT_S = 12.0  # the sampler's and the file writer's own bounds (5 s e
 
 class StatsHelper:
     """The launcher's side: non-blocking sends, ``drain`` from the supervisor's event loop.
-    ``on_gpu_error`` is told when NVML did not start in the helper."""
+    ``on_warning`` is told, once each, when NVML did not start in the helper and when the stats
+    file could not be written."""
 
-    def __init__(self, helper: Helper, on_gpu_error: Callable[[str], None]) -> None:
+    def __init__(self, helper: Helper, on_warning: Callable[[str], None]) -> None:
         self._helper = helper
-        self._on_gpu_error = on_gpu_error
+        self._on_warning = on_warning
         self.latest: dict[str, Sample] = {}  # the last sample per GPU
         self.summaries: dict[str, dict[str, object]] = {}  # the running summary per GPU
         self.gpu_error: str | None = None  # why GPU sampling is off or stopped
@@ -46,7 +48,7 @@ class StatsHelper:
         gpu_source: Callable[[list[str]], SampleSource] | None,
         metrics_socket: socket.socket | None,
         stats_file: str | None,
-        on_gpu_error: Callable[[str], None],
+        on_warning: Callable[[str], None],
     ) -> StatsHelper:
         """Fork the helper (the launcher closes its copy of ``metrics_socket``)."""
 
@@ -57,7 +59,7 @@ class StatsHelper:
         helper = Helper.fork("openclaw-stats", main, keep_fds=keep)
         if metrics_socket is not None:
             metrics_socket.close()
-        return cls(helper, on_gpu_error)
+        return cls(helper, on_warning)
 
     @property
     def pid(self) -> int:
@@ -102,10 +104,13 @@ class StatsHelper:
             self.summaries = message["summaries"]
         if op == "gpu_error":
             self.gpu_error = message["text"]
-            self._on_gpu_error(message["text"])
+            self._on_warning(message["text"])
+        if op == "stats_file_error" and self.stats_file_error is None:
+            self.stats_file_error = message["text"]
+            self._on_warning(f"{message['text']}; the job goes on, later lines may be lost (in the report)")
         if op == "done":
             self.gpu_error = self.gpu_error or message["gpu_error"]
-            self.stats_file_error = message["stats_file_error"]
+            self.stats_file_error = self.stats_file_error or message["stats_file_error"]
             self.stats_file_dropped += message["stats_file_dropped"]
 
 
@@ -121,7 +126,11 @@ def _serve(
     from openclaw_launch.stats.metrics import MetricsServer, StatsFile
 
     server = MetricsServer(metrics_socket) if metrics_socket is not None else None
-    writer = StatsFile(stats_file) if stats_file else None
+
+    def file_error(text: str) -> None:  # from the writer's thread (the link's sends are serialised)
+        link.send({"op": "stats_file_error", "text": text})
+
+    writer = StatsFile(stats_file, file_error) if stats_file else None
     sampler = _start_sampler(link, uuids, gpu_source)
     finish = False
     while not finish and not link.closed:

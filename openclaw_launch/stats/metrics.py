@@ -15,7 +15,7 @@ import queue
 import socket
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from openclaw_launch.errors import LaunchError
@@ -154,10 +154,11 @@ class StatsFile:
     """``--stats-file``: one JSON line per interval, appended by a writer thread of the helper (a
     slow or full disk drops lines, counted in ``dropped``, instead of delaying the helper's link)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, on_error: Callable[[str], None] = lambda text: None) -> None:
         self.path = path
         self.dropped = 0
         self.error: str | None = None
+        self._on_error = on_error  # told of the first error (the launcher's console and report)
         self._queue: queue.Queue[str | None] = queue.Queue(maxsize=64)
         self._thread = threading.Thread(target=self._run, name="openclaw-stats-file", daemon=True)
         self._thread.start()
@@ -174,7 +175,9 @@ class StatsFile:
                 with open(self.path, "a", encoding="utf-8") as f:
                     f.write(line)
             except OSError as exc:
-                self.error = self.error or f"cannot append to {self.path}: {exc}"
+                if self.error is None:
+                    self.error = f"--stats-file {self.path}: cannot append: {exc.strerror or exc}"
+                    self._on_error(self.error)
 
     def close(self, timeout_s: float = 5.0) -> None:
         try:

@@ -171,6 +171,7 @@ class StatsSession(Participant):
             "sync_bound_share": bound,
             "gpus": gpus,
             "gpu_error": self.gpu_error,
+            "stats_file_error": self.helper.stats_file_error if self.helper is not None else None,
             "threshold_pct": self.threshold_pct,
             "bad_datagrams": self.collector.bad_datagrams,
         }
