@@ -1,10 +1,7 @@
 """The worker-side recorder: per-step exclusive phase times, batched, sent without ever blocking.
 
 One per process, created on first use from the environment the launcher set. Phases nest: time
-belongs to the innermost active phase, so the phases of a step add up to at most the step. The time
-from a step boundary to the step's first phase that is not input (``wire.HOST``: batches sliced in
-the loop, host-to-device copies, logging) is a phase of its own; the DataLoader's time inside it
-stays ``input``. ``on_step`` (the torch hooks) arms a one-shot module forward pre-hook that ends it.
+belongs to the innermost active phase, so the phases of a step add up to at most the step.
 Calls from threads other than the one that created the recorder are ignored (the phase stack is
 the main loop's; DataLoader and autograd threads do not call these hooks).
 
@@ -61,8 +58,6 @@ class Recorder:
         """A step boundary. The first explicit ``telemetry.step()`` wins over the optimizer hook."""
         if threading.get_ident() != self._thread:
             return
-        self._host_since: float | None = None  # the step's before-first-work time is running since
-        self.on_step: Callable[[], None] | None = None  # called at each boundary (arms the forward hook)
         if source == "optimizer" and self.step_source == "api":
             return
         self.step_source = source
@@ -90,8 +85,6 @@ class Recorder:
         if threading.get_ident() != self._thread:
             return False
         now = self._clock()
-        elif self._host_since is not None:  # no work phase in the whole step: all of it was host
-            self._add_host(now)
         if self._stack:
             top = self._stack[-1]
             self._add(str(top[0]), now - float(top[1]))  # type: ignore[arg-type]
@@ -101,9 +94,6 @@ class Recorder:
         self._stack.append([name, now, now])
         return True
 
-        self._host_since = None if self._stack else now  # a phase across the boundary is the step's work
-        if self.on_step is not None:
-            self.on_step()
     def leave(self) -> None:
         if not self._stack:
             return
@@ -119,10 +109,6 @@ class Recorder:
         if self._last_step is not None:  # before the first boundary there is no step to charge
             self._phases[name] = self._phases.get(name, 0.0) + seconds
 
-        elif self._host_since is not None:
-            self._add_host(now)
-        if name != wire.INPUT:  # the step's first work (or wait): its host time is over
-            self._host_since = None
     # ---- progress (hang detection) ------------------------------------------------------------
 
     def progress(self) -> wire.Progress:
@@ -139,20 +125,6 @@ class Recorder:
             rank=self._batch.rank,
             steps=self._boundaries,
             step_age_s=None if last is None else now - last,
-            if self._host_since is not None:  # back from the DataLoader, still before the first work
-                self._host_since = now
-
-    def work_started(self) -> None:
-        """The step's first module forward (the torch hooks' one-shot pre-hook): host time ends."""
-        if self._host_since is None or self._stack or threading.get_ident() != self._thread:
-            return
-        self._add_host(self._clock())
-        self._host_since = None
-
-    def _add_host(self, now: float) -> None:
-        if self._host_since is not None and now > self._host_since:
-            self._add(wire.HOST, now - self._host_since)
-        self._host_since = now
             phase=phase,
             phase_age_s=now - entered,
             collective=self.last_collective,
