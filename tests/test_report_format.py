@@ -52,7 +52,7 @@ def test_a_full_report_round_trips_through_the_file(tmp_path: Path) -> None:
     assert list(data) == [f.name for f in dataclasses.fields(NodeReport)]
     text = format_report(report)
     assert "hang: no step for 3.0 s; stuck: rank 1 in compute (exit code 124)" in text
-    assert "straggler: rank 1 on node n0: its input stage +10.0 ms/step" in text
+    assert "straggler: rank 1 on node n0: its input/host stage (the DataLoader) +10.0 ms/step" in text
 
 
 @pytest.mark.parametrize(

@@ -58,7 +58,7 @@ def test_input_straggler_is_named_with_its_phase() -> None:
     assert (s.rank, s.phase, s.section, s.node) == (2, "input", "input", "a")
     assert s.excess_s == pytest.approx(0.01, rel=0.05) and s.excess_pct == pytest.approx(10, rel=0.05)
     assert s.peers_wait_s == pytest.approx(0.01, rel=0.05)
-    assert "input stage +10.0 ms/step" in format_verdict(straggler_entry(s), 0.1)
+    assert "input/host stage (the DataLoader) +10.0 ms/step" in format_verdict(straggler_entry(s), 0.1)
 
 
 def test_compute_straggler_is_named_with_its_phase() -> None:

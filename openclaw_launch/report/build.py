@@ -33,8 +33,8 @@ from openclaw_launch.report.rank import GpuStats, RankEntry, RankOutcome, Sectio
 from openclaw_launch.run.results import JobResult, WorkerResult, signal_name
 from openclaw_launch.safe_read import InputFileError, read_input
 from openclaw_launch.stats.collect import RankSummary
+from openclaw_launch.stats.phases import split as phase_split
 from openclaw_launch.stats.verdict import Straggler, wait_source, waited_for_others
-from openclaw_launch.telemetry.wire import INPUT
 from openclaw_launch.topology.cpulist import format_cpulist
 
 if TYPE_CHECKING:
@@ -71,9 +71,11 @@ def _wall_s(w: WorkerResult) -> float | None:
 
 
 def statistics_entry(summary: RankSummary, waited_s: float) -> StepStatistics:
-    """One rank's step statistics (per step, seconds; shares of the mean step)."""
-    input_share = summary.phases[INPUT].share if INPUT in summary.phases else 0.0
-    wait_share = waited_s / summary.step_mean_s if summary.step_mean_s else 0.0
+    """One rank's step statistics (per step, seconds; shares of the mean step, as stats/phases.py
+    splits it)."""
+    input_share, _, wait_share = phase_split(
+        summary.step_mean_s, {name: p.mean_s for name, p in summary.phases.items()}, waited_s
+    ).shares()
     return StepStatistics(
         steps=summary.steps,
         measured_steps=summary.measured_steps,

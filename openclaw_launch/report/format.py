@@ -7,12 +7,20 @@ import statistics
 from openclaw_launch.report.model import JobReport, NodeReport, Report, StragglerEntry
 from openclaw_launch.report.rank import StepStatistics
 from openclaw_launch.stats.collect import OTHER
-from openclaw_launch.telemetry.wire import INPUT
+from openclaw_launch.stats.phases import StepSplit, split
+from openclaw_launch.telemetry.wire import HOST, INPUT
 
 _SECTION_WORDS = {
     OTHER: "outside the hooked phases: the loop's own code",
     "gpu": "its GPU work: not in its input stage",
+    INPUT: "the DataLoader",
+    HOST: "before the forward: batches, copies, logging in the loop",
 }
+
+
+def step_split(stats: StepStatistics) -> StepSplit:
+    """A rank's mean step as input / work / wait, as the table, the plot and the verdict count it."""
+    return split(stats.step_time_s.mean, {name: sec.mean for name, sec in stats.sections.items()}, stats.wait_s)
 
 
 def format_report(report: NodeReport | JobReport) -> str:
@@ -43,7 +51,8 @@ def format_report(report: NodeReport | JobReport) -> str:
 
 
 def format_verdict(s: StragglerEntry, median_step_s: float) -> str:
-    where = "its input stage" if s.phase == INPUT else f"compute ({_SECTION_WORDS.get(s.section, s.section)})"
+    words = _SECTION_WORDS.get(s.section, s.section)
+    where = f"its input/host stage ({words})" if s.phase == INPUT else f"compute ({words})"
     text = (
         f"straggler: rank {s.rank} on node {s.node}: {where} +{1000 * s.excess_s:.1f} ms/step "
         f"(+{s.excess_pct:.0f} % of the {1000 * median_step_s:.1f} ms step) over the median rank"
@@ -60,10 +69,10 @@ def _step_columns(stats: StepStatistics | None) -> str:
         steps = stats.steps if stats is not None else "-"
         return f"{steps:>6} {'-':>7} {'-':>7} {'-':>6} {'-':>6} {'-':>6}"
     step = stats.step_time_s
-    work_share = max(1.0 - stats.input_wait_share - stats.wait_share, 0.0)
+    input_share, work_share, wait_share = step_split(stats).shares()
     return (
         f"{stats.steps:>6} {1000 * step.p50:>7.1f} {1000 * step.p90:>7.1f} "
-        f"{100 * stats.input_wait_share:>5.0f}% {100 * work_share:>5.0f}% {100 * stats.wait_share:>5.0f}%"
+        f"{100 * input_share:>5.0f}% {100 * work_share:>5.0f}% {100 * wait_share:>5.0f}%"
     )
 
 

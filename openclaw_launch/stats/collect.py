@@ -3,18 +3,33 @@
 The first ``WARMUP_STEPS`` steps of each rank are counted but left out of the distributions
 (compilation, allocator and autotuning make them unrepresentative). ``window()`` gives the same
 summary over the steps since its previous call, for the live one-line report.
+
+For the verdict, each rank's steps are also cut into windows of ``WINDOW_STEPS`` by step number
+(step n of every rank is the same training step, so window k is the same stretch of time on every
+rank) and each window keeps the median of every phase, of the step (``STEP``), of the time not in
+wait phases (``OWN``) and of the input/host stage (``INPUT_STAGE``): medians resist the stalls a
+shared machine adds to single steps, and comparing ranks window by window cancels what every rank
+suffered at once. The last ``MAX_WINDOWS`` windows are kept.
 """
 
 from __future__ import annotations
 
 import copy
+import statistics
+from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from openclaw_launch.stats.histogram import LogHistogram
+from openclaw_launch.stats.phases import INPUT_PHASES
 from openclaw_launch.telemetry import wire
 
 WARMUP_STEPS = 3
 OTHER = "other"  # step time no phase claimed
+WINDOW_STEPS = 5
+MAX_WINDOWS = 1024
+# Keys of a window besides the phase names (which never start with "@").
+STEP, OWN, INPUT_STAGE = "@step", "@own", "@input"
 
 
 @dataclass(frozen=True)
@@ -41,6 +56,8 @@ class RankSummary:
     gpu_late_s: float | None  # the longest collective per step (how long this rank waited for the last)
     step_source: str
     dropped_batches: int
+    # (window number, {phase or STEP/OWN/INPUT_STAGE: median seconds per step}), oldest first
+    windows: tuple[tuple[int, Mapping[str, float]], ...] = ()
 
     def phase_mean(self, name: str) -> float:
         phase = self.phases.get(name)
@@ -64,6 +81,9 @@ class _RankStats:
     gpu_steps: int = 0  # steps the flight recorder's numbers cover
     step_source: str = "none"
     dropped_batches: int = 0
+    windows: deque[tuple[int, dict[str, float]]] = field(default_factory=lambda: deque(maxlen=MAX_WINDOWS))
+    _open: list[dict[str, float]] = field(default_factory=list)  # the current window's steps
+    _open_index: int = -1
 
     def add(self, batch: wire.Batch) -> None:
         self.step_source = batch.step_source
@@ -81,11 +101,28 @@ class _RankStats:
                 value = phases.get(name, 0.0)
                 claimed += value
                 self._phase(name).add(value)
-            self._phase(OTHER).add(max(step_s - claimed, 0.0))
+            other = max(step_s - claimed, 0.0)
+            self._phase(OTHER).add(other)
+            self._window_step(step_s, {**phases, OTHER: other}, batch.sync_phases)
         if batch.gpu_steps:
             self.gpu_steps += batch.gpu_steps
             self.gpu_sync_total_s += batch.gpu_sync_s
             self.gpu_late_total_s += batch.gpu_late_s
+
+    def _window_step(self, step_s: float, phases: dict[str, float], sync_phases: tuple[str, ...]) -> None:
+        index = (self.steps - WARMUP_STEPS - 1) // WINDOW_STEPS
+        if index != self._open_index:
+            self._close_window()
+            self._open_index = index
+        waiting = sum(phases.get(p, 0.0) for p in sync_phases)
+        input_stage = sum(phases.get(p, 0.0) for p in INPUT_PHASES)
+        self._open.append({**phases, STEP: step_s, OWN: step_s - waiting, INPUT_STAGE: input_stage})
+
+    def _close_window(self) -> None:
+        if not self._open:
+            return
+        self.windows.append((self._open_index, _medians(self._open)))
+        self._open = []
 
     def _phase(self, name: str) -> LogHistogram:
         hist = self.phases.get(name)
@@ -121,7 +158,19 @@ class _RankStats:
             gpu_late_s=self.gpu_late_total_s / self.gpu_steps if self.gpu_steps else None,
             step_source=self.step_source,
             dropped_batches=self.dropped_batches,
+            windows=(*self.windows, *self._full_open_window()),
         )
+
+    def _full_open_window(self) -> list[tuple[int, dict[str, float]]]:
+        """The window in progress, once it has all its steps (the next step has not come yet)."""
+        if len(self._open) < WINDOW_STEPS:
+            return []
+        return [(self._open_index, _medians(self._open))]
+
+
+def _medians(steps: list[dict[str, float]]) -> dict[str, float]:
+    """Per key, the median over the steps (a phase a step did not have counts 0 there)."""
+    return {k: statistics.median(s.get(k, 0.0) for s in steps) for k in sorted(set().union(*steps))}
 
 
 class Collector:

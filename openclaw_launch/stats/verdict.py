@@ -16,20 +16,22 @@ sections, blocking collectives, and ``backward`` under DDP, where gradients are 
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from openclaw_launch.config.defaults import STRAGGLER_THRESHOLD_PCT
-from openclaw_launch.stats.collect import OTHER, RankSummary
+from openclaw_launch.stats import phases
+from openclaw_launch.stats.collect import INPUT_STAGE, OWN, STEP, RankSummary
+from openclaw_launch.stats.phases import INPUT_PHASES
 from openclaw_launch.telemetry import wire
 
 MIN_STEPS = 5  # measured steps a rank needs before it is judged
+MIN_WINDOWS = 3  # windows all ranks have before their spread is trusted (else: the means)
+Z_SIGNIFICANT = 3.0  # an excess is real when this many standard errors above zero ...
+Z_THRESHOLD = 2.0  # ... and no more than this many below the threshold
 HIGH_SYNC_SHARE = 0.3  # every rank waiting this much of its step: the fabric, not one rank
-
-# Measured on the CPU, where GPU work is only launched: trusted for the phase when the wait
-# comes from the flight recorder.
-_CPU_TRUE_PHASES = (wire.INPUT,)
 # Phases that are nothing but waiting for peers and moving data (backward under DDP also computes).
 _PURE_WAIT = (wire.SYNC, wire.COLLECTIVE)
 
@@ -99,44 +101,52 @@ def find_stragglers(
     use_gpu = source == "nccl-flight-recorder"
     waited = waited_for_others(judged)
     busy = {r.rank: r.step_mean_s - waited[r.rank] for r in judged}
-    median_step = statistics.median(r.step_mean_s for r in judged)
+    median_step = statistics.median(_typical(r, STEP, r.step_mean_s) for r in judged)
     if median_step <= 0:
         return []
-    slow = max(judged, key=lambda r: busy[r.rank])
-    others = [r for r in judged if r is not slow]
-    peers_busy = statistics.median(busy[r.rank] for r in others)
-    busy_excess = busy[slow.rank] - peers_busy
-    if 100 * busy_excess / median_step < threshold_pct:
+    floor_s = threshold_pct / 100 * median_step
+
+    def own_excess(r: RankSummary) -> Excess:
+        if use_gpu:  # the flight recorder's wait is per run, not per window
+            return Excess(busy[r.rank] - statistics.median(busy[o.rank] for o in judged if o is not r), 0.0)
+        return excess(r, [o for o in judged if o is not r], OWN)
+
+    slow = max(judged, key=lambda r: own_excess(r).estimate_s)
+    busy_excess = own_excess(slow)
+    if not busy_excess.named(floor_s):
+        if source == "cpu-phases":
+            return []  # the wait signal says nobody holds the others back
         # No wait signal tells the ranks apart (GPU ranks without the flight recorder: the CPU
         # does not wait in NCCL). Waiting for input is measured on the CPU and comes before the
         # step's work, so a rank that waits longer for its data than the others still holds them back.
-        slow = max(judged, key=lambda r: r.phase_mean(wire.INPUT) - _peers_input(r, judged))
-        others = [r for r in judged if r is not slow]
-        input_excess = slow.phase_mean(wire.INPUT) - _peers_input(slow, judged)
-        if 100 * input_excess / median_step < threshold_pct:
+        slow = max(judged, key=lambda r: _input_excess(r, judged).estimate_s)
+        busy_excess = _input_excess(slow, judged)
+        if not busy_excess.named(floor_s):
             return []
-        peers_busy = statistics.median(busy[r.rank] for r in others)
-        busy_excess = input_excess
+    others = [r for r in judged if r is not slow]
     sync = set().union(*(r.sync_phases for r in judged))
-    candidates = _CPU_TRUE_PHASES if use_gpu else sorted({*slow.phases} - sync)
-    excess = {p: slow.phase_mean(p) - statistics.median(o.phase_mean(p) for o in others) for p in candidates}
-    section = max(excess, key=lambda p: excess[p]) if excess else OTHER
-    if use_gpu and (not excess or 100 * excess[section] / median_step < threshold_pct):
+    work = sorted(p for p in {*slow.phases} if phases.kind(p, sync) == phases.WORK)
+    candidates = {INPUT_STAGE: _input_excess(slow, judged)}
+    if not use_gpu:
+        candidates.update({p: excess(slow, others, p) for p in work})
+    section = max(candidates, key=lambda p: candidates[p].estimate_s)
+    phase_excess = candidates[section]
+    if use_gpu and not phase_excess.named(floor_s):
         section, phase_excess = "gpu", busy_excess  # not in its input: its GPU work (or launches)
-    else:
-        phase_excess = excess.get(section, busy_excess)
+    if section == INPUT_STAGE:  # the input/host stage: name the part of it carrying more
+        section = max(INPUT_PHASES, key=lambda p: excess(slow, others, p).estimate_s)
     facts_slow = facts.get(slow.rank, RankFacts(node="?"))
     peers_wait = statistics.median(waited[r.rank] for r in others) - waited[slow.rank]
     return [
         Straggler(
             rank=slow.rank,
             node=facts_slow.node,
-            phase=wire.INPUT if section == wire.INPUT else "compute",
+            phase=wire.INPUT if section in INPUT_PHASES else "compute",
             section=section,
-            excess_s=phase_excess,
-            excess_pct=100 * phase_excess / median_step,
+            excess_s=phase_excess.estimate_s,
+            excess_pct=100 * phase_excess.estimate_s / median_step,
             busy_s=busy[slow.rank],
-            peers_busy_s=peers_busy,
+            peers_busy_s=statistics.median(busy[r.rank] for r in others),
             peers_wait_s=max(peers_wait, 0.0),
             wait_source=source,
             hints=tuple(_hints(slow, section, facts_slow, [facts.get(o.rank) for o in others])),
@@ -144,8 +154,51 @@ def find_stragglers(
     ]
 
 
-def _peers_input(rank: RankSummary, ranks: Sequence[RankSummary]) -> float:
-    return statistics.median(o.phase_mean(wire.INPUT) for o in ranks if o is not rank)
+@dataclass(frozen=True)
+class Excess:
+    """A rank's time in one quantity over the other ranks', per step: the median over the windows
+    all ranks have of (its value - the others' median), with the standard error of that median."""
+
+    estimate_s: float
+    stderr_s: float
+
+    def named(self, floor_s: float) -> bool:
+        """Significant (``Z_SIGNIFICANT`` standard errors above zero) and not significantly below
+        the threshold (within ``Z_THRESHOLD`` standard errors of it, or over it)."""
+        if self.estimate_s <= 0:
+            return False
+        significant = self.estimate_s > Z_SIGNIFICANT * self.stderr_s
+        return significant and self.estimate_s + Z_THRESHOLD * self.stderr_s >= floor_s
+
+
+def excess(rank: RankSummary, others: Sequence[RankSummary], key: str) -> Excess:
+    """``rank``'s excess in ``key`` (a phase, or collect's OWN / INPUT_STAGE) over ``others``. With
+    fewer than ``MIN_WINDOWS`` common windows: from the means, without an error."""
+    by_window = [dict(r.windows) for r in (rank, *others)]
+    common = sorted(set.intersection(*(set(w) for w in by_window)))
+    if len(common) < MIN_WINDOWS:
+        return Excess(_mean(rank, key) - statistics.median(_mean(o, key) for o in others), 0.0)
+    mine, theirs = by_window[0], by_window[1:]
+    diffs = [mine[k].get(key, 0.0) - statistics.median(w[k].get(key, 0.0) for w in theirs) for k in common]
+    middle = statistics.median(diffs)
+    spread_s = 1.4826 * statistics.median(abs(d - middle) for d in diffs)  # robust standard deviation
+    return Excess(middle, 1.253 * spread_s / math.sqrt(len(diffs)))  # the median's standard error
+
+
+def _mean(r: RankSummary, key: str) -> float:
+    if key == INPUT_STAGE:
+        return sum(r.phase_mean(p) for p in INPUT_PHASES)
+    return r.step_mean_s - r.wait_s if key == OWN else r.phase_mean(key)
+
+
+def _typical(r: RankSummary, key: str, default: float) -> float:
+    """The median over a rank's windows of ``key``; ``default`` without windows."""
+    values = [w.get(key, 0.0) for _, w in r.windows]
+    return statistics.median(values) if values else default
+
+
+def _input_excess(rank: RankSummary, ranks: Sequence[RankSummary]) -> Excess:
+    return excess(rank, [o for o in ranks if o is not rank], INPUT_STAGE)
 
 
 def _hints(slow: RankSummary, section: str, mine: RankFacts, peers: Sequence[RankFacts | None]) -> list[str]:
@@ -156,6 +209,12 @@ def _hints(slow: RankSummary, section: str, mine: RankFacts, peers: Sequence[Ran
         hints.append(
             f"input pipeline: {100 * share:.0f} % of its step waiting for data "
             "(more DataLoader workers, pinned memory, a faster or local dataset copy)"
+        )
+    elif section == wire.HOST:
+        share = slow.phases[wire.HOST].share if wire.HOST in slow.phases else 0.0
+        hints.append(
+            f"host: {100 * share:.0f} % of its step between the optimizer step and the next forward "
+            "(batch slicing, host-to-device copies, logging, checkpoints in the loop)"
         )
     if mine.binding_warning:
         hints.append(f"affinity: {mine.binding_warning}")

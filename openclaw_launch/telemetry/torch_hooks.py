@@ -2,9 +2,14 @@
 
 Each hook charges time to a phase of the recorder (see ``wire``): the DataLoader's ``__next__``
 (input stage), ``DistributedDataParallel.forward``, ``Tensor.backward``, ``optimizer.step`` (also
-the step boundary when the script does not call ``telemetry.step()``), and blocking collectives
-called from Python on CPU backends. With NCCL the CPU does not wait inside these calls, so the
-wait comes from torch's flight recorder instead (per-collective GPU durations, read at flush).
+the step boundary when the script does not call ``telemetry.step()``), the step's first module
+forward (the end of its ``host`` time: a global forward pre-hook armed at each boundary and removed
+when it fires, so every other module call keeps torch's hook-free fast path), and collectives
+called from Python. Whether the CPU waits inside a collective (and inside DDP's backward) follows the
+backend of the process group the script really uses (``blocks_host``), not the plan's: with NCCL the
+CPU only enqueues, so those calls are not waiting; the host waits for the GPU instead (synchronize,
+``.item()``, copies to the host: ``wire.DEVICE_WAIT``, a wait phase) and, with ``--telemetry full``,
+the wait comes from torch's flight recorder (per-collective GPU durations, read at flush).
 """
 
 from __future__ import annotations
@@ -40,11 +45,53 @@ def _timed(rec: recorder.Recorder, phase: str, fn: Callable[..., Any]) -> Callab
     return wrapper
 
 
-def _timed_blocking(rec: recorder.Recorder, fn: Callable[..., Any]) -> Callable[..., Any]:
-    """A collective is waiting time only when the call blocks (``async_op`` false)."""
+def blocks_host(backend: str, device_type: str) -> bool:
+    """Whether the CPU waits inside a collective of ``backend`` on tensors of ``device_type``: with
+    NCCL it only enqueues the work (the GPU waits); gloo, MPI and UCC block the calling thread.
+    ``backend`` as ``torch.distributed.get_backend`` gives it: ``gloo``, ``nccl`` or a per-device
+    ``cpu:gloo,cuda:nccl``."""
+    if ":" in backend:
+        per_device = dict(part.split(":", 1) for part in backend.split(",") if ":" in part)
+        backend = per_device.get(device_type, per_device.get("cpu", backend))
+    return backend.strip().lower() != "nccl"
+
+
+class _Backends:
+    """The backend of each process group the script made, read once per group when first used."""
+
+    def __init__(self, dist: ModuleType) -> None:
+        self._dist = dist
+        self._seen: dict[int, str] = {}
+
+    def of(self, group: object = None) -> str:
+        key = id(group)
+        backend = self._seen.get(key)
+        if backend is None:
+            try:
+                backend = str(self._dist.get_backend(group))
+            except (RuntimeError, ValueError, AttributeError):  # no such group (yet): assume blocking
+                return "gloo"
+            self._seen[key] = backend
+        return backend
+
+
+def _timed_collective(
+    rec: recorder.Recorder, fn: Callable[..., Any], backends: _Backends, on_nccl: Callable[[], None]
+) -> Callable[..., Any]:
+    """A collective is waiting time when the call blocks: ``async_op`` false and a backend that
+    blocks the host (a barrier always does). Under NCCL only its name is noted (hang reports)."""
     name = getattr(fn, "__name__", "collective")
 
-    def timed(*args: Any, **kwargs: Any) -> Any:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("async_op"):
+            return fn(*args, **kwargs)
+        tensor = args[0] if args else kwargs.get("tensor")
+        device = getattr(getattr(tensor, "device", None), "type", "cpu")
+        if name != "barrier" and not blocks_host(backends.of(kwargs.get("group")), device):
+            on_nccl()
+            rec.last_collective = name
+            return fn(*args, **kwargs)
         entered = rec.enter(wire.COLLECTIVE, name)
         try:
             return fn(*args, **kwargs)
@@ -52,11 +99,28 @@ def _timed_blocking(rec: recorder.Recorder, fn: Callable[..., Any]) -> Callable[
             if entered:
                 rec.leave()
 
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        return fn(*args, **kwargs) if kwargs.get("async_op") else timed(*args, **kwargs)
-
     return wrapper
+
+
+def _host_waits(rec: recorder.Recorder, torch: ModuleType) -> Callable[[], None]:
+    """Installs, once, the hooks on the calls where the host waits for the GPU, booked as waiting
+    (under NCCL a peer's lateness shows there: the GPU's stream waits in the all-reduce)."""
+    done: list[bool] = []
+
+    def install() -> None:
+        if done:
+            return
+        done.append(True)
+        rec.sync_phases.add(wire.DEVICE_WAIT)
+        targets: list[tuple[object, str]] = [(torch.Tensor, n) for n in ("item", "tolist", "cpu")]
+        if torch.cuda.is_available():
+            targets += [(owner, "synchronize") for owner in (torch.cuda, torch.cuda.Event, torch.cuda.Stream)]
+        for owner, attr in targets:
+            fn = getattr(owner, attr, None)
+            if callable(fn):
+                setattr(owner, attr, _timed(rec, wire.DEVICE_WAIT, fn))
+
+    return install
 
 
 def install(torch: ModuleType) -> None:
@@ -69,18 +133,21 @@ def install(torch: ModuleType) -> None:
 
     _BaseDataLoaderIter.__next__ = _timed(rec, wire.INPUT, _BaseDataLoaderIter.__next__)  # type: ignore[method-assign]
     torch.Tensor.backward = _timed(rec, wire.BACKWARD, torch.Tensor.backward)
+    rec.on_step = _first_forward(rec, torch)
 
     ddp_forward = DistributedDataParallel.forward
-
-    backend = os.environ.get("OPENCLAW_BACKEND", "gloo")
-    # On CPU backends DDP's gradient all-reduce is waited for inside backward; with NCCL the CPU
-    # only enqueues it (the GPU waits), so backward is then work, not waiting.
-    waits_in_backward = backend != "nccl"
+    dist = torch.distributed
+    backends = _Backends(dist)
+    on_nccl = _host_waits(rec, torch)
 
     @functools.wraps(ddp_forward)
     def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if waits_in_backward:
+        # DDP's gradient all-reduce is waited for inside backward when its group's backend blocks the
+        # host (gloo); with NCCL the CPU only enqueues it, so backward is then work, not waiting.
+        if blocks_host(backends.of(getattr(self, "process_group", None)), str(getattr(self, "device_type", "cpu"))):
             rec.sync_phases.add(wire.BACKWARD)
+        else:
+            on_nccl()
         entered = rec.enter(wire.FORWARD)
         try:
             return ddp_forward(self, *args, **kwargs)
@@ -100,16 +167,33 @@ def install(torch: ModuleType) -> None:
     register_optimizer_step_pre_hook(before_step)
     register_optimizer_step_post_hook(after_step)
 
-    dist = torch.distributed
-    if backend == "nccl" and _flight_recorder_on():
+    if os.environ.get("OPENCLAW_BACKEND") == "nccl" and _flight_recorder_on():
         c10d = torch._C._distributed_c10d
         reader = FlightRecorder(getattr(c10d, "_dump_nccl_trace", None) or c10d._dump_fr_trace)
         rec.gpu_sync_reader = FlightRecorderThread(reader, rec.step_windows).start().take
-    elif dist.is_available():
+    if dist.is_available():
         for name in _COLLECTIVES:
             fn = getattr(dist, name, None)
             if callable(fn):
-                setattr(dist, name, _timed_blocking(rec, fn))
+                setattr(dist, name, _timed_collective(rec, fn, backends, on_nccl))
+
+
+def _first_forward(rec: recorder.Recorder, torch: ModuleType) -> Callable[[], None]:
+    """At each step boundary: a global module forward pre-hook that fires once (the step's first
+    module call, DDP or not) and removes itself, ending the step's host time."""
+    register = torch.nn.modules.module.register_module_forward_pre_hook
+    handle: list[Any] = []
+
+    def fired(*_: Any) -> None:
+        while handle:
+            handle.pop().remove()
+        rec.work_started()
+
+    def arm() -> None:
+        if not handle:
+            handle.append(register(fired))
+
+    return arm
 
 
 def _flight_recorder_on() -> bool:

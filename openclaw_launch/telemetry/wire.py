@@ -33,6 +33,8 @@ BACKWARD = "backward"  # Tensor.backward (under DDP it contains the gradient all
 OPTIMIZER = "optimizer"  # optimizer.step()
 COLLECTIVE = "collective"  # blocking torch.distributed collectives called from Python
 SYNC = "sync"  # section("sync")
+HOST = "host"  # the rest of the step before its first work phase: in-loop batches, copies, logging
+DEVICE_WAIT = "device-wait"  # host waiting for the GPU (synchronize, .item(), copies to host)
 SECTION_ALIASES = {"data": INPUT, "input": INPUT}
 
 
