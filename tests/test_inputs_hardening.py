@@ -387,3 +387,53 @@ def test_stats_file_on_a_full_tmpfs(tmp_path: Path) -> None:
     )
     _assert_stats_file_error(tmp_path, p, str(stats))
     assert not stats.exists()  # it was on the private tmpfs
+
+
+# ---- the stack-dump signal does not interrupt a hung rank's blocking C calls ----------------------
+
+BLOCKED_IN_C = """
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+fd = os.open(sys.argv[1], os.O_RDWR)  # a FIFO: read blocks until the test writes
+print("ready", flush=True)
+buf = ctypes.create_string_buffer(1)
+n = libc.read(fd, buf, 1)  # a C call: no PEP 475 retry around it
+print(f"read={n} errno={ctypes.get_errno()}", flush=True)
+"""
+
+
+def test_stack_dump_does_not_interrupt_blocking_c_calls(tmp_path: Path) -> None:
+    """A rank blocked in read(2) gets the hang monitor's dump signal: faulthandler writes its stacks
+    and the read goes on (SA_RESTART, which the bootstrap asks for; CPython's faulthandler sets it
+    too) instead of returning EINTR into the library that called it. Calls Linux never restarts
+    after a handler (poll, epoll_wait, nanosleep) still see EINTR: not claimed here."""
+    from openclaw_launch.telemetry import wire
+
+    script, fifo, stacks = tmp_path / "blocked.py", tmp_path / "in.fifo", tmp_path / "stacks.txt"
+    script.write_text(BLOCKED_IN_C)
+    os.mkfifo(fifo)
+    env = {**os.environ, wire.STACKS_ENV: str(stacks)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "openclaw_launch.telemetry.bootstrap", str(script), str(fifo)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        os.kill(proc.pid, wire.dump_signal())
+        deadline = time.monotonic() + 30
+        while "blocked.py" not in stacks.read_text() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert "blocked.py" in stacks.read_text()  # the dump was written
+        writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        os.write(writer, b"x")
+        os.close(writer)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert out.strip() == "read=1 errno=0", (out, err)  # the read went on and got the byte
+    assert proc.returncode == 0 and "Traceback" not in err, err

@@ -87,6 +87,7 @@ def arm_stack_dump() -> None:
         return
     try:
         import faulthandler
+        import signal
 
         from openclaw_launch.telemetry import recorder
 
@@ -94,6 +95,7 @@ def arm_stack_dump() -> None:
         global _stacks_file
         _stacks_file = open(path, "w", buffering=1)  # noqa: SIM115 - faulthandler writes to it for the process's life
         faulthandler.register(sig, file=_stacks_file, all_threads=True, chain=False)
+        signal.siginterrupt(sig, False)  # SA_RESTART: the hung rank's blocking C calls go on, no EINTR
         recorder.DUMP_SIGNAL = sig
     except (OSError, ValueError, RuntimeError, AttributeError) as exc:
         sys.stderr.write(f"openclaw-launch: warning: no stack dump on hang in this rank ({exc!r})\n")
