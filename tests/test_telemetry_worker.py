@@ -264,3 +264,15 @@ def test_the_error_file_of_record_holds_the_same_traceback_as_under_plain_python
         assert done.returncode == 1, done.stderr
         seen.append(json.loads(error_file.read_text())["message"]["extraInfo"]["py_callstack"])
     assert seen[0] == seen[1] and "bad batch" in seen[0]
+
+
+def test_a_scripts_own_excepthook_gets_what_plain_python_gives_it(tmp_path: Path) -> None:
+    script = tmp_path / "hooked.py"
+    script.write_text(
+        "import sys, traceback\n\n\ndef hook(kind, exc, tb):\n"
+        "    print('hook', kind.__name__, sys.exc_info()[0], len(traceback.extract_tb(tb)), file=sys.stderr)\n\n\n"
+        "sys.excepthook = hook\nraise ValueError('bad batch')\n"
+    )
+    plain, ours = _probe(str(script), bootstrap=False), _probe(str(script), bootstrap=True)
+    assert plain.returncode == ours.returncode == 1
+    assert ours.stderr == plain.stderr == "hook ValueError None 1\n"

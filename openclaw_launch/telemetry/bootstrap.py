@@ -117,11 +117,13 @@ def main(argv: list[str]) -> None:
     arm()
     try:
         _run(argv)
+        return
     except SystemExit:
         raise
     except BaseException as exc:
-        by_runpy = argv[0] == "-m" or not _is_source(argv[0])  # python shows runpy's frames then
-        _end_as_python(exc, sys._getframe() if by_runpy else None)
+        uncaught = exc
+    by_runpy = argv[0] == "-m" or not _is_source(argv[0])  # python shows runpy's frames then
+    _end_as_python(uncaught, sys._getframe() if by_runpy else None)  # out of the except: no exc_info in the hook
 
 
 def _run(argv: list[str]) -> None:
