@@ -17,11 +17,11 @@ import click
 from openclaw_launch.cli.common import fail
 from openclaw_launch.cli.run import run
 from openclaw_launch.cli.shim import install_torchrun_shim
-from openclaw_launch.cli.tools import discover, plan, preflight, report, validate
+from openclaw_launch.cli.tools import compare, discover, plan, preflight, report, validate
 from openclaw_launch.cli.torchrun_resolve import misspelled_command
 from openclaw_launch.errors import OpenclawError
 
-SUBCOMMANDS = ("run", "plan", "preflight", "discover", "validate", "report", "install-torchrun-shim")
+SUBCOMMANDS = ("run", "plan", "preflight", "discover", "validate", "report", "compare", "install-torchrun-shim")
 
 
 class _DefaultRun(click.Group):
@@ -46,7 +46,7 @@ def cli() -> None:
     """
 
 
-for _command in (run, plan, preflight, discover, validate, report, install_torchrun_shim):
+for _command in (run, plan, preflight, discover, validate, report, compare, install_torchrun_shim):
     cli.add_command(_command)
 
 

@@ -1,4 +1,5 @@
-"""The commands besides ``run``: ``plan``, ``preflight``, ``discover``, ``validate``, ``report``."""
+"""The commands besides ``run``: ``plan``, ``preflight``, ``discover``, ``validate``, ``report``,
+``compare``."""
 
 from __future__ import annotations
 
@@ -259,5 +260,20 @@ def report(run_json: str, plot_path: str | None) -> None:
             from openclaw_launch.stats.plot import plot_report
 
             plot_report(data, plot_path)
+    except OpenclawError as e:
+        fail(e)
+
+
+@click.command()
+@click.argument("base_json", type=click.Path(dir_okay=False))
+@click.argument("new_json", type=click.Path(dir_okay=False))
+def compare(base_json: str, new_json: str) -> None:
+    """What changed between two reports of the same job: step time, the rank and phase that explain
+    it, the verdicts, GPU clocks and throttle reasons (docs/report-format.md)."""
+    from openclaw_launch.report.build import load_report
+    from openclaw_launch.report.compare import compare_reports
+
+    try:
+        click.echo("\n".join(compare_reports(load_report(base_json), load_report(new_json))))
     except OpenclawError as e:
         fail(e)

@@ -19,6 +19,9 @@ PID_PLACEHOLDER = "<pid>"
 RUN_ID_PLACEHOLDER = "<run-id>"
 #: The TCP port ``run`` finds free on this host when it starts (a one-node job with no port given).
 FREE_PORT_PLACEHOLDER = "<free-port>"
+#: Node ranks by arrival (c10d without --node-rank): ``plan`` shows node rank 0's plan, and says
+#: that ``run`` takes the rank the rendezvous gives (with RANK, GROUP_RANK, the node's name).
+NODE_RANK_PLACEHOLDER = "<arrival>"
 #: torchrun's port 0 (``--master-port 0``, ``--rdzv-endpoint HOST:0``, ``--standalone``): the free
 #: port above, also where a config gives a port. One node only: other nodes could not know it.
 FREE_PORT = 0
@@ -79,6 +82,8 @@ class RunContext:
     run_id: str
     run_dir: RunDir
     free_master_port: int | None = None  # found free at start: a one-node job's default; None = not known yet
+    # node ranks by arrival: the rendezvous gave the node rank, and free_master_port is node rank 0's
+    by_arrival: bool = False
 
 
 def run_id_for(given: str | None, slurm_job_id: str | None, nnodes: int, drawn: str) -> str:
@@ -98,9 +103,11 @@ def run_context(
     pid: int | None,
     log_dir: str | None = None,
     free_master_port: int | None = None,
+    by_arrival: bool = False,
 ) -> RunContext:
     """The context of a run with this id. ``pid`` None: not a running launcher (``plan``,
     ``--dry-run``), shown as ``PID_PLACEHOLDER``. ``tmp_dir``: the launcher's temporary directory."""
     path = PurePosixPath(tmp_dir) / f"openclaw-{run_id}-{PID_PLACEHOLDER if pid is None else pid}"
     errors = PurePosixPath(log_dir) / run_id / "errors" if log_dir else path / "errors"
-    return RunContext(run_id=run_id, run_dir=RunDir(path=path, errors_dir=errors), free_master_port=free_master_port)
+    run_dir = RunDir(path=path, errors_dir=errors)
+    return RunContext(run_id=run_id, run_dir=run_dir, free_master_port=free_master_port, by_arrival=by_arrival)

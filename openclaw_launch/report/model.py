@@ -52,18 +52,24 @@ class StragglerEntry:
 
     rank: int = field(metadata=doc("the straggler"))
     node: str = field(metadata=doc("its node"))
-    phase: str = field(metadata=doc("`input` (before compute: the input pipeline) or `compute`"))
+    phase: str = field(
+        metadata=doc(
+            "`input` (the input/host stage: the DataLoader and the time before the step's first forward) or `compute`"
+        )
+    )
     section: str = field(
         metadata=doc(
-            "the measured phase carrying the excess: `input`, `forward`, `backward`, `optimizer`, a section "
-            "name of the API, `other` (loop code outside every hooked phase) or `gpu` (GPU work: the wait "
-            "signal says it is late and its input stage does not)"
+            'the measured phase carrying the excess: `input` (the DataLoader, `section("data")`), `host` (from '
+            "the step boundary to the first forward: batches sliced in the loop, copies, logging), `forward`, "
+            "`backward`, `optimizer`, a section name of the API, `other` (loop code outside every hooked phase) "
+            "or `gpu` (GPU work: the wait signal says it is late and its input stage does not)"
         )
     )
     excess_s: float = field(
         metadata=doc(
-            "per step, the straggler's time in `section` over the median of the other ranks (for `gpu`: how "
-            "much longer the others wait in NCCL than it does)"
+            "per step, the straggler's time in `section` (for `input`/`host`: in the whole input/host stage) "
+            "over the median of the other ranks, as the median over 5-step windows (for `gpu`: how much longer "
+            "the others wait in NCCL than it does)"
         )
     )
     excess_pct: float = field(metadata=doc("`excess_s` as % of the job's median step"))

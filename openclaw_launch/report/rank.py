@@ -38,7 +38,7 @@ class StepStatistics:
         )
     )
     sync_sections: tuple[str, ...] = field(metadata=doc("the phases that contain waiting for other ranks"))
-    input_wait_share: float = field(metadata=doc("share of the step in the input stage"))
+    input_wait_share: float = field(metadata=doc("share of the step in the input/host stage (`input` and `host`)"))
     wait_share: float = field(metadata=doc("`wait_s` as a share of the mean step"))
     wait_s: float = field(
         metadata=doc("time per step this rank waited for the others (its wait signal minus the least any rank shows)")

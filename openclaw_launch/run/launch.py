@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from openclaw_launch.agents.fate import Agent, AgentOptions
+    from openclaw_launch.agents.store_loop import StoreLink
     from openclaw_launch.report.model import NodeReport, PreflightVerdict
     from openclaw_launch.run.mps.daemon import MpsDaemon
     from openclaw_launch.stats.session import StatsSession
@@ -53,6 +54,7 @@ class AgentSetup:
     options: AgentOptions
     fingerprint: dict[str, str]
     job_report_path: str | None = None  # the first node writes the job's report here
+    link: StoreLink | None = None  # node ranks by arrival: the helper that took this node's rank
 
 
 def launch(
@@ -80,7 +82,7 @@ def launch(
         if agents is not None:
             from openclaw_launch.agents.fate import Agent
 
-            agent = Agent(plan, agents.options, lambda text: _say(options, text))
+            agent = Agent(plan, agents.options, lambda text: _say(options, text), agents.link)
             early = agent.join(
                 agents.fingerprint, lambda: next(iter(_forwarded(os_layer.drain_signals(), options)), None)
             )
