@@ -93,6 +93,34 @@ def test_the_host_waits_in_a_collective_only_on_backends_that_block_it() -> None
     assert torch_hooks.blocks_host("mpi", "cpu")
 
 
+def test_under_nccl_the_host_waiting_for_the_gpu_is_a_wait_phase(tmp_path: Path) -> None:
+    """The hooks installed when a group turns out to be NCCL, exercised on CPU tensors: ``.item()``,
+    ``.tolist()`` and ``.cpu()`` are booked as ``device-wait``, a wait phase. Restored afterwards."""
+    import torch
+
+    saved = {name: getattr(torch.Tensor, name) for name in ("item", "tolist", "cpu")}
+    path = str(tmp_path / "nccl.sock")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(path)
+    sock.settimeout(5)
+    try:
+        rec = recorder.Recorder(path, rank=0)
+        torch_hooks._host_waits(rec, torch)()
+        rec.step("optimizer")
+        rec.work_started()
+        assert torch.ones(3).sum().item() == 3.0 and torch.ones(2).tolist() == [1.0, 1.0]
+        rec.step("optimizer")
+        rec.close()
+        batch = wire.decode(sock.recv(65536))
+        assert batch is not None and wire.DEVICE_WAIT in batch.sync_phases
+        [(_, phases)] = batch.steps
+        assert phases[wire.DEVICE_WAIT] > 0
+    finally:
+        for name, fn in saved.items():
+            setattr(torch.Tensor, name, fn)
+        sock.close()
+
+
 def test_one_classification_of_phases() -> None:
     sync = ("backward", "collective", "device-wait")
     assert [kind(p, sync) for p in ("input", "host", "forward", "other", "backward", "device-wait")] == [

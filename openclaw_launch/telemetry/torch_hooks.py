@@ -115,12 +115,23 @@ def _host_waits(rec: recorder.Recorder, torch: ModuleType) -> Callable[[], None]
         targets: list[tuple[object, str]] = [(torch.Tensor, n) for n in ("item", "tolist", "cpu")]
         if torch.cuda.is_available():
             targets += [(owner, "synchronize") for owner in (torch.cuda, torch.cuda.Event, torch.cuda.Stream)]
+        compiling = torch.compiler.is_compiling
         for owner, attr in targets:
             fn = getattr(owner, attr, None)
             if callable(fn):
-                setattr(owner, attr, _timed(rec, wire.DEVICE_WAIT, fn))
+                setattr(owner, attr, _untraced(compiling, fn, _timed(rec, wire.DEVICE_WAIT, fn)))
 
     return install
+
+
+def _untraced(compiling: Callable[[], bool], fn: Callable[..., Any], timed: Callable[..., Any]) -> Callable[..., Any]:
+    """``timed`` in eager code; while torch.compile traces, the call itself (no graph break of ours)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs) if compiling() else timed(*args, **kwargs)
+
+    return wrapper
 
 
 def install(torch: ModuleType) -> None:
