@@ -33,6 +33,17 @@ def bar(steps: int) -> None:
     sys.stderr.write("\n")
 
 
+def mixed(steps: int) -> None:
+    """A bar on stderr with a line printed on stdout while it is drawn (a log line during tqdm)."""
+    for i in range(steps + 1):
+        sys.stderr.write(f"\rstep {i}/{steps}")
+        sys.stderr.flush()
+        time.sleep(0.05)  # the bar is on the console before the line comes (any order passes the test)
+        print(f"loss {i}", flush=True)
+        time.sleep(0.05)
+    sys.stderr.write("\n")
+
+
 def resize(out: Path) -> None:
     """Say the window size whenever it changes (polled, as tqdm and rich read it), until told to stop."""
     last = None
@@ -57,6 +68,5 @@ def interrupted(out: Path) -> None:
 
 if __name__ == "__main__":
     mode, arg = sys.argv[1], sys.argv[2]
-    {"probe": lambda: probe(Path(arg)), "bar": lambda: bar(int(arg)), "resize": lambda: resize(Path(arg))}.get(
-        mode, lambda: interrupted(Path(arg))
-    )()
+    modes = {"probe": probe, "bar": bar, "mixed": mixed, "resize": resize, "interrupt": interrupted}
+    modes[mode](int(arg) if mode in ("bar", "mixed") else Path(arg))  # type: ignore[operator]

@@ -165,6 +165,17 @@ def test_a_redrawn_bar_reaches_the_terminal_as_redraws_with_the_prefix_and_the_l
     assert log.read_bytes() == ("".join(f"\r{d}" for d in drawn) + "\n").encode()  # no \r\n: bytes as written
 
 
+def test_a_line_on_stdout_never_lands_inside_a_bar_on_stderr_of_the_same_terminal() -> None:
+    """stdout and stderr on one terminal share one open line: the bar's line ends before the other
+    stream's line is shown, and the next redraw starts a line of its own."""
+    term = OnTerminal([*LAUNCHERS["openclaw"], "--nproc-per-node", "1", WORKER, "mixed", "3"])
+    assert term.finish() == 0, term.text()
+    lines = term.text().split("\r\n")
+    assert [line for line in lines if "loss" in line] == [f"[rank 0] loss {i}" for i in range(4)], lines
+    assert all(line.startswith("[rank 0] step") for line in lines if "/3" in line), lines
+    assert "[rank 0] " not in lines  # the bar's last end is the one the line of stdout gave it
+
+
 @pytest.mark.parametrize("which", LAUNCHERS)
 def test_a_resized_terminal_resizes_every_ranks_terminal(tmp_path: Path, which: str) -> None:
     term = OnTerminal([*LAUNCHERS[which], "--nproc-per-node", "2", WORKER, "resize", str(tmp_path)])

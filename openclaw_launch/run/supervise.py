@@ -44,7 +44,7 @@ from openclaw_launch.run.results import (
     why_ended,
 )
 from openclaw_launch.run.teardown import Teardown
-from openclaw_launch.run.worker_output import ConsoleLine, WorkerStream, shown_streams
+from openclaw_launch.run.worker_output import ConsoleLine, WorkerStream, console_key, shown_streams
 from openclaw_launch.run.worker_record import AttemptFiles, Logs, WorkerRecord, attempt_results, close_logs, read_back
 
 if TYPE_CHECKING:  # plan.py pulls in config/yaml; the supervisor only needs the shapes
@@ -134,7 +134,7 @@ class _Supervisor:
         self.state = State.STARTING
         self.signal_received: int | None = None
         self.warned_ranks: set[int] = set()
-        self._console_lines: dict[str, ConsoleLine] = {}  # per console stream: whose line is open
+        self._console_lines: dict[object, ConsoleLine] = {}  # per console file: whose line is open
         # per attempt
         self.workers: list[WorkerRecord] = []
         self.live: dict[int, WorkerRecord] = {}
@@ -286,7 +286,7 @@ class _Supervisor:
         prefix = self.opt.prefix_template.format(rank=r.rank, local_rank=r.local_rank, node=r.node, attempt=w.attempt)
         shown = (self.stdout if name == "stdout" else self.stderr) if show else None
         tail = w.tail if name == "stderr" else None
-        line = self._console_lines.setdefault(name, ConsoleLine())
+        line = self._console_lines.setdefault(console_key(shown, name), ConsoleLine())
         label = f"rank {r.rank} {name} log"
         self.loop.add_stream(
             WorkerStream(fd, prefix, shown, log, tail, line, lambda exc: self.files.log_error(label, exc))

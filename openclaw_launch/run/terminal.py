@@ -70,14 +70,19 @@ class LauncherTerminal:
         return Terminal(stdout, stderr, self.size_fd) if stdout or stderr else None
 
 
-def _tty_fd(stream: TextIO) -> int | None:
+def console_fd(stream: TextIO | None) -> int | None:
+    """The descriptor a console stream writes to (through run/console.Console); None: it has none."""
     if isinstance(stream, console.Console):
         stream = stream.stream
     try:
-        fd = stream.fileno()
+        return stream.fileno() if stream is not None else None
     except (OSError, ValueError, AttributeError):  # io.StringIO, a closed stream
         return None
-    return fd if os.isatty(fd) else None
+
+
+def _tty_fd(stream: TextIO) -> int | None:
+    fd = console_fd(stream)
+    return fd if fd is not None and os.isatty(fd) else None
 
 
 def window_size(fd: int) -> bytes | None:

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import os
 import re
 from collections import deque
 from collections.abc import Callable
 from typing import BinaryIO, TextIO
+
+from openclaw_launch.run.terminal import console_fd
 
 MAX_PARTIAL_LINE = 65536  # a "line" longer than this is emitted in pieces
 
@@ -52,6 +55,7 @@ class WorkerStream:
         self._partial = b""
         self._line = line or ConsoleLine()
         self._open = False  # our console line has text and no end yet
+        self._cut = False  # another stream's line ended ours on the console: that end was shown
         self._redrawing = False  # the current line has had a \\r: show its text as it comes
         self._pending = ""  # console text of a line not ended yet (and not being redrawn)
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -115,13 +119,14 @@ class WorkerStream:
                     out += [*self._text(segment), "\r"]
                 self._redrawing = True
             else:
-                out += [*self._text(segment), "\n"]
+                if segment or self._open or not self._cut:  # else: the end of a line already ended
+                    out += [*self._text(segment), "\n"]
                 self._redrawing = False
-            self._open = False
+            self._open = self._cut = False
         last = parts[-1]
         if last and (self._redrawing or held):
             out += self._text(last)
-            self._open = True
+            self._open, self._cut = True, False
         elif len(last) > MAX_PARTIAL_LINE:
             out += [*self._text(last), "\n"]
         else:
@@ -133,7 +138,7 @@ class WorkerStream:
     def _write(self, text: str, still_open: bool) -> None:
         owner = self._line.owner
         if owner is not None and owner is not self and owner._open:  # end the other rank's line first
-            owner._open = False
+            owner._open, owner._cut = False, True
             text = "\n" + text
         self._line.owner = self if still_open else None
         if self._console is None:
@@ -160,3 +165,15 @@ def shown_streams(
     = every rank) and the stream is not kept off it (``--redirects``: (local rank or -1 = all, stream))."""
     shown = console_ranks is None or rank in console_ranks
     return {name: shown and not {(local_rank, name), (-1, name)} & hidden for name in ("stdout", "stderr")}
+
+
+def console_key(stream: TextIO | None, name: str) -> tuple[int, int] | str:
+    """Which console line a stream shown on ``stream`` shares: the file it writes to (the launcher's
+    stdout and stderr on one terminal, or one pipe with ``2>&1``, share one open line, so a rank's
+    stdout line never lands inside another's progress bar on stderr); ``name`` when it has none."""
+    fd = console_fd(stream)
+    try:
+        st = os.fstat(fd) if fd is not None else None
+    except OSError:
+        st = None
+    return (st.st_dev, st.st_ino) if st is not None else name
