@@ -9,6 +9,11 @@ taken from the harness's exec of the launcher; medians over ``--reps`` runs.
 
     start_timeline.py --reps 5 -- python3 -m openclaw_launch --nproc-per-node 1
     start_timeline.py --reps 5 -- torchrun --standalone --nproc-per-node 1
+    start_timeline.py --reps 9 --cpu --imports openclaw_launch -- python3 -m openclaw_launch --nproc-per-node 2
+
+``--imports PREFIX`` adds the first import of every module under PREFIX; ``--cpu`` gives each
+process's own CPU seconds at its events instead of the time after exec (a shared box's load
+delays the wall clock, not the work done).
 
 The worker script is appended to the command. A ``sitecustomize`` the environment already has is
 run after the hook is installed, so the processes behave as without this tool.
@@ -43,14 +48,16 @@ SITECUSTOMIZE = """
 import os as _os, sys as _sys, time as _time
 _OUT = _os.environ.get("START_TIMELINE_DIR")
 _MARKERS = set(@MARKERS@)
+_PREFIX = _os.environ.get("START_TIMELINE_IMPORTS") or None  # --imports: every module under it too
+_SEEN = set()
 if _OUT:
     _fd = _os.open("%s/events.%d" % (_OUT, _os.getpid()), _os.O_WRONLY | _os.O_CREAT | _os.O_APPEND, 0o644)
     def _put(kind, what):
-        _os.write(_fd, ("%r %d %s %s\\n" % (_time.time(), _os.getpid(), kind, what)).encode())
+        _os.write(_fd, ("%r %r %d %s %s\\n" % (_time.time(), _time.process_time(), _os.getpid(), kind, what)).encode())
     def _hook(event, args):
         if event == "import":
-            if args[0] in _MARKERS:
-                _MARKERS.discard(args[0])
+            if (args[0] in _MARKERS or (_PREFIX and args[0].startswith(_PREFIX))) and args[0] not in _SEEN:
+                _SEEN.add(args[0])
                 _put("import", args[0])
         elif event in ("os.fork", "os.forkpty"):
             _put("fork", "-")
@@ -75,10 +82,13 @@ with open(os.path.join(os.environ["START_TIMELINE_DIR"], "user.%d" % os.getpid()
 """
 
 
-def one_run(command: list[str], tool_dir: str, timeout_s: float) -> list[tuple[float, int, str, str]]:
-    """Run the launcher once; its processes' events (seconds after exec, pid, kind, what), in time order."""
+def one_run(
+    command: list[str], tool_dir: str, timeout_s: float, imports: str | None = None, cpu: bool = False
+) -> list[tuple[float, int, str, str]]:
+    """Run the launcher once; its processes' events (seconds after exec, pid, kind, what), in time
+    order. ``cpu``: the process's own CPU seconds at each event instead (the user code line has none)."""
     events_dir = tempfile.mkdtemp(prefix="run-", dir=tool_dir)
-    env = dict(os.environ, START_TIMELINE_DIR=events_dir)
+    env = dict(os.environ, START_TIMELINE_DIR=events_dir, START_TIMELINE_IMPORTS=imports or "")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (tool_dir, os.environ.get("PYTHONPATH", "")) if p)
     t_exec = time.time()
     subprocess.run(
@@ -90,17 +100,19 @@ def one_run(command: list[str], tool_dir: str, timeout_s: float) -> list[tuple[f
         timeout=timeout_s,
         check=False,
     )
-    events: list[tuple[float, int, str, str]] = []
+    events: list[tuple[float, float, int, str, str]] = []  # wall time (the order), the value, ...
     for name in os.listdir(events_dir):
         path = os.path.join(events_dir, name)
         with open(path) as f:
             if name.startswith("user."):
-                events.append((float(f.read()) - t_exec, int(name[5:]), "user-code", "-"))
+                if not cpu:
+                    t_user = float(f.read()) - t_exec
+                    events.append((t_user, t_user, int(name[5:]), "user-code", "-"))
                 continue
             for line in f:
-                t, pid, kind, what = line.rstrip("\n").split(" ", 3)
-                events.append((float(t) - t_exec, int(pid), kind, what))
-    return sorted(events)
+                t, t_cpu, pid, kind, what = line.rstrip("\n").split(" ", 4)
+                events.append((float(t) - t_exec, float(t_cpu) if cpu else float(t) - t_exec, int(pid), kind, what))
+    return [(value, pid, kind, what) for _t, value, pid, kind, what in sorted(events)]
 
 
 def milestones(events: list[tuple[float, int, str, str]]) -> dict[str, float]:
@@ -142,6 +154,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--timeout-s", type=float, default=60.0)
     ap.add_argument("--json", help="write every run's events and the medians here")
+    ap.add_argument("--imports", metavar="PREFIX", help="also the first import of every module named PREFIX...")
+    ap.add_argument(
+        "--cpu", action="store_true", help="each process's own CPU seconds at its events (steadier on a shared box)"
+    )
     ap.add_argument("command", nargs=argparse.REMAINDER)
     a = ap.parse_args(argv)
     command = a.command[1:] if a.command[:1] == ["--"] else a.command
@@ -155,9 +171,9 @@ def main(argv: list[str] | None = None) -> int:
         f.write(WORKER)
     runs = []
     try:
-        one_run([*command, worker], tool_dir, a.timeout_s)  # warm-up: page cache, bytecode
+        one_run([*command, worker], tool_dir, a.timeout_s, a.imports, a.cpu)  # warm-up: page cache, bytecode
         for _ in range(a.reps):
-            runs.append(one_run([*command, worker], tool_dir, a.timeout_s))
+            runs.append(one_run([*command, worker], tool_dir, a.timeout_s, a.imports, a.cpu))
     finally:
         import shutil
 
@@ -165,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     per_run = [milestones(r) for r in runs]
     keys = sorted({k for m in per_run for k in m}, key=lambda k: statistics.median(m[k] for m in per_run if k in m))
     medians = {k: statistics.median(m[k] for m in per_run if k in m) for k in keys}
-    print(f"{' '.join(command)}  (median of {len(runs)}; seconds after exec)")
+    unit = "CPU seconds of the process" if a.cpu else "seconds after exec"
+    print(f"{' '.join(command)}  (median of {len(runs)}; {unit})")
     for k in keys:
         seen = sum(k in m for m in per_run)
         print(f"  {medians[k]:8.4f}  {k}" + (f"  [{seen}/{len(runs)} runs]" if seen != len(runs) else ""))

@@ -37,9 +37,11 @@ CGROUP1_ONLY = "42 35 0:39 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup r
 def _usable() -> str | None:
     """Why the real cgroup tests cannot run here, or None."""
     probe = cgroup.create(f"openclaw-probe-{os.getpid()}")
-    if probe is None:
+    joinable = probe is not None and probe.joinable()
+    if probe is not None:
+        probe.remove()
+    if not joinable:
         return "no writable cgroup2 hierarchy with cgroup.kill under this process's cgroup (needs root or delegation)"
-    probe.remove()
     return None
 
 

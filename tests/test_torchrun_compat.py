@@ -427,7 +427,11 @@ def test_every_option_default_is_the_one_definition() -> None:
         "--agent-timeout-s": defaults.AGENT_TIMEOUT_S,
         "--keepalive-s": defaults.KEEPALIVE_S,
     }
-    run_params = {opt: p for p in cli.commands["run"].params for opt in getattr(p, "opts", ())}
+    import click
+
+    run_command = cli.get_command(click.Context(cli), "run")  # the commands load lazily (cli/main.py)
+    assert run_command is not None
+    run_params = {opt: p for p in run_command.params for opt in getattr(p, "opts", ())}
     assert {opt: run_params[opt].default for opt in expected} == expected
     documented = {d.option.split(", ")[0] for d in defaults.DEFAULTS}
     assert set(expected) <= documented

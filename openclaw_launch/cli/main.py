@@ -1,5 +1,5 @@
 """Command line: ``run`` (the default), ``plan``, ``preflight``, ``discover``, ``validate``, ``report``,
-``install-torchrun-shim``.
+``compare``, ``install-torchrun-shim``.
 
 Thin: parse options, gather inputs (config, topology), call the pure planner,
 hand the plan to the effects (MPS, supervisor). Every user error exits 2 with
@@ -15,17 +15,45 @@ import sys
 import click
 
 from openclaw_launch.cli.common import fail
-from openclaw_launch.cli.run import run
-from openclaw_launch.cli.shim import install_torchrun_shim
-from openclaw_launch.cli.tools import compare, discover, plan, preflight, report, validate
 from openclaw_launch.cli.torchrun_resolve import misspelled_command
 from openclaw_launch.errors import OpenclawError
 
 SUBCOMMANDS = ("run", "plan", "preflight", "discover", "validate", "report", "compare", "install-torchrun-shim")
 
 
+def _load(name: str) -> click.Command | None:
+    """The command ``name``, its module imported only now (click's lazy subcommands): ``run`` starts
+    the job without importing the other commands and what they need."""
+    if name == "run":
+        from openclaw_launch.cli.run import run
+
+        return run
+    if name == "install-torchrun-shim":
+        from openclaw_launch.cli.shim import install_torchrun_shim
+
+        return install_torchrun_shim
+    if name not in SUBCOMMANDS:
+        return None
+    from openclaw_launch.cli import tools
+
+    return {
+        "plan": tools.plan,
+        "preflight": tools.preflight,
+        "discover": tools.discover,
+        "validate": tools.validate,
+        "report": tools.report,
+        "compare": tools.compare,
+    }[name]
+
+
 class _DefaultRun(click.Group):
     """``openclaw-launch [run options] train.py`` is ``openclaw-launch run ...`` (torchrun's shape)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(SUBCOMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return _load(cmd_name)
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if args and args[0] not in SUBCOMMANDS and args[0] not in ("--help", "-h", "--version"):
@@ -44,10 +72,6 @@ def cli() -> None:
     Run a job as with torchrun, with torchrun's flags: `openclaw-launch [OPTIONS] train.py [ARGS]...`
     is `openclaw-launch run ...` (see `openclaw-launch run --help`, docs/torchrun-compat.md).
     """
-
-
-for _command in (run, plan, preflight, discover, validate, report, compare, install_torchrun_shim):
-    cli.add_command(_command)
 
 
 def _standard_streams() -> None:

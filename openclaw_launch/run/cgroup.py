@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 MOUNTINFO = "/proc/self/mountinfo"
 PROC_CGROUP = "/proc/self/cgroup"
@@ -106,9 +107,50 @@ def join(procs_path: str) -> None:
         _write(procs_path, b"0")
 
 
+class JoinProbe:
+    """A forked child that joins the cgroup and exits; its answer comes over a pipe, read when it is
+    needed, not when it is made. Joining waits in the kernel (the move takes a lock that waits for an
+    RCU grace period: tens of ms on a VM), so the launcher spawns its workers meanwhile. Its exit is
+    collected by whoever reaps the launcher's children (the supervisor, launch's final reap), never
+    by pid here: a pid reaped elsewhere may be a worker's by now."""
+
+    def __init__(self, procs_path: str) -> None:
+        read_fd, write_fd = os.pipe()  # not inherited by the workers (O_CLOEXEC, close_fds)
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - runs in the child
+            answer = b"0"
+            try:
+                os.close(read_fd)
+                _write(procs_path, b"0")
+                answer = b"1"
+            finally:
+                with contextlib.suppress(OSError):
+                    os.write(write_fd, answer)
+                os._exit(0)
+        os.close(write_fd)  # now only the child holds it: its exit is EOF whatever happened
+        self.pid = pid
+        self._fd: int | None = read_fd
+        self._joined: bool | None = None
+
+    def joined(self, timeout_s: float = EMPTY_TIMEOUT_S) -> bool:
+        """Whether the child could join (waited for, bounded, the first time): the kernel's answer
+        for our credentials and this hierarchy (delegation, the common ancestor's permissions)."""
+        if self._fd is not None:
+            ready, _, _ = select.select([self._fd], [], [], timeout_s)
+            self._joined = bool(ready) and os.read(self._fd, 1) == b"1"
+            os.close(self._fd)
+            self._fd = None
+        return bool(self._joined)
+
+
 @dataclass(frozen=True)
 class JobCgroup:
     path: str  # the cgroup's directory
+    probe: JoinProbe | None = field(default=None, compare=False)  # create's: whether a process can join
+
+    def joinable(self) -> bool:
+        """The probe's answer (True without one: a cgroup the guardian rebuilt from its path)."""
+        return self.probe is None or self.probe.joined()
 
     @property
     def procs(self) -> str:
@@ -165,9 +207,10 @@ class JobCgroup:
 def create(
     name: str, root: str | None = None, mountinfo: str = MOUNTINFO, proc_cgroup: str = PROC_CGROUP
 ) -> JobCgroup | None:
-    """Create ``<launcher's cgroup>/<name>`` (or ``<root>/<name>``) with ``cgroup.kill``, and check
-    that a process can join it; None wherever that is not possible (no cgroup2 mount, cgroup1
-    only, read-only, not permitted, a kernel before 5.14)."""
+    """Create ``<launcher's cgroup>/<name>`` (or ``<root>/<name>``) with ``cgroup.kill`` and start
+    the probe that joins it (``JobCgroup.joinable``: read once the workers are spawned); None
+    wherever no cgroup can be made (no cgroup2 mount, cgroup1 only, read-only, not permitted, a
+    kernel before 5.14). A cgroup that no process may join is empty: its removal is all it costs."""
     if root is None:
         info, cg = _read(mountinfo), _read(proc_cgroup)
         if info is None or cg is None:
@@ -180,24 +223,8 @@ def create(
         os.mkdir(path)
     except OSError:
         return None
-    job = JobCgroup(path)
-    if not (os.path.exists(os.path.join(path, "cgroup.kill")) and _can_join(job.procs)):
+    if not os.path.exists(os.path.join(path, "cgroup.kill")):
         with contextlib.suppress(OSError):
             os.rmdir(path)
         return None
-    return job
-
-
-def _can_join(procs_path: str) -> bool:
-    """Fork a child that joins the cgroup and exits: the kernel's answer for our credentials and
-    this hierarchy (delegation, the common ancestor's permissions), with nothing left behind."""
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - runs in the child
-        code = 1
-        try:
-            _write(procs_path, b"0")
-            code = 0
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status) == 0
+    return JobCgroup(path, JoinProbe(os.path.join(path, "cgroup.procs")))

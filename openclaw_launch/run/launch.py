@@ -24,8 +24,6 @@ from openclaw_launch.config.limits import FD_MARGIN, FDS_PER_RANK, FDS_PER_RANK_
 from openclaw_launch.errors import LaunchError
 from openclaw_launch.files import write_atomic
 from openclaw_launch.plan.model import LaunchPlan
-from openclaw_launch.report.build import CONTAINMENT, build_report, write_report
-from openclaw_launch.report.format import format_report
 from openclaw_launch.run import cgroup, console
 from openclaw_launch.run.errorfile import write_parent_error_file
 from openclaw_launch.run.guard import Guardian
@@ -94,6 +92,9 @@ def launch(
         dropped = console.dropped_lines(out) + console.dropped_lines(err)
         code = result.exit_code  # with agents: the job's fate, the same on every node (supervise.py)
         verdict = preflight(code) if preflight is not None else None
+        from openclaw_launch.report.build import build_report, write_report  # after the job: start-up time
+        from openclaw_launch.report.format import format_report
+
         report = build_report(plan, result, statistics, code, console_dropped_lines=dropped, preflight=verdict)
         if report_path:
             try:
@@ -124,7 +125,9 @@ def _job_report(
 ) -> int:
     """Every node sends its report to the first node, which prints and writes the job's."""
     from openclaw_launch.agents.merge import NodePayload, merge_reports, node_payload
+    from openclaw_launch.report.build import write_report
     from openclaw_launch.report.codec import ReportShapeError, from_json, to_json
+    from openclaw_launch.report.format import format_report
 
     sent = agent.finish(to_json(node_payload(report, statistics)))
     if sent is None:
@@ -214,7 +217,7 @@ def _run(
         if early:  # e.g. Ctrl-C while the MPS daemon started: start no worker at all
             result = _not_started(early[0], options)
         else:
-            participants: list[Participant] = []
+            participants: list[Participant] = [_ReportModules(len(plan.ranks))]
             if daemon is not None and daemon.pid is not None:
                 participants.append(_MpsParticipant(daemon.pid))
             if job_cgroup is not None:
@@ -224,7 +227,10 @@ def _run(
             if agent is not None:
                 participants.append(agent)
             result = supervise(plan, options, os_layer, participants, guardian=guardian)
-        containment = f"cgroup2:{job_cgroup.path}+{CONTAINMENT}" if job_cgroup is not None else CONTAINMENT
+        from openclaw_launch.report.build import CONTAINMENT  # the report's types load after the spawn
+
+        joined = job_cgroup is not None and job_cgroup.joinable()  # its probe ran beside the spawn (cgroup.py)
+        containment = f"cgroup2:{job_cgroup.path}+{CONTAINMENT}" if job_cgroup is not None and joined else CONTAINMENT
         result = dataclasses.replace(result, containment=containment)
         if parent_error_file and result.exit_code != 0:  # before the workers' files go with run_dir
             write_parent_error_file(parent_error_file, result, lambda msg: _say(options, msg))
@@ -257,6 +263,20 @@ class _MpsParticipant(Participant):
 
     def exempt_pids(self) -> list[int]:
         return [self.pid]
+
+
+class _ReportModules(Participant):
+    """Loads the report's modules (~20 frozen types, the verdict) right after this node's last worker
+    is spawned, while the workers start: neither the start nor the clean exit waits for them."""
+
+    def __init__(self, local_ranks: int) -> None:
+        self.spawns_left = local_ranks
+
+    def on_spawn(self, rank: int, pid: int) -> None:
+        self.spawns_left -= 1
+        if self.spawns_left == 0:
+            from openclaw_launch.report.build import build_report  # noqa: F401 - used at the end
+            from openclaw_launch.report.format import format_report  # noqa: F401
 
 
 class _CgroupParticipant(Participant):

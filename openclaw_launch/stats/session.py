@@ -7,24 +7,20 @@ bounded summaries, a line to the helper); the launcher itself runs no thread.
 
 from __future__ import annotations
 
-import logging
-import statistics
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from openclaw_launch.run.participant import Participant, Timer
-from openclaw_launch.stats import verdict
 from openclaw_launch.stats.collect import Collector, RankSummary
 from openclaw_launch.stats.inbox import Inbox
 from openclaw_launch.telemetry import wire
 
 if TYPE_CHECKING:
     from openclaw_launch.plan.model import LaunchPlan
+    from openclaw_launch.stats import verdict
     from openclaw_launch.stats.gpu import SampleSource
     from openclaw_launch.stats.hang_monitor import HangMonitor
     from openclaw_launch.stats.helper import StatsHelper
-
-log = logging.getLogger(__name__)
 
 
 class StatsSession(Participant):
@@ -140,6 +136,10 @@ class StatsSession(Participant):
         measured = [r for r in window if r.measured_steps]
         if not measured:
             return f"{len(total)} rank(s), {steps} steps so far"
+        import statistics  # here and below: the verdict's imports are not the launcher's start-up time
+
+        from openclaw_launch.stats import verdict
+
         p50 = statistics.median(r.step_p50_s for r in measured)
         text = f"{len(total)} rank(s), {steps} steps, step p50 {1000 * p50:.1f} ms over the last interval"
         found = verdict.find_stragglers(window, self._facts(), self.threshold_pct)
@@ -158,12 +158,16 @@ class StatsSession(Participant):
         if self.helper is not None and self.stats_file:  # the last line: the job's final numbers
             self.helper.append(self.snapshot())
         self.close()
+        from openclaw_launch.stats import verdict
+
         summaries = self.collector.summaries()
         found = verdict.find_stragglers(summaries, self._facts(binding_warnings), self.threshold_pct)
         bound = verdict.sync_bound(summaries)
         gpus = self._gpu_summaries()
         if found:
-            log.info("straggler verdict: %s", [s.to_json() for s in found])
+            import logging  # at the job's end only: its import is start-up time
+
+            logging.getLogger(__name__).info("straggler verdict: %s", [s.to_json() for s in found])
         return {
             "hang": self.hang.to_json() if self.hang is not None else None,
             "summaries": summaries,
@@ -187,6 +191,8 @@ class StatsSession(Participant):
         return self.helper.summaries if self.helper is not None else {}
 
     def _facts(self, binding_warnings: Mapping[int, str] | None = None) -> dict[int, verdict.RankFacts]:
+        from openclaw_launch.stats import verdict
+
         gpus = self._gpu_summaries()
         return {
             r.rank: verdict.RankFacts(
