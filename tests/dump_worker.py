@@ -2,7 +2,7 @@
 
 ``$PLAN_IS_RUN_DIR/rank-$RANK.json``: ``sys.argv``, the argv it was exec'd with
 (``/proc/self/cmdline``), its whole environment, and which of the run's paths it was given exist
-(the telemetry socket, its stack file, the MPS pipe directory, the parallel groups file).
+(the telemetry socket, bound by the launcher, its stack file, the MPS pipe directory, the parallel groups file).
 """
 
 from __future__ import annotations
@@ -19,6 +19,14 @@ PATH_VARIABLES = (
 )
 
 
+def _exists(value: str) -> bool:
+    """A path, or an abstract socket (``@name``: the rank's own address under it is bound)."""
+    if not value.startswith("@"):
+        return os.path.exists(value)
+    with open("/proc/net/unix") as f:
+        return any(line.split()[-1] == f"{value}.{os.environ['RANK']}" for line in f if len(line.split()) >= 8)
+
+
 def main() -> None:
     with open("/proc/self/cmdline", "rb") as f:
         cmdline = [part.decode() for part in f.read().split(b"\0")[:-1]]
@@ -26,7 +34,7 @@ def main() -> None:
         "sys_argv": sys.argv,
         "cmdline": cmdline,
         "environ": dict(os.environ),
-        "exists": {name: os.path.exists(os.environ[name]) for name in PATH_VARIABLES if name in os.environ},
+        "exists": {name: _exists(os.environ[name]) for name in PATH_VARIABLES if name in os.environ},
     }
     path = os.path.join(os.environ["PLAN_IS_RUN_DIR"], f"rank-{os.environ['RANK']}.json")
     with open(path + ".tmp", "w") as f:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from openclaw_launch.report.model import (
     SCHEMA,
     AttemptEntry,
+    DroppedDatagrams,
     Hang,
     HangRank,
     NetworkExpectation,
@@ -181,7 +182,8 @@ def node_report(node: str = "n0", rank_ids: tuple[int, ...] = (0, 1), **changes:
             sync_bound_share=None,
             gpu_error=None,
             stats_file_error=None,
-            bad_datagrams=0,
+            bad_datagrams=3,
+            dropped_datagrams={str(rank_ids[-1]): DroppedDatagrams(invalid=2, not_rank_process=1, over_rate=0)},
         ),
         "stragglers": (),
         "hang": None,

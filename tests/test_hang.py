@@ -30,12 +30,13 @@ ROOT = str(Path(__file__).parent.parent)
 
 
 def _progress(rank: int, steps: int, step_age: float, phase: str | None, phase_age: float) -> wire.Progress:
-    return wire.Progress(rank, steps, step_age, phase, phase_age, "all_reduce", dump_signal=None, pid=100 + rank)
+    return wire.Progress(rank, steps, step_age, phase, phase_age, "all_reduce", dump_signal=None)
 
 
 def test_a_straggler_is_not_a_hang_but_a_silent_rank_is() -> None:
     w = HangWatch(5.0, [(0, 0, "n"), (1, 1, "n")])
     w.reset(0.0)
+    w.on_spawn(1, 101)
     for t in range(0, 60, 4):  # rank 1 steps every 4 s (slow), rank 0 every 1 s: no hang
         w.on_progress(_progress(0, t + 1, 0.0, "compute", 0.1), float(t))
         w.on_progress(_progress(1, t // 4 + 1, 0.0, "compute", 0.1), float(t))
@@ -80,12 +81,13 @@ def test_monitor_signals_every_rank_reads_stacks_and_asks_for_124(tmp_path: Path
     )
     m.begin_attempt(0)
     for r in (0, 1):
-        m.on_datagram(wire.Progress(r, 4, 0.0, None, 0.0, None, dump_signal=40, pid=10 + r))
+        m.on_spawn(r, 10 + r)  # the pids the launcher spawned: the only ones it signals
+        m.on_datagram(wire.Progress(r, 4, 0.0, None, 0.0, None, dump_signal=wire.dump_signal()))
     m.tick()
     assert m.stop_reason() is None and not sent
     clock[0] = 2.0
     m.tick()
-    assert sorted(sent) == [(10, 40), (11, 40)] and m.stop_reason() is None
+    assert sorted(sent) == [(10, wire.dump_signal()), (11, wire.dump_signal())] and m.stop_reason() is None
     clock[0] = 3.5
     m.tick()
     reason = m.stop_reason()
@@ -111,7 +113,7 @@ def test_a_new_attempt_starts_the_watch_afresh_and_a_hang_in_it_is_judged_on_its
     def steps(at: float, ranks: tuple[int, ...] = (0, 1)) -> None:
         clock[0] = at
         for r in ranks:
-            m.on_datagram(wire.Progress(r, int(at * 10), 0.0, None, 0.0, None, dump_signal=None, pid=10 + r))
+            m.on_datagram(wire.Progress(r, int(at * 10), 0.0, None, 0.0, None, dump_signal=None))
         m.tick()
 
     m.begin_attempt(0)
@@ -381,7 +383,7 @@ def test_progress_thread_reports_the_phase_a_rank_is_blocked_in(tmp_path: Path) 
     try:
         got = wire.decode_any(inbox.recv(1 << 16))
         assert isinstance(got, wire.Progress)
-        assert (got.rank, got.steps, got.phase, got.collective, got.pid) == (3, 1, "collective", "barrier", os.getpid())
+        assert (got.rank, got.steps, got.phase, got.collective) == (3, 1, "collective", "barrier")
     finally:
         rec.close()
         inbox.close()

@@ -68,7 +68,7 @@ def test_start_answers_private_dirs_stop_leaves_nothing(run_dir: Path, monkeypat
     monkeypatch.setenv("PATH", f"{FAKE_DIR}{os.pathsep}{os.environ['PATH']}")  # found by name on PATH
     daemon = MpsDaemon(mps_plan(), run_dir)
     daemon.start()
-    planned = RunDir(path=PurePosixPath(run_dir.parent), errors_dir=PurePosixPath(run_dir.parent))
+    planned = RunDir(path=PurePosixPath(run_dir.parent), errors_dir=PurePosixPath(run_dir.parent), socket="@t")
     assert planned.mps_dir == PurePosixPath(run_dir)  # the launcher starts it in the plan's MPS directory:
     assert (daemon.pipe_dir, daemon.log_dir) == (Path(planned.mps_pipe_dir), Path(planned.mps_log_dir))  # served
     assert mps_client_env(daemon.pipe_dir, daemon.log_dir) == {

@@ -72,7 +72,7 @@ def merge_reports(
             sync_bound(summaries),
             next((s.gpu_error for s in node_stats if s.gpu_error), None),
             next((s.stats_file_error for s in node_stats if s.stats_file_error), None),
-            sum(s.bad_datagrams for s in node_stats),
+            {rank: d for s in node_stats for rank, d in s.dropped_datagrams.items()},  # ranks are per node
         )
     history = _attempts(reports, fate_nodes)
     lost_guardians = [f"{rep.node}: {rep.guardian_lost}" for rep in reports if rep.guardian_lost]

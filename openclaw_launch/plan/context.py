@@ -8,9 +8,11 @@ launcher knows, which they show as a placeholder (docs/plan-format.md, "Placehol
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
+from openclaw_launch.errors import PlanError
 from openclaw_launch.plan.parallel import PARALLEL_FILE_NAME
 
 #: The launcher's process id, part of the run directory's name (unique per launcher on a host).
@@ -41,11 +43,7 @@ class RunDir:
 
     path: PurePosixPath
     errors_dir: PurePosixPath
-
-    @property
-    def socket(self) -> PurePosixPath:
-        """Where the ranks send their per-step statistics (telemetry/wire.py)."""
-        return self.path / "telemetry.sock"
+    socket: str  # the statistics channel's abstract address (``telemetry_socket_name``)
 
     @property
     def mps_dir(self) -> PurePosixPath:
@@ -107,7 +105,41 @@ def run_context(
 ) -> RunContext:
     """The context of a run with this id. ``pid`` None: not a running launcher (``plan``,
     ``--dry-run``), shown as ``PID_PLACEHOLDER``. ``tmp_dir``: the launcher's temporary directory."""
-    path = PurePosixPath(tmp_dir) / f"openclaw-{run_id}-{PID_PLACEHOLDER if pid is None else pid}"
+    _check_run_id(run_id)
+    shown_pid = PID_PLACEHOLDER if pid is None else str(pid)
+    path = PurePosixPath(tmp_dir) / f"openclaw-{run_id}-{shown_pid}"
     errors = PurePosixPath(log_dir) / run_id / "errors" if log_dir else path / "errors"
-    run_dir = RunDir(path=path, errors_dir=errors)
+    run_dir = RunDir(path=path, errors_dir=errors, socket=telemetry_socket_name(run_id, shown_pid))
     return RunContext(run_id=run_id, run_dir=run_dir, free_master_port=free_master_port, by_arrival=by_arrival)
+
+
+#: The run directory's name ``openclaw-RUNID-PID`` (and the log directory's ``RUNID``) must be one
+#: file name: at most 255 bytes, no ``/``. Anything shorter runs, whatever TMPDIR is.
+MAX_RUN_ID_BYTES = 200
+
+
+def _check_run_id(run_id: str) -> None:
+    size = len(run_id.encode(errors="surrogateescape"))
+    if size > MAX_RUN_ID_BYTES or "/" in run_id or "\0" in run_id or run_id in (".", ".."):
+        raise PlanError(
+            f"--run-id {run_id[:60]!r}{'...' if len(run_id) > 60 else ''}: the run id names a directory "
+            f"(openclaw-RUNID-PID under TMPDIR, RUNID under --log-dir), so it must be one file name: "
+            f"at most {MAX_RUN_ID_BYTES} bytes ({size} given), without '/'"
+        )
+
+
+#: Run ids longer than this are shortened in the socket's name (its hash keeps it unique).
+MAX_SOCKET_RUN_ID_CHARS = 40
+
+
+def telemetry_socket_name(run_id: str, pid: str) -> str:
+    """Where the ranks send their statistics: ``@openclaw-RUNID-PID``, a Linux abstract socket
+    (``@`` stands for its leading NUL byte, telemetry/wire.py), so no TMPDIR or run id is too long
+    for it (a path is limited to 107 bytes) and no worker cleaning TMPDIR can remove it. Each rank
+    has its own address under it (``wire.rank_address``). A long or unusual run id is shortened
+    to its first characters and a hash."""
+    shown = run_id
+    if len(run_id) > MAX_SOCKET_RUN_ID_CHARS or not run_id.isprintable() or "/" in run_id:
+        digest = hashlib.sha256(run_id.encode(errors="surrogateescape")).hexdigest()[:16]
+        shown = "".join(c if c.isalnum() or c in "-_." else "_" for c in run_id[:20]) + "~" + digest
+    return f"@openclaw-{shown}-{pid}"

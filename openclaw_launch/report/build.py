@@ -22,6 +22,7 @@ from openclaw_launch.report.model import (
     LEGACY_SCHEMAS,
     SCHEMA,
     AttemptEntry,
+    DroppedDatagrams,
     Hang,
     JobReport,
     NodeReport,
@@ -136,7 +137,7 @@ def run_statistics(
     sync_bound_share: float | None,
     gpu_error: str | None,
     stats_file_error: str | None,
-    bad_datagrams: int,
+    dropped: Mapping[str, DroppedDatagrams],
 ) -> RunStatistics:
     return RunStatistics(
         threshold_pct=threshold_pct,
@@ -144,7 +145,8 @@ def run_statistics(
         sync_bound_share=sync_bound_share,
         gpu_error=gpu_error,
         stats_file_error=stats_file_error,
-        bad_datagrams=bad_datagrams,
+        bad_datagrams=sum(d.invalid + d.not_rank_process + d.over_rate for d in dropped.values()),
+        dropped_datagrams=dict(dropped),
     )
 
 
@@ -212,7 +214,10 @@ def build_report(
             stats.get("sync_bound_share"),
             stats.get("gpu_error"),
             stats.get("stats_file_error"),
-            stats.get("bad_datagrams", 0),
+            {
+                str(rank): DroppedDatagrams(d.invalid, d.not_rank_process, d.over_rate)
+                for rank, d in stats.get("dropped_datagrams", {}).items()
+            },
         ),
         stragglers=tuple(straggler_entry(s) for s in stats.get("stragglers", ())),
         hang=from_json(Hang, hang) if hang is not None else None,  # --hang-timeout-s fired (stats/hang.py)

@@ -15,6 +15,7 @@ from pathlib import Path
 from openclaw_launch.report.codec import DOC, JOB_DOC, LEGACY, hints, type_name
 from openclaw_launch.report.model import (
     AttemptEntry,
+    DroppedDatagrams,
     Hang,
     HangRank,
     JobReport,
@@ -34,6 +35,7 @@ DOCS_FILE = Path(__file__).resolve().parents[2] / "docs" / "report-format.md"
 TABLES: dict[str, type] = {
     "report": NodeReport,
     "statistics": RunStatistics,
+    "statistics.dropped_datagrams": DroppedDatagrams,
     "stragglers[]": StragglerEntry,
     "hang": Hang,
     "hang.ranks[]": HangRank,

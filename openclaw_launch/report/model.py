@@ -20,6 +20,19 @@ JOB_SCOPE = "job"
 
 
 @dataclass(frozen=True)
+class DroppedDatagrams:
+    """A rank's statistics datagrams the launcher did not take (the channel is untrusted input)."""
+
+    invalid: int = field(
+        metadata=doc("failed the check: types, finite numbers, bounds, sizes, names, or another rank's number")
+    )
+    not_rank_process: int = field(
+        metadata=doc("sent by a process other than the one the launcher started for the rank (a forked child)")
+    )
+    over_rate: int = field(metadata=doc("above the rank's rate limit (stats/inbox.py: `RATE_PER_S`, `BURST`)"))
+
+
+@dataclass(frozen=True)
 class RunStatistics:
     threshold_pct: float | None = field(metadata=doc("`--straggler-threshold-pct`"))
     wait_source: str = field(
@@ -43,7 +56,12 @@ class RunStatistics:
             legacy=None,
         )
     )
-    bad_datagrams: int = field(metadata=doc("messages from workers that could not be read", legacy=0))
+    bad_datagrams: int = field(
+        metadata=doc("statistics datagrams dropped: the sum of `dropped_datagrams` (not fatal)", legacy=0)
+    )
+    dropped_datagrams: dict[str, DroppedDatagrams] = field(
+        metadata=doc("per rank (the key) with any dropped: why (see `statistics.dropped_datagrams`)")
+    )
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,8 @@ answer depends on another's or on its place in the list:
 - ``vote_restart(attempt, wish)``: after the attempt, given this node's wish (every stop reason
   restartable and attempts left). The job restarts iff the wish holds and no participant says no.
 - ``exempt_pids()``: processes never killed as leftovers (the MPS daemon).
+- ``on_spawn(rank, pid)``: the supervisor started ``pid`` as ``rank``: the only pid a participant
+  may signal or believe for that rank (statistics: stats/inbox.py, hang: stats/hang_monitor.py).
 - ``end_attempt(n)``: attempt n's workers and their leftovers are gone.
 
 What a participant contributes to the report is read from it after ``supervise`` returns
@@ -89,6 +91,9 @@ class Participant:
 
     def exempt_pids(self) -> Iterable[int]:
         return ()
+
+    def on_spawn(self, rank: int, pid: int) -> None:
+        return None
 
     def end_attempt(self, attempt: int) -> None:
         return None

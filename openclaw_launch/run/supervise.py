@@ -274,6 +274,8 @@ class _Supervisor:
             return
         w.pid = spawned.pid
         self.live[w.pid] = w
+        for p in self.participants:
+            p.on_spawn(rank.rank, w.pid)
         if self.guardian is not None:
             self.guardian.watch_pgid(w.pid)
         for fd, name in ((spawned.stdout_fd, "stdout"), (spawned.stderr_fd, "stderr")):

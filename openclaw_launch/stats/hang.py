@@ -116,6 +116,13 @@ class HangWatch:
             r.steps += len(batch.steps) + (1 if r.steps == 0 else 0)  # n step times = n + 1 boundaries
             r.last_step = now if r.last_step is None else max(r.last_step, now)
 
+    def on_spawn(self, rank: int, pid: int) -> None:
+        """The pid the launcher spawned for the rank: the only one signalled or shown for it (a
+        datagram names none: the channel is untrusted input, stats/inbox.py)."""
+        r = self.ranks.get(rank)
+        if r is not None:
+            r.pid = pid
+
     def on_progress(self, p: wire.Progress, now: float) -> None:
         r = self.ranks.get(p.rank)
         if r is None:
@@ -126,7 +133,7 @@ class HangWatch:
             r.last_step = at if r.last_step is None else max(r.last_step, at)
         r.phase, r.phase_since = p.phase, now - p.phase_age_s
         r.collective = p.collective or r.collective
-        r.dump_signal, r.pid = p.dump_signal, p.pid or r.pid
+        r.dump_signal = p.dump_signal
 
     def check(self, now: float) -> Verdict | None:
         live = [r for r in self.ranks.values() if not r.finished]

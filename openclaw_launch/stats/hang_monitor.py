@@ -186,6 +186,9 @@ class HangMonitor(Participant):
 
     # ---- the watch -------------------------------------------------------------------------------
 
+    def on_spawn(self, rank: int, pid: int) -> None:
+        self.watch.on_spawn(rank, pid)
+
     def on_datagram(self, item: wire.Batch | wire.Progress) -> None:
         now = self.os.monotonic()
         if isinstance(item, wire.Progress):
@@ -230,7 +233,8 @@ class HangMonitor(Participant):
 
     def _start_dumps(self, now: float) -> None:
         """Every rank's stack, the running ones too (their stacks show what they wait in)."""
-        ranks = [r for r in self.watch.ranks.values() if r.pid and not r.finished]
+        # Only the processes this launcher spawned (on_spawn), with the signal it chose: never what a datagram says.
+        ranks = [r for r in self.watch.ranks.values() if r.pid is not None and r.pid > 0 and not r.finished]
         self._py_spy = self.os.find_py_spy()
         if self._py_spy is not None:
             self.stack_source = "py-spy"
@@ -243,7 +247,7 @@ class HangMonitor(Participant):
                 if r.dump_signal is None:
                     continue
                 try:
-                    self.os.kill(r.pid or 0, r.dump_signal)
+                    self.os.kill(r.pid or 0, wire.dump_signal())
                     sent = True
                 except OSError:
                     pass

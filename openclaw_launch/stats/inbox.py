@@ -1,42 +1,153 @@
-"""The launcher's end of the statistics channel: a Unix datagram socket in the private run dir."""
+"""The launcher's end of the statistics channel: one abstract Unix datagram socket per local rank.
+
+The channel is untrusted input. A datagram counts only when the kernel says (``SCM_CREDENTIALS``)
+that it comes from the very process the launcher spawned for that rank: not a forked child (which
+must not report steps or ``final`` as the rank), not another rank, not a process outside the job.
+Each rank has its own socket, so a rank flooding it fills only its own kernel queue, and a token
+bucket per rank bounds what the launcher decodes; everything dropped is counted per rank.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import os
+import errno
 import socket
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass
 
-_RECEIVE_BUFFER_BYTES = 4 << 20  # room for every rank's batches while the loop is busy elsewhere
-_MAX_PER_DRAIN = 1024  # datagrams read per wake-up, so output and exits are never starved
+from openclaw_launch.errors import LaunchError
+from openclaw_launch.telemetry import wire
+
+_RECEIVE_BUFFER_BYTES = 1 << 20  # per rank; capped by net.core.rmem_max: best effort
+_MAX_PER_DRAIN = 64  # datagrams read per socket per wake-up: every rank's socket gets its turn
+_CREDENTIALS = struct.Struct("3i")  # struct ucred: pid, uid, gid
+# A rank may send RATE_PER_S datagrams a second (one per 4 KiB begun), BURST at once: a real one
+# sends a few a second (telemetry/recorder.py: a batch every 0.5 s or 200 steps, progress on change).
+RATE_PER_S = 200.0
+BURST = 400.0
+_COST_BYTES = 4096  # a datagram counts one per this many bytes
+
+
+@dataclass
+class Drops:
+    """One rank's datagrams the launcher did not take (report: ``statistics.dropped_datagrams``)."""
+
+    invalid: int = 0
+    not_rank_process: int = 0
+    over_rate: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.invalid + self.not_rank_process + self.over_rate
+
+
+class _RankSocket:
+    def __init__(self, rank: int, address: str) -> None:
+        self.rank = rank
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.pid: int | None = None  # the process the launcher spawned for the rank (this attempt)
+        self.tokens = BURST
+        self.refilled_s = 0.0
+        self.drops = Drops()
+        self.strangers: set[int] = set()  # pids already warned about
+        try:
+            with contextlib.suppress(OSError):
+                self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _RECEIVE_BUFFER_BYTES)
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+            self.sock.bind(address)
+            self.sock.setblocking(False)
+        except OSError as exc:
+            self.sock.close()
+            shown = "@" + address[1:] if address.startswith("\0") else address
+            raise LaunchError(
+                f"cannot open the statistics socket {shown} for rank {rank}: {exc.strerror or exc}"
+                + (
+                    " (another launcher with this run id and pid in this network namespace: pass another --run-id)"
+                    if exc.errno == errno.EADDRINUSE
+                    else ""
+                )
+                + "; or pass --telemetry off"
+            ) from None
+
+    def take(self, cost: float, now_s: float) -> bool:
+        self.tokens = min(BURST, self.tokens + (now_s - self.refilled_s) * RATE_PER_S)
+        self.refilled_s = now_s
+        if self.tokens < cost:
+            return False
+        self.tokens -= cost
+        return True
 
 
 class Inbox:
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    """Every local rank's socket (``wire.rank_address``); ``receive`` gives the datagrams that came
+    from each rank's own process, within its rate, and counts the rest in ``drops``."""
+
+    def __init__(self, socket_env: str, ranks: Iterable[int]) -> None:
+        self.socket_env = socket_env
+        self._socks: dict[int, _RankSocket] = {}
         try:
-            with contextlib.suppress(OSError):  # capped by net.core.rmem_max: best effort
-                self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _RECEIVE_BUFFER_BYTES)
-            self._sock.bind(path)
-            self._sock.setblocking(False)
+            for rank in ranks:
+                self._socks[rank] = _RankSocket(rank, wire.rank_address(socket_env, rank))
         except BaseException:
-            self._sock.close()
+            self.close()
             raise
+        self._by_fd = {s.sock.fileno(): s for s in self._socks.values()}
+        self.warn: list[str] = []  # what the console is told once per sender (taken by the session)
 
-    def fileno(self) -> int:
-        return self._sock.fileno()
+    def filenos(self) -> list[int]:
+        return list(self._by_fd)
 
-    def receive(self) -> list[bytes]:
-        """What is queued now, without blocking."""
-        out: list[bytes] = []
-        while len(out) < _MAX_PER_DRAIN:
+    def spawned(self, rank: int, pid: int) -> None:
+        """The supervisor started ``pid`` as ``rank``: from now on only it speaks for the rank."""
+        if rank in self._socks:
+            self._socks[rank].pid = pid
+
+    def forget_pids(self) -> None:
+        """A new attempt: the previous attempt's processes speak for nobody."""
+        for s in self._socks.values():
+            s.pid = None
+
+    def drops(self) -> dict[int, Drops]:
+        return {rank: s.drops for rank, s in sorted(self._socks.items()) if s.drops.total}
+
+    def receive(self, fd: int, now_s: float) -> list[tuple[int, bytes]]:
+        """(rank, datagram) for what rank's socket ``fd`` holds now, without blocking."""
+        s = self._by_fd[fd]
+        out: list[tuple[int, bytes]] = []
+        for _ in range(_MAX_PER_DRAIN):
             try:
-                out.append(self._sock.recv(1 << 16))
+                data, anc, _flags, _addr = s.sock.recvmsg(wire.MAX_DATAGRAM_BYTES + 1, socket.CMSG_SPACE(12))
             except (BlockingIOError, InterruptedError):
                 break
+            pid = _sender_pid(anc)
+            if pid is None or pid != s.pid:
+                s.drops.not_rank_process += 1
+                if pid is not None and pid not in s.strangers and len(s.strangers) < 8:
+                    s.strangers.add(pid)
+                    self.warn.append(
+                        f"rank {s.rank}: statistics from pid {pid} ignored: only the rank's own process "
+                        f"(pid {s.pid}, the one the launcher started) reports for it, not its children "
+                        "(a --no-python wrapper must exec the program) nor another process"
+                    )
+            elif not s.take(max(1.0, len(data) / _COST_BYTES), now_s):
+                s.drops.over_rate += 1
+            else:
+                out.append((s.rank, data))
         return out
 
+    def invalid(self, rank: int) -> None:
+        self._socks[rank].drops.invalid += 1
+
     def close(self) -> None:
-        self._sock.close()
-        with contextlib.suppress(OSError):
-            os.unlink(self.path)
+        """Idempotent: an abstract socket leaves no file behind."""
+        for s in self._socks.values():
+            s.sock.close()
+
+
+def _sender_pid(ancillary: list[tuple[int, int, bytes]]) -> int | None:
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(data) >= _CREDENTIALS.size:
+            pid = int(_CREDENTIALS.unpack_from(data)[0])
+            return pid if pid > 0 else None
+    return None

@@ -7,6 +7,7 @@ bounded summaries, a line to the helper); the launcher itself runs no thread.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -50,7 +51,7 @@ class StatsSession(Participant):
 
             sock = listen(metrics_port)
         self.metrics_port: int | None = sock.getsockname()[1] if sock is not None else None  # as bound
-        self.inbox = Inbox(socket_path)
+        self.inbox = Inbox(socket_path, [r.rank for r in plan.ranks])
         self.hang: HangMonitor | None = None  # --hang-timeout-s
         self.helper: StatsHelper | None = None
         self.stats_file = stats_file  # --stats-file
@@ -71,18 +72,30 @@ class StatsSession(Participant):
 
     def readers(self) -> dict[int, Callable[[], None]]:
         """The descriptors the supervisor watches for the session: the inbox, the helper's link."""
-        out = {self.inbox.fileno(): self.drain}
+        out: dict[int, Callable[[], None]] = {fd: self._reader(fd) for fd in self.inbox.filenos()}
         if self.helper is not None:
             out[self.helper.fileno()] = self.helper.drain
         return out
 
     # ---- called by the supervisor ----------------------------------------------------------------
 
+    def _reader(self, fd: int) -> Callable[[], None]:
+        return lambda: self._take(fd)
+
     def drain(self) -> None:
-        for datagram in self.inbox.receive():
+        for fd in self.inbox.filenos():
+            self._take(fd)
+
+    def on_spawn(self, rank: int, pid: int) -> None:
+        """Only this process speaks for the rank in this attempt (stats/inbox.py)."""
+        self.inbox.spawned(rank, pid)
+
+    def _take(self, fd: int) -> None:
+        """A rank's datagrams: checked (telemetry/wire.py), a bad one counted and dropped."""
+        for rank, datagram in self.inbox.receive(fd, time.monotonic()):
             item = wire.decode_any(datagram)
-            if item is None:
-                self.collector.bad_datagrams += 1
+            if item is None or item.rank != rank:
+                self.inbox.invalid(rank)
                 continue
             if isinstance(item, wire.Batch):
                 self.collector.add(item)
@@ -91,10 +104,14 @@ class StatsSession(Participant):
                 self.states[item.rank] = "running"
             if self.hang is not None:
                 self.hang.on_datagram(item)
+        for text in self.inbox.warn:
+            self._say(f"openclaw-launch: warning: {text}")
+        self.inbox.warn.clear()
 
     def begin_attempt(self, attempt: int) -> None:
         """Statistics are per attempt: a restart starts from nothing (the hang watch resets itself)."""
         self.collector.reset()
+        self.inbox.forget_pids()
         self.attempt = attempt
         self.states = {}
 
@@ -177,7 +194,8 @@ class StatsSession(Participant):
             "gpu_error": self.gpu_error,
             "stats_file_error": self.helper.stats_file_error if self.helper is not None else None,
             "threshold_pct": self.threshold_pct,
-            "bad_datagrams": self.collector.bad_datagrams,
+            "bad_datagrams": sum(d.total for d in self.inbox.drops().values()),
+            "dropped_datagrams": self.inbox.drops(),
         }
 
     def close(self) -> None:

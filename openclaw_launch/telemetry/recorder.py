@@ -24,7 +24,6 @@ from collections.abc import Callable, Sequence
 from openclaw_launch.telemetry import wire
 
 FLUSH_INTERVAL_S = 0.5  # a batch goes out at least this often while steps happen
-MAX_BATCH_STEPS = 200  # ... or when it holds this many steps (keeps datagrams small)
 DUMP_SIGNAL: int | None = None  # set by the bootstrap once its faulthandler listens for it
 
 
@@ -50,6 +49,7 @@ class Recorder:
         self.step_windows: deque[tuple[int, int]] = deque(maxlen=4096)
         self._last_wall_ns: int | None = None
         self.gpu_sync_reader: Callable[[Sequence[tuple[int, int]]], wire.GpuRead | None] | None = None
+        self._progress_on = False  # a progress thread runs (hang detection)
         atexit.register(self.close)
 
     # ---- steps and phases ---------------------------------------------------------------------
@@ -76,7 +76,9 @@ class Recorder:
         self._phases = {}
         self._last_step = now
         self._boundaries += 1
-        if now - self._last_flush >= FLUSH_INTERVAL_S or len(self._batch.steps) >= MAX_BATCH_STEPS:
+        if self._boundaries == 1 and self._progress_on:  # arms the launcher's hang watch at once: a rank
+            self._send_progress()  # that freezes right after (holding the GIL) sends nothing more
+        if now - self._last_flush >= FLUSH_INTERVAL_S or len(self._batch.steps) >= wire.MAX_BATCH_STEPS:
             self.flush()
 
     def enter(self, name: str, collective: str | None = None) -> bool:
@@ -129,11 +131,24 @@ class Recorder:
             phase_age_s=now - entered,
             collective=self.last_collective,
             dump_signal=DUMP_SIGNAL,
-            pid=os.getpid(),
         )
 
     def start_progress(self, interval_s: float) -> None:
+        self._progress_on = interval_s is not None
         threading.Thread(target=self._progress_loop, args=(interval_s,), name="openclaw-progress", daemon=True).start()
+
+    def _send_progress(self) -> None:
+        sock = self._sock
+        try:
+            if sock is not None:
+                sock.sendto(wire.encode_progress(self.progress()), self._path)
+        except OSError:  # the launcher is busy or gone: the progress thread tries again
+            pass
+
+    def forked(self) -> None:
+        """In a forked child: silent. Only the rank's own process speaks for the rank (the launcher
+        drops the rest, stats/inbox.py): a child's steps or its exit are not the rank's."""
+        self._thread, self._sock, self._progress_on = -1, None, False
 
     def _progress_loop(self, interval_s: float) -> None:
         sent: tuple[object, ...] | None = None
@@ -207,7 +222,9 @@ def get() -> Recorder | None:
         path = os.environ.get(wire.SOCKET_ENV)
         if path:
             try:
-                _recorder = Recorder(path, int(os.environ.get("RANK", "0")))
+                rank = int(os.environ.get("RANK", "0"))
+                _recorder = Recorder(wire.rank_address(path, rank), rank)
+                os.register_at_fork(after_in_child=_recorder.forked)
                 interval = float(os.environ.get(wire.PROGRESS_ENV) or 0)
                 if interval > 0:
                     _recorder.start_progress(min(max(interval, 0.05), 60.0))

@@ -25,6 +25,7 @@ PROGRESS_INTERVAL_S = 0.5  # PROGRESS_ENV's value: how often a worker's progress
 TELEMETRY_MODES = ("full", "hooks", "api", "off")
 VERSION = 1
 MAX_DATAGRAM_BYTES = 60_000  # far below the AF_UNIX limit; a batch is flushed before it gets there
+MAX_BATCH_STEPS = 200  # a batch goes out when it holds this many steps (keeps datagrams small)
 
 # Phase names with a fixed meaning. Explicit sections may use any other name too.
 INPUT = "input"  # waiting for the next batch: DataLoader iteration, or section("data"/"input")
@@ -71,6 +72,14 @@ class Batch:
     final: bool = False  # sent at the worker's exit
 
 
+def rank_address(socket_env: str, rank: int) -> str:
+    """The address rank ``rank`` sends to, from ``SOCKET_ENV``: one socket per rank, so that a rank
+    that floods its own cannot fill the queue the others send to (the kernel queues a few datagrams
+    per socket). A leading ``@`` is a Linux abstract socket's NUL byte (no file, no path limit)."""
+    name = f"{socket_env}.{rank}"
+    return "\0" + name[1:] if name.startswith("@") else name
+
+
 def dump_signal() -> int:
     """The signal that makes a worker's faulthandler write its stacks: SIGRTMIN+7. Not SIGUSR1/2
     (forwarded to workers for checkpoints), not SIGQUIT/SIGTERM (they stop a job), not one glibc or
@@ -98,7 +107,6 @@ class Progress:
     phase_age_s: float
     collective: str | None = None
     dump_signal: int | None = None
-    pid: int | None = None  # the worker process itself (under numactl: after its exec)
 
 
 def encode_progress(p: Progress) -> bytes:
@@ -113,33 +121,23 @@ def encode_progress(p: Progress) -> bytes:
             "phase_age_s": round(p.phase_age_s, 4),
             "collective": p.collective,
             "dump_signal": p.dump_signal,
-            "pid": p.pid,
         },
         separators=(",", ":"),
     ).encode()
 
 
 def decode_any(data: bytes) -> Batch | Progress | None:
-    """A batch or a progress datagram; None for anything else."""
+    """A batch or a progress datagram, checked (``_Reader``); None for anything else."""
     try:
-        raw: Any = json.loads(data)
-        if isinstance(raw, dict) and raw.get("v") == VERSION and raw.get("kind") == "progress":
-            age = raw.get("step_age_s")
-            sig = raw.get("dump_signal")
-            phase, coll = raw.get("phase"), raw.get("collective")
-            return Progress(
-                rank=int(raw["rank"]),
-                steps=int(raw["steps"]),
-                step_age_s=None if age is None else max(float(age), 0.0),
-                phase=None if phase is None else str(phase)[:64],
-                phase_age_s=max(float(raw.get("phase_age_s", 0.0)), 0.0),
-                collective=None if coll is None else str(coll)[:64],
-                dump_signal=None if sig is None else int(sig),
-                pid=None if raw.get("pid") is None else int(raw["pid"]),
-            )
-    except (ValueError, TypeError, KeyError, AttributeError):
-        return None
-    return decode(data)
+        raw = _load(data)
+        kind = raw.get("kind")
+        if kind == "progress":
+            return _progress(_Reader(raw, _PROGRESS_KEYS))
+        if kind is None:
+            return _batch(_Reader(raw, _BATCH_KEYS))
+    except _Invalid:
+        pass
+    return None
 
 
 def encode(batch: Batch) -> bytes:
@@ -162,23 +160,128 @@ def encode(batch: Batch) -> bytes:
 
 
 def decode(data: bytes) -> Batch | None:
-    """A batch, or None for anything that is not one (a stray or truncated datagram)."""
-    try:
-        raw: Any = json.loads(data)
-        if not isinstance(raw, dict) or raw.get("v") != VERSION:
-            return None
-        steps = [(float(s), {str(k): float(v) for k, v in p.items()}) for s, p in raw["steps"]]
-        return Batch(
-            rank=int(raw["rank"]),
-            steps=steps,
-            step_source=str(raw.get("step_source", "none")),
-            sync_phases=tuple(str(p) for p in raw.get("sync_phases", ())),
-            gpu_steps=int(raw.get("gpu_steps", 0)),
-            gpu_sync_s=float(raw.get("gpu_sync_s", 0.0)),
-            gpu_late_s=float(raw.get("gpu_late_s", 0.0)),
-            gpu_collectives=int(raw.get("gpu_collectives", 0)),
-            dropped_batches=int(raw.get("dropped", 0)),
-            final=bool(raw.get("final", False)),
-        )
-    except (ValueError, TypeError, KeyError, AttributeError):
-        return None
+    """A batch, or None for anything that is not a valid one (a stray or truncated datagram)."""
+    item = decode_any(data)
+    return item if isinstance(item, Batch) else None
+
+
+# ---- the check: a datagram is untrusted input (docs/hangs-and-metrics.md, "The channel") ---------
+
+MAX_PHASES = 64  # distinct phase names in one step, and in sync_phases
+MAX_NAME_CHARS = 200  # a phase or collective name (printable)
+MAX_SECONDS = 7 * 86400.0  # a step, a phase, an age: a week is already not a step
+MAX_COUNT = 1 << 40  # steps, collectives, dropped batches
+_PROGRESS_KEYS = frozenset(
+    {"v", "kind", "rank", "steps", "step_age_s", "phase", "phase_age_s", "collective", "dump_signal"}
+)
+_BATCH_KEYS = frozenset(
+    {"v", "rank", "steps", "step_source", "sync_phases", "gpu_steps", "gpu_sync_s", "gpu_late_s"}
+    | {"gpu_collectives", "dropped", "final"}
+)
+STEP_SOURCES = ("none", "api", "optimizer")
+
+
+class _Invalid(ValueError):
+    pass
+
+
+def _reject(constant: str) -> None:
+    raise _Invalid(f"not a finite number: {constant}")
+
+
+def _load(data: bytes) -> dict[str, Any]:
+    if len(data) > MAX_DATAGRAM_BYTES:
+        raise _Invalid("too large")
+    try:  # NaN/Infinity are refused here, 1e999 (inf by float()) in _Reader.seconds
+        raw = json.loads(data, parse_constant=_reject)
+    except (ValueError, RecursionError, UnicodeDecodeError) as exc:
+        raise _Invalid(str(exc)) from None
+    if not isinstance(raw, dict) or raw.get("v") != VERSION:
+        raise _Invalid("not a datagram of this version")
+    return raw
+
+
+class _Reader:
+    """Typed, bounded reads of one datagram's keys; any unknown key or bad value: ``_Invalid``."""
+
+    def __init__(self, raw: dict[str, Any], keys: frozenset[str]) -> None:
+        if not set(raw) <= keys:
+            raise _Invalid("unknown keys")
+        self.raw = raw
+
+    def count(self, key: str, default: int | None = None) -> int:
+        return _count(key, self.raw.get(key, default))
+
+    def seconds(self, key: str, default: float | None = None) -> float:
+        return _seconds(key, self.raw.get(key, default))
+
+    def optional_seconds(self, key: str) -> float | None:
+        value = self.raw.get(key)
+        return None if value is None else _seconds(key, value)
+
+    def optional_name(self, key: str) -> str | None:
+        value = self.raw.get(key)
+        return None if value is None else _name(key, value)
+
+
+def _count(key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+        raise _Invalid(f"{key}: not a count")
+    return value
+
+
+def _seconds(key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= MAX_SECONDS:
+        raise _Invalid(f"{key}: not a duration")  # also NaN (every comparison is false) and inf
+    return float(value)
+
+
+def _name(key: str, value: Any) -> str:
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_NAME_CHARS or not value.isprintable():
+        raise _Invalid(f"{key}: not a name")
+    return value
+
+
+def _progress(r: _Reader) -> Progress:
+    sig = r.raw.get("dump_signal")
+    if sig is not None and (isinstance(sig, bool) or sig != dump_signal()):
+        raise _Invalid("dump_signal: not the launcher's")
+    return Progress(
+        rank=r.count("rank"),
+        steps=r.count("steps"),
+        step_age_s=r.optional_seconds("step_age_s"),
+        phase=r.optional_name("phase"),
+        phase_age_s=r.seconds("phase_age_s", 0.0),
+        collective=r.optional_name("collective"),
+        dump_signal=sig,
+    )
+
+
+def _batch(r: _Reader) -> Batch:
+    steps_raw, sync_raw = r.raw.get("steps"), r.raw.get("sync_phases", [])
+    if not isinstance(steps_raw, list) or len(steps_raw) > MAX_BATCH_STEPS:
+        raise _Invalid("steps: not a list of at most MAX_BATCH_STEPS")
+    if not isinstance(sync_raw, list) or len(sync_raw) > MAX_PHASES:
+        raise _Invalid("sync_phases: not a short list")
+    steps: list[tuple[float, dict[str, float]]] = []
+    for item in steps_raw:
+        if not isinstance(item, list) or len(item) != 2 or not isinstance(item[1], dict) or len(item[1]) > MAX_PHASES:
+            raise _Invalid("steps: not [seconds, {phase: seconds}]")
+        phases = {_name("phase", k): _seconds("phase", v) for k, v in item[1].items()}
+        steps.append((_seconds("step", item[0]), phases))
+    source = r.raw.get("step_source", "none")
+    final = r.raw.get("final", False)
+    if source not in STEP_SOURCES or not isinstance(final, bool):
+        raise _Invalid("step_source or final")
+    return Batch(
+        rank=r.count("rank"),
+        steps=steps,
+        step_source=source,
+        sync_phases=tuple(_name("sync_phases", p) for p in sync_raw),
+        gpu_steps=r.count("gpu_steps", 0),
+        gpu_sync_s=r.seconds("gpu_sync_s", 0.0),
+        gpu_late_s=r.seconds("gpu_late_s", 0.0),
+        gpu_collectives=r.count("gpu_collectives", 0),
+        dropped_batches=r.count("dropped", 0),
+        final=final,
+    )
