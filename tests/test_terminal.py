@@ -7,6 +7,7 @@ terminal. Real launchers on a real pty (the test holds its master side), under t
 from __future__ import annotations
 
 import fcntl
+import importlib.util
 import json
 import os
 import select
@@ -20,6 +21,9 @@ import time
 from pathlib import Path
 
 import pytest
+
+if importlib.util.find_spec("torch") is None:
+    pytest.skip("torchrun (torch) is compared in every test here", allow_module_level=True)
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = str(ROOT / "tests" / "terminal_worker.py")
@@ -142,16 +146,19 @@ def test_each_stream_gets_a_pty_only_where_the_launchers_is_a_terminal(tmp_path:
     assert seen["openclaw"] == seen["torchrun"] == {0: mixed}
 
 
-def test_a_stream_kept_off_the_console_is_a_pipe(tmp_path: Path) -> None:
+def test_a_stream_kept_off_the_console_is_a_pipe_as_under_torchrun(tmp_path: Path) -> None:
     """``--redirects 2``: the rank's stderr goes to its log only, so it is no terminal (torchrun's
     goes to a file)."""
-    out = tmp_path / "out"
-    out.mkdir()
-    args = ["--nproc-per-node", "1", "--log-dir", str(tmp_path / "logs"), "--redirects", "2"]
-    term = OnTerminal([*LAUNCHERS["openclaw"], *args, WORKER, "probe", str(out)])
-    assert term.finish() == 0, term.text()
+    seen = {}
+    for which, launcher in LAUNCHERS.items():
+        out = tmp_path / which
+        out.mkdir()
+        args = ["--nproc-per-node", "1", "--log-dir", str(tmp_path / f"logs-{which}"), "--redirects", "2"]
+        term = OnTerminal([*launcher, *args, WORKER, "probe", str(out)])
+        assert term.finish() == 0, term.text()
+        seen[which] = _probes(out)
     mixed = {"stdout_isatty": True, "stderr_isatty": False, "stdout_size": [80, 24], "stderr_size": None}
-    assert _probes(out) == {0: mixed}
+    assert seen["openclaw"] == seen["torchrun"] == {0: mixed}
 
 
 def test_a_redrawn_bar_reaches_the_terminal_as_redraws_with_the_prefix_and_the_log_as_written(tmp_path: Path) -> None:
