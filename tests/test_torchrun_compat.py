@@ -322,7 +322,9 @@ def test_a_free_port_is_held_until_the_launcher_exits() -> None:
     [
         (["--nnodes", "1:4"], "--nnodes"),
         (["--rdzv-backend", "etcd", "--nnodes", "2"], "--rdzv-backend"),
-        (["--rdzv_backend=c10d", "--nnodes=2", "--rdzv-endpoint", "h:1"], "--node-rank"),
+        (["--rdzv_backend=c10d", "--nnodes=2"], "--rdzv-endpoint"),  # by arrival: where the nodes meet
+        (["--rdzv_backend=c10d", "--nnodes=2", "--rdzv-endpoint", "h:0"], "port 0 is for one node"),
+        (["--rdzv_backend=c10d", "--nnodes=2", "--rdzv-endpoint", "h:9", "--agent-port", "7"], "--agent-port"),
         (["--logs-specs", "mine"], "--logs-specs"),
         (["--numa-binding", "core-complex"], "--numa-binding"),
         (["--duplicate-stdout-filters", "loss"], "--duplicate-stdout-filters"),

@@ -51,6 +51,39 @@ class AgentOptions:
 
 
 @dataclass(frozen=True)
+class Arrival:
+    """This node's rank by arrival, and the helper that took it (the agent's, from then on)."""
+
+    node_rank: int
+    master_port: int  # the workers' MASTER_PORT: node rank 0's free port
+    link: StoreLink
+    options: AgentOptions  # where the agents met (nodes and restarts: the plan's, given later)
+
+
+def arrive(
+    options: AgentOptions,
+    nnodes: int,
+    free_port: int,
+    say: Callable[[str], None],
+    interrupted: Callable[[], int | None],
+) -> Arrival | int:
+    """Node ranks by arrival (c10d without ``--node-rank``), before the plan is built: the agent's
+    helper is forked here and opens the store by the c10d rule (agents/store.py); the store's host
+    is node rank 0 and its ``free_port`` the workers' MASTER_PORT. Returns a signal's number if
+    one stopped the wait; ``AgentError`` if refused (a launcher too many) or nothing answered."""
+    link = StoreLink.start(options, lost_fate)
+    try:
+        answer = link.arrive(nnodes, free_port, say, interrupted)
+    except BaseException:
+        link.close()
+        raise
+    if isinstance(answer, int):
+        link.close()
+        return answer
+    return Arrival(node_rank=answer[0], master_port=answer[1], link=link, options=options)
+
+
+@dataclass(frozen=True)
 class Fate:
     kind: str  # failure | signal | hang | lost (StopKind's values)
     node: str
@@ -79,12 +112,16 @@ _RESTARTABLE_OUTCOMES = frozenset({"ok", "stopped", StopKind.FAILURE.value})
 
 
 class Agent(Participant):
-    def __init__(self, plan: LaunchPlan, options: AgentOptions, say: Callable[[str], None]) -> None:
+    def __init__(
+        self, plan: LaunchPlan, options: AgentOptions, say: Callable[[str], None], link: StoreLink | None = None
+    ) -> None:
+        """``link``: the helper that took this node's rank by arrival (agents/arrival.py), else
+        ``join`` forks one."""
         self.plan, self.opt, self.say = plan, options, say
         self.me = plan.node_rank
         self.name = plan.node
         self.is_host = self.me == 0
-        self._link: StoreLink | None = None  # the store loop's helper process, from ``join`` on
+        self._link = link  # the store loop's helper process, from ``join`` on
         self._loop_alive = False  # the helper's store loop runs (it stops when a node is lost)
         self.attempt = 0
         self.fates: dict[int, Fate] = {}  # the job's fate per attempt, as this node knows it
@@ -97,13 +134,14 @@ class Agent(Participant):
     # ---- before start -----------------------------------------------------------------------------
 
     def join(self, fingerprint: Mapping[str, str], interrupted: Callable[[], int | None]) -> int | None:
-        """Meet every node and compare fingerprints (in the store loop's helper, forked here while
-        the launcher has one thread; it adds torch's and the driver's versions). Returns a signal
-        number if one stopped the wait (nothing started), None when all agree; raises
-        ``AgentError`` otherwise."""
+        """Claim this node's rank (a second launcher for it is refused), meet every node and
+        compare fingerprints (in the store loop's helper, forked here while the launcher has one
+        thread; it adds torch's and the driver's versions). Returns a signal number if one stopped
+        the wait (nothing started), None when all agree; raises ``AgentError`` otherwise."""
         with_gpus = any(r.gpu_uuid for r in self.plan.ranks)
-        self._link = StoreLink.start(self.opt, self.me, self.name, _lost_fate, with_gpus)
-        return self._link.join(fingerprint, interrupted)
+        if self._link is None:
+            self._link = StoreLink.start(self.opt, lost_fate)
+        return self._link.join(self.me, self.name, self.opt.nodes, with_gpus, fingerprint, self.say, interrupted)
 
     def start(self) -> None:
         assert self._link is not None
@@ -215,6 +253,6 @@ class Agent(Participant):
             self._link.close()
 
 
-def _lost_fate(node: str, text: str) -> str:
+def lost_fate(node: str, text: str) -> str:
     """The store loop's fate for a lost node (or an unreachable first node)."""
     return Fate("lost", node, None, EXIT_NODE_LOST, text).to_json()

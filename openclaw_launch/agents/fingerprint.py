@@ -29,13 +29,23 @@ _JOB_ENV = (
     "TORCHELASTIC_RUN_ID",
     "TORCHELASTIC_MAX_RESTARTS",
 )
-_CONFIG_SKIP = ("source", "warnings", "lines")  # where it was read from, not what it says
+_CONFIG_SKIP = ("source", "warnings")  # where it was read from (and what reading it said), not what it says
+_WHERE_KEYS = ("line", "where")  # at any depth: a node's or GPU's YAML line, where a parallel size was given
 
 
 def canonical_config(config: Config) -> dict[str, Any]:
-    """The config as plain data, without where it came from."""
+    """The config as plain data, without where it came from: two configs that differ only in
+    comments or blank lines agree."""
     data = dataclasses.asdict(config)
-    return {k: v for k, v in data.items() if k not in _CONFIG_SKIP}
+    return {k: _without_where(v) for k, v in data.items() if k not in _CONFIG_SKIP}
+
+
+def _without_where(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _without_where(v) for k, v in value.items() if k not in _WHERE_KEYS}
+    if isinstance(value, list | tuple):
+        return [_without_where(v) for v in value]
+    return value
 
 
 def fingerprint(

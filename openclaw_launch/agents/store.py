@@ -1,10 +1,16 @@
 """The agents' meeting place: torch.distributed's TCPStore, hosted by the first node's launcher on
 its own port (not MASTER_PORT). torch is imported here and only here, and only for a multi-node
 job: a one-node launch never pays for it.
+
+Who hosts it: node rank 0 when the ranks are given; for node ranks by arrival (c10d without
+``--node-rank``), torchrun's c10d rule: a launcher whose host is the endpoint's (``localhost``, a
+loopback address, or one of this host's names and addresses) tries to listen, and becomes a client
+if the port is taken (another launcher on that host hosts it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
 from datetime import timedelta
@@ -19,7 +25,7 @@ class AgentError(OpenclawError):
     """The agents could not meet, or do not agree: nothing was started (exit 2)."""
 
 
-def _import_tcpstore() -> Any:
+def import_tcpstore() -> Any:
     """c10d logs every failed connect as a C++ warning with a trace; the launcher says what matters
     itself. The level is read when torch loads; the workers' environment is left as it was."""
     import sys
@@ -35,12 +41,47 @@ def _import_tcpstore() -> Any:
     return TCPStore
 
 
+def is_this_host(addr: str) -> bool:
+    """``addr`` (a name or an address) is this machine: torchrun's ``_matches_machine_hostname``,
+    over this host's interface addresses (agents/identity.py) and its name's."""
+    import ipaddress
+    import socket
+
+    from openclaw_launch.agents.identity import local_identity
+
+    if addr == "localhost":
+        return True
+    with contextlib.suppress(ValueError):
+        if ipaddress.ip_address(addr.split("%")[0]).is_loopback:
+            return True
+    names, local = local_identity()
+    if addr in names or addr == socket.getfqdn():
+        return True
+    try:
+        theirs = {info[4][0] for info in socket.getaddrinfo(addr, None, proto=socket.IPPROTO_TCP)}
+    except (OSError, UnicodeError):
+        return False
+    return bool(theirs & set(local))
+
+
+def open_store(addr: str, port: int, host: bool | None, timeout_s: float) -> AgentStore:
+    """The store at ``addr:port``; ``host`` None: host it by the c10d rule above."""
+    if host is not None:
+        return AgentStore(addr, port, host, timeout_s)
+    if is_this_host(addr):
+        try:
+            return AgentStore(addr, port, True, timeout_s)
+        except AgentError:  # the port is taken: by this job's host (checked as a client), or not
+            pass
+    return AgentStore(addr, port, False, timeout_s)
+
+
 class AgentStore:
     """Keys are namespaced; values are text. Blocking calls: use from one thread at a time."""
 
     def __init__(self, addr: str, port: int, is_host: bool, timeout_s: float) -> None:
         self.addr, self.port, self.is_host = addr, port, is_host
-        tcp_store = _import_tcpstore()
+        tcp_store = import_tcpstore()
         try:
             self._store: Any = tcp_store(  # the host listens on every interface
                 addr,
@@ -51,11 +92,16 @@ class AgentStore:
                 wait_for_workers=False,
             )
         except Exception as e:  # DistNetworkError, RuntimeError: one line, not a C++ trace
-            what = f"listen on port {port}" if is_host else f"reach the first node's agent at {addr}:{port}"
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            if is_host:
+                taken = " (in use: another launcher hosts agents there, a second one for node rank 0?)"
+                raise AgentError(
+                    f"cannot listen on port {port}{taken if 'EADDRINUSE' in str(e) else ''}: {first}; "
+                    "check --agent-port; started nothing"
+                ) from None
             raise AgentError(
-                f"cannot {what} within {timeout_s:g} s ({first}); check --agent-port and that the first "
-                "node's launcher runs"
+                f"cannot reach the first node's agent at {addr}:{port} within {timeout_s:g} s ({first}); "
+                "check --agent-port (or the --rdzv-endpoint port) and that the first node's launcher runs"
             ) from None
 
     def set_timeout(self, seconds: float) -> None:
@@ -73,6 +119,10 @@ class AgentStore:
     def first(self, key: str, value: str) -> str:
         """Set ``key`` unless it is set; return what it holds now (the first writer wins)."""
         return bytes(self._store.compare_set(PREFIX + key, "", value.encode())).decode()
+
+    def add(self, key: str, amount: int) -> int:
+        """Add to a counter (created at 0); the new value: one number per caller, in call order."""
+        return int(self._store.add(PREFIX + key, amount))
 
     def get_many(self, keys: Sequence[str]) -> list[str]:
         return [bytes(v).decode() for v in self._store.multi_get([PREFIX + k for k in keys])]

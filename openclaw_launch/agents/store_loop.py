@@ -5,10 +5,13 @@ TCPStore) is imported there, never in the launcher.
 The agent (agents/fate.py) forks the helper before the nodes meet and keeps the decisions; the
 helper does the store calls and reports what it sees. Messages, one JSON object per line:
 
-- launcher -> helper: ``join`` (meet, compare fingerprints), ``start`` (the keep-alive loop),
+- launcher -> helper: ``arrive`` (node ranks by arrival: open the store, take a rank),
+  ``join`` (open the store unless open, claim the node rank, meet, compare fingerprints),
+  ``start`` (the keep-alive loop),
   ``attempt``, ``fate`` (compare-and-set this node's stop as ``fate/a``), ``end`` (``end/a/r``),
   ``finish`` (stop the loop, exchange the reports, answer ``reports``, exit).
-- helper -> launcher: ``joined`` or ``join_failed``; ``fate`` (the job's fate of an attempt, as the
+- helper -> launcher: ``connected`` (the store answered), ``arrived`` (rank, MASTER_PORT),
+  ``joined``, or ``join_failed``; ``fate`` (the job's fate of an attempt, as the
   store holds it), ``ended`` (every node is done with an attempt), ``loop_ended`` (the loop stopped:
   a lost node, or the first node's store unreachable), ``say`` (a line for the console),
   ``reports``.
@@ -25,8 +28,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from openclaw_launch.agents.fingerprint import differences, library_versions
-from openclaw_launch.agents.store import AgentError, AgentStore
+from openclaw_launch.agents.fingerprint import library_versions
+from openclaw_launch.agents.meeting import WAIT_NOTE_S, admit, arrive, launcher_token, meet
+from openclaw_launch.agents.store import AgentError, AgentStore, import_tcpstore, open_store
 from openclaw_launch.run.helper import Helper, Link, Message
 
 _JOIN_POLL_S = 0.1  # how often a waiting join looks for a signal
@@ -40,8 +44,6 @@ class LoopOptions(Protocol):
     def store_addr(self) -> str: ...
     @property
     def port(self) -> int: ...
-    @property
-    def nodes(self) -> tuple[str, ...]: ...
     @property
     def join_timeout_s(self) -> float: ...
     @property
@@ -57,13 +59,15 @@ class StoreLink:
     def __init__(self, helper: Helper, options: LoopOptions) -> None:
         self._helper = helper
         self._opt = options
+        self.token = launcher_token()  # this launcher, as the holder of its node rank
+        self._connected = False
 
     @classmethod
-    def start(cls, options: LoopOptions, me: int, name: str, lost_fate: LostFate, with_gpus: bool) -> StoreLink:
-        """Fork the helper; ``with_gpus``: the fingerprint holds the CUDA driver's version."""
+    def start(cls, options: LoopOptions, lost_fate: LostFate) -> StoreLink:
+        """Fork the helper (while the launcher has one thread)."""
 
         def main(link: Link) -> None:
-            _Loop(link, options, me, name, lost_fate, with_gpus).serve()
+            _Loop(link, options, lost_fate).serve()
 
         return cls(Helper.fork("openclaw-agent", main), options)
 
@@ -79,23 +83,79 @@ class StoreLink:
     def fileno(self) -> int:
         return self._helper.fileno()
 
-    def join(self, fingerprint: Mapping[str, str], interrupted: Callable[[], int | None]) -> int | None:
-        """Meet every node and compare fingerprints, in the helper. Returns a signal number if one
-        stopped the wait, None when all agree; raises ``AgentError`` otherwise."""
-        link = self._helper.link
-        link.send({"op": "join", "fingerprint": dict(fingerprint)})
+    def arrive(
+        self, nnodes: int, master_port: int, say: Callable[[str], None], interrupted: Callable[[], int | None]
+    ) -> tuple[int, int] | int:
+        """Node ranks by arrival: (this node's rank, the workers' MASTER_PORT), or the number of
+        the signal that stopped the wait; ``AgentError`` if refused. ``master_port``: this host's
+        free port, the job's if this launcher hosts the store (node rank 0)."""
+        op = {"op": "arrive", "nnodes": nnodes, "token": self.token, "master_port": master_port}
+        answer = self._exchange(op, "arrived", say, interrupted)
+        return answer if isinstance(answer, int) else (int(answer["rank"]), int(answer["master_port"]))
+
+    def join(
+        self,
+        me: int,
+        name: str,
+        nodes: tuple[str, ...],
+        with_gpus: bool,
+        fingerprint: Mapping[str, str],
+        say: Callable[[str], None],
+        interrupted: Callable[[], int | None],
+    ) -> int | None:
+        """Claim node rank ``me`` (``nodes``: every node's name), meet every node and compare
+        fingerprints, in the helper (``with_gpus``: the fingerprint holds the CUDA driver's
+        version). Returns a signal number if one stopped the wait, None when all agree; raises
+        ``AgentError`` otherwise."""
+        op = {"op": "join", "me": me, "name": name, "nodes": nodes, "with_gpus": with_gpus, "token": self.token}
+        answer = self._exchange({**op, "fingerprint": dict(fingerprint)}, "joined", say, interrupted)
+        return answer if isinstance(answer, int) else None
+
+    def _exchange(
+        self, op: Message, answer: str, say: Callable[[str], None], interrupted: Callable[[], int | None]
+    ) -> Message | int:
+        """Send ``op`` and wait for its ``answer`` (or a signal's number). Until the store answers,
+        say so every ``WAIT_NOTE_S``; a store that has not answered within ``--agent-timeout-s``
+        (nothing there, or a port that accepts connections but speaks no store protocol, where
+        the store client would wait without end) is an error, and the helper is ended."""
+        link, opt = self._helper.link, self._opt
+        link.send(op)
+        start: float | None = None  # when the helper began to open the store (torch is imported then)
+        noted = 0.0
         while True:
             link.flush(_JOIN_POLL_S)
             for message in link.wait(_JOIN_POLL_S):
-                if message["ev"] == "joined":
-                    return None
-                if message["ev"] == "join_failed":
+                if message["ev"] == answer:
+                    return message
+                if message["ev"] == "opening":
+                    start = noted = time.monotonic()
+                elif message["ev"] == "connected":
+                    self._connected = True
+                elif message["ev"] == "say":
+                    say(f"openclaw-launch: {message['text']}")
+                elif message["ev"] == "join_failed":
                     raise AgentError(message["text"])
             if link.closed:
                 raise AgentError(f"this node's store loop (pid {self.pid}) ended while the nodes met; started nothing")
             sig = interrupted()
             if sig is not None:
                 return sig
+            now, where = time.monotonic(), f"{opt.store_addr}:{opt.port}"
+            if start is None or self._connected:
+                continue
+            if now - start >= opt.join_timeout_s:
+                self._helper.end(0)
+                raise AgentError(
+                    f"no agent answered at {where} within {opt.join_timeout_s:g} s (--agent-timeout-s): nothing "
+                    "listens there, or what does is not an openclaw-launch agent (it accepts connections but "
+                    "does not speak the agents' store protocol); check the port; started nothing"
+                )
+            if now - noted >= WAIT_NOTE_S:
+                noted = now
+                say(
+                    f"openclaw-launch: waiting for the first node's agent at {where}: "
+                    f"{opt.join_timeout_s - (now - start):.0f} s left (--agent-timeout-s)"
+                )
 
     def start_loop(self) -> None:
         self._helper.link.send({"op": "start"})
@@ -137,12 +197,11 @@ class _Loop:
     watchdog are threads (the AgentStore is used by one thread at a time: the meeting, then the
     loop, then the report exchange)."""
 
-    def __init__(
-        self, link: Link, options: LoopOptions, me: int, name: str, lost_fate: LostFate, with_gpus: bool
-    ) -> None:
-        self.link, self.opt, self.me, self.name, self.lost_fate = link, options, me, name, lost_fate
-        self.with_gpus = with_gpus
-        self.is_host = me == 0
+    def __init__(self, link: Link, options: LoopOptions, lost_fate: LostFate) -> None:
+        self.link, self.opt, self.lost_fate = link, options, lost_fate
+        self.me, self.name = 0, ""  # from ``join``: this node's rank and name, and every node's name
+        self.nodes: tuple[str, ...] = ()
+        self.is_host = False
         self.store: AgentStore | None = None
         self.attempt = 0
         self._commands: queue.Queue[Message] = queue.Queue()
@@ -156,6 +215,9 @@ class _Loop:
     def _post(self, message: Message) -> None:
         self.link.send(message)
 
+    def _say(self, text: str) -> None:
+        self._post({"ev": "say", "text": text})
+
     def _post_fate(self, attempt: int, fate: str) -> None:
         if attempt not in self._posted_fates:
             self._posted_fates.add(attempt)
@@ -165,8 +227,8 @@ class _Loop:
         while not self.link.closed:
             for message in self.link.wait(None):
                 op = message["op"]
-                if op == "join":
-                    self._join(message["fingerprint"])
+                if op in ("arrive", "join"):
+                    self._meeting(message)
                 elif op == "start":
                     self._start()
                 elif op == "attempt":
@@ -182,9 +244,14 @@ class _Loop:
 
     # ---- before start ----------------------------------------------------------------------------
 
-    def _join(self, fingerprint: Mapping[str, str]) -> None:
+    def _meeting(self, message: Message) -> None:
+        """``arrive`` or ``join``; a failure is the launcher's ``join_failed`` (exit 2)."""
         try:
-            self._meet({**fingerprint, **library_versions(self.with_gpus)})
+            if message["op"] == "arrive":
+                rank, port = arrive(self._open(None), message["nnodes"], message["token"], message["master_port"])
+                self._post({"ev": "arrived", "rank": rank, "master_port": port})
+                return
+            self._join(message)
         except AgentError as e:
             self._post({"ev": "join_failed", "text": str(e)})
             return
@@ -193,37 +260,25 @@ class _Loop:
             text = f"lost the first node's agent while the nodes met: {first}; started nothing"
             self._post({"ev": "join_failed", "text": text})
             return
-        self._post({"ev": "joined"})
 
-    def _meet(self, fingerprint: Mapping[str, str]) -> None:
-        opt, n = self.opt, len(self.opt.nodes)
-        self.store = store = AgentStore(opt.store_addr, opt.port, self.is_host, opt.join_timeout_s)
-        store.set(f"hb/{self.me}", "0")
-        store.set(f"fp/{self.me}", json.dumps({"node": self.name, "fingerprint": dict(fingerprint)}))
-        deadline = time.monotonic() + opt.join_timeout_s
-        keys = [f"fp/{r}" for r in range(n)]
-        while not store.has(keys):
-            if time.monotonic() > deadline:
-                missing = [opt.nodes[r] for r in range(n) if not store.has([f"fp/{r}"])]
-                raise AgentError(
-                    f"node(s) {', '.join(missing)} never arrived: waited {opt.join_timeout_s:g} s at "
-                    f"{opt.store_addr}:{opt.port} (--agent-timeout-s); started nothing"
-                )
-            time.sleep(0.1)
-        prints = {}
-        for text in store.get_many(keys):
-            data = json.loads(text)
-            prints[data["node"]] = data["fingerprint"]
-        store.set(f"ack/{self.me}", "1")
-        diff = differences(prints)
-        if self.is_host:  # keep the store up until every node has read the fingerprints
-            acks = [f"ack/{r}" for r in range(n)]
-            until = time.monotonic() + min(opt.join_timeout_s, 30.0)
-            while not store.has(acks) and time.monotonic() < until:
-                time.sleep(0.05)
-        if diff:
-            raise AgentError("the nodes do not agree; started nothing on any node:\n  " + "\n  ".join(diff))
-        store.set_timeout(opt.keepalive_s)
+    def _open(self, host: bool | None) -> AgentStore:
+        """The store (once): ``host`` given (node rank 0 hosts), or None (the c10d rule)."""
+        if self.store is None:
+            import_tcpstore()  # seconds on a busy host: the wait for an answer starts after it
+            self._post({"ev": "opening"})
+            self.store = open_store(self.opt.store_addr, self.opt.port, host, self.opt.join_timeout_s)
+            self._post({"ev": "connected"})
+        return self.store
+
+    def _join(self, message: Message) -> None:
+        self.me, self.name, self.nodes = message["me"], message["name"], tuple(message["nodes"])
+        store = self._open(self.me == 0)
+        self.is_host = store.is_host
+        admit(store, self.me, self.name, message["token"])
+        fingerprint = {**message["fingerprint"], **library_versions(message["with_gpus"])}
+        meet(store, self.me, self.name, self.nodes, fingerprint, self.opt.join_timeout_s, self._say)
+        store.set_timeout(self.opt.keepalive_s)
+        self._post({"ev": "joined"})
 
     def _start(self) -> None:
         self._last_ok = time.monotonic()
@@ -238,7 +293,7 @@ class _Loop:
             silent = time.monotonic() - self._last_ok
             if silent > self.opt.keepalive_s:
                 self._abandoned = True
-                host = self.opt.nodes[0]
+                host = self.nodes[0]
                 text = f"lost the first node {host}'s agent: no answer for {silent:.1f} s (--keepalive-s)"
                 self._post_fate(self.attempt, self.lost_fate(host, text))
                 self._post({"ev": "ended", "attempt": self.attempt})
@@ -250,7 +305,7 @@ class _Loop:
     def _run(self) -> None:
         tick = max(min(0.2, self.opt.keepalive_s / 10), 0.02)
         beats = 0
-        peers = [r for r in range(len(self.opt.nodes)) if r != self.me]
+        peers = [r for r in range(len(self.nodes)) if r != self.me]
         last_seen: dict[int, tuple[str, float]] = {}
         posted_end = -1
         try:
@@ -262,7 +317,7 @@ class _Loop:
                 store.set(f"hb/{self.me}", str(beats))
                 attempt = self.attempt
                 self._watch_fate(store, attempt)
-                ends = [f"end/{attempt}/{r}" for r in range(len(self.opt.nodes))]
+                ends = [f"end/{attempt}/{r}" for r in range(len(self.nodes))]
                 if store.has(ends) and attempt in self._end_sent and posted_end != attempt:
                     self._watch_fate(store, attempt)  # a fate is always written before its node's end
                     # every node's outcome: one that vetoes a restart (a hang, a signal) stops it everywhere
@@ -274,7 +329,7 @@ class _Loop:
                     if seen is None or seen[0] != beat:
                         last_seen[r] = (beat, now)
                     elif now - seen[1] > self.opt.keepalive_s and not store.has([f"end/{attempt}/{r}"]):
-                        self._lost(store, attempt, self.opt.nodes[r], f"no keep-alive for {now - seen[1]:.1f} s")
+                        self._lost(store, attempt, self.nodes[r], f"no keep-alive for {now - seen[1]:.1f} s")
                         self._post({"ev": "loop_ended"})
                         return
                 self._last_ok = time.monotonic()
@@ -283,7 +338,7 @@ class _Loop:
             if self._stop.is_set() or self._abandoned:
                 return
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            host = self.opt.nodes[0]
+            host = self.nodes[0]
             self._post_fate(self.attempt, self.lost_fate(host, f"lost the first node {host}'s agent: {first}"))
             self._post({"ev": "ended", "attempt": self.attempt})
             self._post({"ev": "loop_ended"})
@@ -323,7 +378,7 @@ class _Loop:
         if store is None or self._abandoned or (self._thread is not None and self._thread.is_alive()):
             return None
         if not self.is_host:
-            if self.opt.nodes[0] in lost_nodes:  # nobody to send it to (and a call could hang)
+            if self.nodes[0] in lost_nodes:  # nobody to send it to (and a call could hang)
                 return None
             try:
                 store.set(f"report/{self.me}", json.dumps(payload))
@@ -331,7 +386,7 @@ class _Loop:
                 self._post({"ev": "say", "text": f"warning: could not send this node's report to the first node: {e}"})
             return None
         got: dict[int, Any] = {0: payload}
-        wanted = [r for r in range(1, len(self.opt.nodes)) if self.opt.nodes[r] not in lost_nodes]
+        wanted = [r for r in range(1, len(self.nodes)) if self.nodes[r] not in lost_nodes]
         deadline = time.monotonic() + max(10.0, 2 * self.opt.keepalive_s)
         while wanted and time.monotonic() < deadline:
             for r in [r for r in wanted if store.has([f"report/{r}"])]:

@@ -59,13 +59,21 @@ def read_topology(snapshot: str | None, with_gpus: bool, nvml_facts: bool = True
 
 
 def plan_and_config(
-    c: Common, *, at_run: bool, telemetry_mode: str = "off", hang_timeout_s: float | None = None
+    c: Common,
+    *,
+    at_run: bool,
+    telemetry_mode: str = "off",
+    hang_timeout_s: float | None = None,
+    arrival: tuple[int, int] | None = None,
 ) -> tuple[LaunchPlan, Config]:
     """The plan for the command line (``--config``, or this host as torchrun would see it), built
     once with the command's one ``RunContext``. ``at_run``: a launcher that will start it (``run``,
     ``preflight``), else what ``plan`` and ``run --dry-run`` show, with the placeholders of
-    docs/plan-format.md for what only a running launcher knows."""
+    docs/plan-format.md for what only a running launcher knows. ``arrival``: node ranks by arrival
+    (c10d without ``--node-rank``), the (node rank, MASTER_PORT) this launcher's rendezvous gave;
+    None there: node rank 0's plan, with ``NODE_RANK_PLACEHOLDER``'s warning."""
     want = resolve(c.tr, with_config=bool(c.config_path))
+    node_rank = arrival[0] if arrival else want.node_rank
     entry = _entry(c.script or ("train.py",), c.tr)  # plan: the script only shows in argv
     if c.config_path:
         if want.nproc_per_node is not None:
@@ -85,7 +93,7 @@ def plan_and_config(
         # host_config makes this host's NVLinks the GPUs' peers, which only TP groups use
         topology = read_topology(c.topology_path, want.nproc_per_node != "cpu", (c.tp or 1) > 1)
         config = host_config(topology, want.nproc_per_node, want.nnodes or 1)
-        node_name = config.nodes[want.node_rank or 0].name
+        node_name = config.nodes[node_rank or 0].name
     if want.binding:
         config = dataclasses.replace(
             config, runtime=dataclasses.replace(config.runtime, binding=cast(BindingPolicy, want.binding))
@@ -96,7 +104,7 @@ def plan_and_config(
         python=os.environ.get("PYTHON_EXEC") or sys.executable,  # torchrun's PYTHON_EXEC
         base_env=dict(os.environ),
         master_addr=want.master_addr,
-        master_port=want.master_port,
+        master_port=None if want.by_arrival else want.master_port,  # by arrival: node rank 0's (the context's)
         max_restarts=c.tr.max_restarts,
         numactl=shutil.which("numactl"),
         strictness=c.strictness,
@@ -108,12 +116,16 @@ def plan_and_config(
         parallel=ParallelSpec(c.tp, c.pp, c.dp, where={d: f"--{d}" for d in PARALLEL_DIMS if getattr(c, d)}),
         fallback_master_addr=_slurm_first_host() if len(config.nodes) > 1 else None,
     )
-    return build_plan(config, topology, command_context(c, len(config.nodes), at_run), options), config
+    context = command_context(c, len(config.nodes), at_run, want.by_arrival, arrival[1] if arrival else None)
+    return build_plan(config, topology, context, options), config
 
 
-def command_context(c: Common, nnodes: int, at_run: bool) -> RunContext:
+def command_context(
+    c: Common, nnodes: int, at_run: bool, by_arrival: bool = False, arrival_port: int | None = None
+) -> RunContext:
     """The command's run facts, once: the run id (drawn for a one-node run that has none), the
-    launcher's pid in the run directory, a free port for a one-node job."""
+    launcher's pid in the run directory, a free port for a one-node job (by arrival: node rank 0's
+    port, ``arrival_port``)."""
     import tempfile
     import uuid
 
@@ -124,7 +136,8 @@ def command_context(c: Common, nnodes: int, at_run: bool) -> RunContext:
         tempfile.gettempdir(),
         os.getpid() if at_run else None,
         c.tr.log_dir,
-        free_port() if at_run and nnodes == 1 else None,
+        arrival_port if by_arrival else free_port() if at_run and nnodes == 1 else None,
+        by_arrival,
     )
 
 

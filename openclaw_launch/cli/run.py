@@ -21,7 +21,7 @@ from openclaw_launch.cli.common import (
     with_common,
 )
 from openclaw_launch.cli.run_options import RunOptions, console_choices, with_run_options
-from openclaw_launch.cli.torchrun_resolve import resolve
+from openclaw_launch.cli.torchrun_resolve import Resolved, resolve
 from openclaw_launch.config.model import Config
 from openclaw_launch.errors import OpenclawError
 from openclaw_launch.plan.format import format_plan_table
@@ -41,9 +41,14 @@ def run(c: Common, r: RunOptions) -> None:
 
     want = resolve(c.tr, with_config=bool(c.config_path))
     console = console_choices(r, c.tr.role, want.local_ranks_shown is not None, os.environ)
+    arrival = _arrive(want, r) if want.by_arrival and not r.dry_run else None
     try:
         plan, config = plan_and_config(
-            c, at_run=not r.dry_run, telemetry_mode=r.telemetry, hang_timeout_s=r.hang_timeout_s
+            c,
+            at_run=not r.dry_run,
+            telemetry_mode=r.telemetry,
+            hang_timeout_s=r.hang_timeout_s,
+            arrival=(arrival.node_rank, arrival.master_port) if arrival else None,
         )
     except OpenclawError as e:
         fail(e)
@@ -87,7 +92,7 @@ def run(c: Common, r: RunOptions) -> None:
     try:
         agents = None
         if plan.nnodes > 1:
-            agents = _agent_setup(plan, config, r.agent_port, r.agent_timeout_s, r.keepalive_s, c.tr.max_restarts)
+            agents = _agent_setup(plan, config, r, c.tr.max_restarts, arrival)
             agents = dataclasses.replace(agents, job_report_path=r.job_report_path or _job_report_path(r.report_path))
         stats = StatsOptions(
             interval_s=r.stats_interval_s,
@@ -159,14 +164,71 @@ def _job_report_path(report_path: str | None) -> str | None:
     return f"{base}-job.{ext}" if dot and "/" not in ext else f"{report_path}-job"
 
 
-def _agent_setup(
-    plan: LaunchPlan, config: Config, port: int | None, timeout_s: float, keepalive_s: float, max_restarts: int
-) -> Any:
-    """Where the agents meet and what this node must agree on (imports torch: several nodes only)."""
+def _agent_options(addr: str, port: int, r: RunOptions, max_restarts: int, nodes: tuple[str, ...]) -> Any:
     from openclaw_launch.agents.fate import AgentOptions
+
+    return AgentOptions(
+        store_addr=addr,
+        port=port,
+        nodes=nodes,
+        join_timeout_s=r.agent_timeout_s,
+        keepalive_s=r.keepalive_s,
+        max_restarts=max_restarts,
+    )
+
+
+def _arrive(want: Resolved, r: RunOptions) -> Any:
+    """Node ranks by arrival (c10d without --node-rank): this launcher's rank and the workers'
+    MASTER_PORT from the rendezvous at the endpoint (the agents' port), before the plan is built.
+    A signal in the wait exits 128+N; a refusal or no answer exits 2."""
+    from openclaw_launch.agents.fate import Arrival, arrive
+    from openclaw_launch.cli.torchrun_resolve import free_port, release_port
+    from openclaw_launch.config.signals import signal_numbers
+    from openclaw_launch.run.osproc import RealOs
+
+    assert want.master_addr is not None and want.master_port is not None and want.nnodes is not None
+    if r.agent_port is not None:
+        raise click.BadParameter(
+            "with c10d and no --node-rank the agents meet at the --rdzv-endpoint port", param_hint="--agent-port"
+        )
+    options = _agent_options(want.master_addr, want.master_port, r, 0, ())
+    os_layer = RealOs()
+    os_layer.install_signals(signal_numbers(want.signals))
+    port = free_port()
+    try:
+        answer = arrive(options, want.nnodes, port, _echo_err, lambda: next(iter(os_layer.drain_signals()), None))
+    except OpenclawError as e:
+        fail(e)
+    finally:
+        os_layer.restore_signals()
+    if not isinstance(answer, Arrival):
+        click.echo(f"openclaw-launch: stopped by signal {answer} while the nodes met; started nothing", err=True)
+        sys.exit(128 + answer)
+    if answer.node_rank != 0:
+        release_port(port)
+    where = f"{want.master_addr}:{want.master_port}"
+    click.echo(f"openclaw-launch: node rank {answer.node_rank} of {want.nnodes} (by arrival at {where})", err=True)
+    return answer
+
+
+def _echo_err(text: str) -> None:
+    click.echo(text, err=True)
+
+
+def _agent_setup(plan: LaunchPlan, config: Config, r: RunOptions, max_restarts: int, arrival: Any) -> Any:
+    """Where the agents meet and what this node must agree on (imports torch: several nodes only).
+    ``arrival``: by arrival, the rendezvous's helper, which the agent keeps."""
     from openclaw_launch.agents.fingerprint import fingerprint, runtime_versions
     from openclaw_launch.run.launch import AgentSetup
 
+    python = os.environ.get("PYTHON_EXEC") or sys.executable
+    versions = runtime_versions(python)
+    prints = fingerprint(config, plan, versions, os.environ)
+    nodes = tuple(n.name for n in config.nodes)
+    if arrival is not None:
+        options = dataclasses.replace(arrival.options, nodes=nodes, max_restarts=max_restarts)
+        return AgentSetup(options=options, fingerprint=prints, link=arrival.link)
+    port = r.agent_port
     master_port = plan.master_port
     assert master_port is not None  # only a one-node plan that starts nothing leaves it to the run
     if port is None:
@@ -175,14 +237,5 @@ def _agent_setup(
         raise click.BadParameter(
             f"{port} is MASTER_PORT; the agents need a port of their own", param_hint="--agent-port"
         )
-    python = os.environ.get("PYTHON_EXEC") or sys.executable
-    versions = runtime_versions(python)
-    options = AgentOptions(
-        store_addr=config.nodes[0].ip or plan.master_addr,
-        port=port,
-        nodes=tuple(n.name for n in config.nodes),
-        join_timeout_s=timeout_s,
-        keepalive_s=keepalive_s,
-        max_restarts=max_restarts,
-    )
-    return AgentSetup(options=options, fingerprint=fingerprint(config, plan, versions, os.environ))
+    options = _agent_options(config.nodes[0].ip or plan.master_addr, port, r, max_restarts, nodes)
+    return AgentSetup(options=options, fingerprint=prints)

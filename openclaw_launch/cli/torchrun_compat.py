@@ -67,7 +67,8 @@ FLAGS: tuple[Flag, ...] = (
         "nnodes",
         ("--nnodes",),
         "Nodes in the job: N, or N:N. Without --config: N identical hosts, one launcher on each with "
-        "--node-rank; with --config it must equal the config's node count. MIN:MAX (elastic) is refused.",
+        "--node-rank (or c10d: ranks by arrival); with --config it must equal the config's node count. "
+        "MIN:MAX (elastic) is refused.",
         env=_pet("nnodes"),
     ),
     Flag(
@@ -80,15 +81,16 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "rdzv_backend",
         _both("rdzv-backend"),
-        "static (default) or c10d: both mean one fixed world here (no rendezvous service runs). "
-        "etcd and etcd-v2 (elastic membership) are refused.",
+        "static (default) or c10d: one fixed world. c10d with several nodes and no --node-rank: the "
+        "launchers' agents meet at --rdzv-endpoint and rank the nodes by arrival (the endpoint's host is "
+        "node 0). etcd and etcd-v2 (elastic membership) are refused.",
         env=_pet("rdzv_backend"),
     ),
     Flag(
         "rdzv_endpoint",
         _both("rdzv-endpoint"),
         f"HOST[:PORT]: MASTER_ADDR and MASTER_PORT of every rank (port default {RDZV_PORT}; HOST:0: a free "
-        "port, one node only).",
+        "port, one node only). c10d ranked by arrival: where the agents meet; MASTER_PORT is node 0's free port.",
         env=_pet("rdzv_endpoint"),
     ),
     Flag(

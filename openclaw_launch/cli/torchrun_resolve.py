@@ -29,6 +29,7 @@ class Resolved:
     node_rank: int | None
     master_addr: str | None
     master_port: int | None  # FREE_PORT (0): a free port drawn at start (torchrun's port 0, --standalone)
+    by_arrival: bool  # c10d, several nodes, no --node-rank: node ranks by arrival at the endpoint
     binding: str | None  # overrides runtime.binding
     signals: tuple[str, ...]  # forwarded, by canonical name
     console_hidden: frozenset[tuple[int, str]]  # (local rank, stream) kept off the console (--redirects)
@@ -64,11 +65,9 @@ def resolve(args: TorchrunArgs, with_config: bool) -> Resolved:
         )
     if args.standalone and (nnodes or 1) > 1:
         raise _bad("--standalone", f"is a single-node job, but --nnodes is {nnodes}")
-    if backend == "c10d" and (nnodes or 1) > 1 and args.node_rank is None and not with_config:
-        raise _bad(
-            "--rdzv-backend",
-            "c10d ranks nodes by arrival, which is not done here: give each node --node-rank K",
-        )
+    by_arrival = backend == "c10d" and (nnodes or 1) > 1 and args.node_rank is None and not with_config
+    if by_arrival and not args.rdzv_endpoint:
+        raise _bad("--rdzv-endpoint", "c10d ranks the nodes at the rendezvous: give HEAD:PORT (the first node's host)")
     if args.node_rank is not None and nnodes is not None and args.node_rank >= nnodes:
         raise _bad("--node-rank", f"{args.node_rank} but --nnodes is {nnodes} (ranks are 0..{nnodes - 1})")
     if args.node_rank is not None and nnodes is None and args.node_rank > 0 and not with_config:
@@ -78,6 +77,10 @@ def resolve(args: TorchrunArgs, with_config: bool) -> Resolved:
         addr, port = _endpoint(args.rdzv_endpoint)
         if host_problem(addr):
             raise _bad("--rdzv-endpoint", f"{host_problem(addr)}; use HOST[:PORT]")
+        if by_arrival and port == FREE_PORT:
+            raise _bad(
+                "--rdzv-endpoint", f"{args.rdzv_endpoint}: port 0 is for one node; every node must meet on one port"
+            )
     elif addr is not None and host_problem(addr):
         raise _bad("--master-addr", f"{host_problem(addr)}; use an IP address or hostname")
     if args.standalone:  # torchrun's --standalone: a free port, whatever --master-port says
@@ -90,6 +93,7 @@ def resolve(args: TorchrunArgs, with_config: bool) -> Resolved:
         node_rank=args.node_rank,
         master_addr=addr,
         master_port=port,
+        by_arrival=by_arrival,
         binding=args.numa_binding,
         signals=args.signals_to_handle or HANDLED_SIGNALS,
         console_hidden=hidden,
@@ -236,6 +240,13 @@ def free_port() -> int:
     return int(held.getsockname()[1])
 
 
+def release_port(port: int) -> None:
+    """Stop holding a port ``free_port`` gave (a node that did not become node rank 0)."""
+    for held in [h for h in _held_ports if h.getsockname()[1] == port]:
+        _held_ports.remove(held)
+        held.close()
+
+
 def node_by_rank(config: Config, nnodes: int | None, node_rank: int | None, cli_node: str | None) -> str | None:
     """``--node-rank K`` with ``--config``: the config's K-th node; None without it (``--nnodes``,
     when given, must match the config either way)."""
@@ -255,9 +266,9 @@ def node_by_rank(config: Config, nnodes: int | None, node_rank: int | None, cli_
 
 def misspelled_command(word: str, commands: tuple[str, ...], is_file: bool) -> str | None:
     """The command ``word`` was probably meant to be (``vaildate``), unless it is a file to run."""
+    if word.startswith("-") or is_file:  # an option or a script: every run's first word, no difflib
+        return None
     import difflib
 
-    if word.startswith("-") or is_file:
-        return None
     close = difflib.get_close_matches(word, commands, n=1, cutoff=0.7)
     return close[0] if close else None

@@ -26,7 +26,7 @@ from openclaw_launch.plan.binding import (
     numactl_missing,
     unbound,
 )
-from openclaw_launch.plan.context import FREE_PORT, RunContext
+from openclaw_launch.plan.context import FREE_PORT, NODE_RANK_PLACEHOLDER, RunContext
 from openclaw_launch.plan.env import JobEnv, RankSlot, overridden_user_vars, rank_env, visible_devices
 from openclaw_launch.plan.model import Entry, LaunchPlan, MpsPlan, PlanOptions, RankPlan
 from openclaw_launch.plan.parallel import ParallelLayout, layout_warnings, plan_parallel
@@ -89,6 +89,12 @@ def build_plan(config: Config, topology: Topology, context: RunContext, options:
         parallel=layout,
     )
     warnings += _shell_rendezvous_warnings(options.base_env, job.master_addr, job.master_port)
+    if context.by_arrival and context.free_master_port is None:
+        warnings.append(
+            f"node rank {NODE_RANK_PLACEHOLDER} (c10d without --node-rank): this is node rank 0's plan; run takes "
+            "the rank the rendezvous gives in order of arrival (RANK, GROUP_RANK and the node's name follow) and "
+            "builds the plan then; MASTER_PORT is node rank 0's free port"
+        )
     return LaunchPlan(
         run_id=context.run_id,
         node=node.name,
@@ -148,7 +154,7 @@ def _master_port(config: Config, context: RunContext, options: PlanOptions) -> i
     given = options.master_port if options.master_port is not None else config.runtime.master_port
     if given:
         return given
-    if len(config.nodes) == 1:
+    if len(config.nodes) == 1 or context.by_arrival:
         return context.free_master_port
     return DEFAULT_MASTER_PORT
 

@@ -1,0 +1,295 @@
+"""The agents' membership with real launchers on loopback: node ranks by arrival (torchrun's c10d
+line without --node-rank, the `srun torchrun` recipe), each node admitted once, a port that
+answers but is no agent, what a waiting launcher says, and configs that differ by a comment.
+Workers are tests/fake_worker.py and tests/compat_worker.py (no torch in them)."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import random
+import select
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+from test_agents_loopback import CONFIG, FAKE, finish, free_port, start, wait_files
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPAT = [str(ROOT / "tests" / "compat_worker.py")]
+pytest.importorskip("torch")
+
+# compared per rank with torchrun's (the ids and ports differ by design: docs/torchrun-compat.md)
+COMPARED = "RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE ROLE_RANK ROLE_WORLD_SIZE".split()
+
+
+def c10d_line(port: str, nnodes: int, nproc: int, extra: Sequence[str] = ()) -> list[str]:
+    """The `srun torchrun` recipe's line: no --node-rank, the rendezvous on HEAD:PORT."""
+    line = ["--nnodes", str(nnodes), "--nproc-per-node", str(nproc), "--rdzv-backend", "c10d"]
+    return [*line, "--rdzv-endpoint", f"127.0.0.1:{port}", *extra]
+
+
+def popen(cmd: Sequence[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "SLURM"))}
+    environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests")])
+    return subprocess.Popen(
+        list(cmd), cwd=ROOT, env={**environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def run_to_end(cmd: Sequence[str]) -> subprocess.CompletedProcess[str]:
+    proc = popen(cmd)
+    stdout, stderr = proc.communicate(timeout=120)
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+
+
+def ours(*args: str) -> list[str]:
+    return [sys.executable, "-m", "openclaw_launch", *args]
+
+
+def read_until(proc: subprocess.Popen[str], text: str, seen: list[str], deadline_s: float = 60) -> None:
+    """Read the launcher's stderr line by line until one holds ``text`` (kept in ``seen``)."""
+    assert proc.stderr is not None
+    deadline = time.monotonic() + deadline_s
+    while not any(text in line for line in seen):
+        assert time.monotonic() < deadline, f"never said {text!r}: {seen}"
+        ready, _, _ = select.select([proc.stderr], [], [], 1.0)
+        if ready:
+            line = proc.stderr.readline()
+            assert line, f"ended (exit {proc.wait()}) before saying {text!r}: {seen}"
+            seen.append(line)
+
+
+def collect(
+    procs: Sequence[subprocess.Popen[str]], early: Sequence[list[str]], timeout: float = 120
+) -> list[tuple[int, str]]:
+    out = []
+    for proc, lines in zip(procs, early, strict=True):
+        stdout, stderr = proc.communicate(timeout=timeout)
+        out.append((proc.returncode, "".join(lines) + stdout + stderr))
+    return out
+
+
+@pytest.fixture
+def reaped() -> Iterator[list[subprocess.Popen[str]]]:
+    """Launchers a failed assertion must not leave behind."""
+    procs: list[subprocess.Popen[str]] = []
+    yield procs
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait(timeout=30)
+
+
+def env_of(path: Path) -> dict[str, str]:
+    return dict(json.loads(path.read_text())["environ"])
+
+
+# ---- node ranks by arrival (issue 19 item 3) ---------------------------------------------------
+
+
+def test_three_launchers_in_shuffled_order_take_node_ranks_by_arrival_and_keep_them_on_restart(
+    tmp_path: Path, reaped: list[subprocess.Popen[str]]
+) -> None:
+    """Each launcher is started once the one before it has its node rank: launcher k (in the
+    shuffled order) is node rank k; rank 5 fails in attempt 0, the job restarts once, and every
+    node keeps its rank (attempt 1's variables are attempt 0's)."""
+    port = free_port()
+    names = ["a", "b", "c"]
+    random.shuffle(names)
+    early: list[list[str]] = []
+    for name in names:
+        worker = [*FAKE, "--write-env", f"{tmp_path}/{name}-{{rank}}-{{attempt}}.json"]
+        worker += ["--only-rank", "5", "--fail-below-attempt", "1", "--exit", "3"]
+        line = c10d_line(port, 3, 2, ["--max-restarts", "1", "--telemetry", "off", "--keepalive-s", "2"])
+        reaped.append(popen(ours(*line, "--no-python", "--", *worker)))
+        early.append([])
+        read_until(reaped[-1], "node rank", early[-1])
+    results = collect(reaped, early)
+    assert [code for code, _ in results] == [0, 0, 0], results
+    master_ports = set()
+    for node_rank, (name, (_, text)) in enumerate(zip(names, results, strict=True)):
+        assert f"node rank {node_rank} of 3 (by arrival at 127.0.0.1:{port})" in text
+        for attempt in (0, 1):
+            files = sorted(tmp_path.glob(f"{name}-*-{attempt}.json"))
+            envs = [env_of(f) for f in files]
+            assert [(e["RANK"], e["LOCAL_RANK"], e["GROUP_RANK"], e["WORLD_SIZE"]) for e in envs] == [
+                (str(2 * node_rank + local), str(local), str(node_rank), "6") for local in (0, 1)
+            ], (name, attempt)
+            assert {e["OPENCLAW_NODE_RANK"] for e in envs} == {str(node_rank)}
+            master_ports |= {(e["MASTER_ADDR"], e["MASTER_PORT"]) for e in envs}
+    [(addr, master_port)] = master_ports  # node rank 0's free port, the same on every node
+    assert addr == "127.0.0.1" and master_port != port
+
+
+def test_the_same_line_under_torchrun_gives_every_rank_the_same_variables(tmp_path: Path) -> None:
+    """Three torchrun launchers and three of ours, the same c10d line: every rank's variables
+    agree (which launcher gets which node rank differs: torchrun sorts the nodes by host name and
+    pid, ours by arrival, docs/torchrun-compat.md), and each launcher's ranks are one node's."""
+    dumps: dict[str, dict[int, dict[str, str]]] = {}
+    for which, cmd in (("torchrun", [sys.executable, "-m", "torch.distributed.run"]), ("ours", ours())):
+        port = free_port()
+        procs = []
+        for k in range(3):
+            out = tmp_path / which / str(k)
+            out.mkdir(parents=True)
+            procs.append(popen([*cmd, *c10d_line(port, 3, 2), *COMPAT, "--dump", str(out)]))
+        results = collect(procs, [[] for _ in procs])
+        assert [code for code, _ in results] == [0, 0, 0], results
+        dumps[which] = {}
+        for k in range(3):
+            ranks = {
+                int(p.stem.split("-")[1]): json.loads(p.read_text())
+                for p in (tmp_path / which / str(k)).glob("rank-*.json")
+            }
+            assert len({r["GROUP_RANK"] for r in ranks.values()}) == 1 and len(ranks) == 2, (which, k, ranks)
+            dumps[which].update(ranks)
+    assert sorted(dumps["ours"]) == sorted(dumps["torchrun"]) == list(range(6))
+    for rank, theirs in dumps["torchrun"].items():
+        mine = dumps["ours"][rank]
+        assert {k: mine.get(k) for k in COMPARED} == {k: theirs.get(k) for k in COMPARED}, rank
+    assert len({r["MASTER_PORT"] for r in dumps["ours"].values()}) == 1
+
+
+def test_a_launcher_too_many_is_refused_and_the_job_finishes(
+    tmp_path: Path, reaped: list[subprocess.Popen[str]]
+) -> None:
+    port = free_port()
+    worker = [*FAKE, "--ready-file", f"{tmp_path}/ready-{{rank}}", "--wait-for", f"{tmp_path}/go"]
+    line = c10d_line(port, 2, 1, ["--telemetry", "off", "--keepalive-s", "2"])
+    for _ in range(2):
+        reaped.append(popen(ours(*line, "--no-python", "--", *worker)))
+    wait_files([tmp_path / "ready-0", tmp_path / "ready-1"], {str(i): p for i, p in enumerate(reaped)})
+    extra = run_to_end(ours(*line, "--no-python", "--", *FAKE, "--ready-file", f"{tmp_path}/extra-{{rank}}"))
+    assert extra.returncode == 2, extra.stderr
+    assert "has its 2 node(s) already" in extra.stderr and "refused" in extra.stderr and "Traceback" not in extra.stderr
+    assert not list(tmp_path.glob("extra-*"))
+    (tmp_path / "go").write_text("")
+    results = collect(reaped, [[], []])
+    assert [code for code, _ in results] == [0, 0], results
+
+
+# ---- each node admitted once (issue 21 item 2) -------------------------------------------------
+
+
+@pytest.mark.parametrize("node", ["node1", "node0"])
+def test_a_second_launcher_for_a_joined_node_is_refused_and_the_job_finishes(tmp_path: Path, node: str) -> None:
+    """A copy of a node's launcher while the job runs: exit 2 with the reason, no worker of its
+    own, and the real two-node job goes on to exit 0 on both nodes."""
+    worker = ["--ready-file", f"{tmp_path}/ready-{{rank}}", "--wait-for", f"{tmp_path}/go"]
+    procs = start(tmp_path, worker)
+    try:
+        wait_files([tmp_path / f"ready-{r}" for r in range(3)], procs)
+        real = procs["node0"].args
+        assert isinstance(real, list)
+        copy = [*real]
+        copy[copy.index("--node") + 1] = node
+        copy[copy.index("--report") + 1] = str(tmp_path / "report-copy.json")
+        copy = [a.replace(f"{tmp_path}/ready-", f"{tmp_path}/copy-") for a in copy]
+        dup = run_to_end(copy)
+        assert dup.returncode == 2, dup.stderr
+        if node == "node1":
+            assert "node node1 (node rank 1) already joined this job" in dup.stderr
+        else:
+            assert "in use: another launcher hosts agents there" in dup.stderr
+        assert "refused" in dup.stderr or "in use" in dup.stderr
+        assert "Traceback" not in dup.stderr and not list(tmp_path.glob("copy-*"))
+        assert all(p.poll() is None for p in procs.values())  # the job is untouched
+        (tmp_path / "go").write_text("")
+        results = finish(procs)
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+    assert [code for code, _ in results.values()] == [0, 0], results
+
+
+# ---- the agents' waiting (issue 21 item 7) -----------------------------------------------------
+
+
+class _Http(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(params=["plain-listen", "http"])
+def not_an_agent(request: pytest.FixtureRequest) -> Iterator[int]:
+    """A port that accepts connections but is no agent."""
+    if request.param == "http":
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Http)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        yield int(server.server_address[1])
+        server.shutdown()
+        server.server_close()
+    else:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            s.listen()
+            yield int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("how", ["config-node1", "c10d-by-arrival"])
+def test_a_port_that_answers_but_is_no_agent_is_an_error_within_the_agent_timeout(
+    tmp_path: Path, not_an_agent: int, how: str
+) -> None:
+    if how == "config-node1":
+        line = ["--config", str(CONFIG), "--node", "node1", "--agent-port", str(not_an_agent)]
+    else:
+        line = c10d_line(str(not_an_agent), 2, 1)
+    cmd = ours(*line, "--agent-timeout-s", "6", "--telemetry", "off", "--no-python", "--", *FAKE)
+    cmd += ["--ready-file", f"{tmp_path}/ready-{{rank}}"]
+    done = run_to_end(cmd)
+    assert done.returncode == 2, done.stderr
+    assert f"no agent answered at 127.0.0.1:{not_an_agent} within 6 s (--agent-timeout-s)" in done.stderr
+    assert "waiting for the first node's agent" in done.stderr  # said every few seconds meanwhile
+    assert "Traceback" not in done.stderr and not list(tmp_path.glob("ready-*"))
+
+
+def test_a_waiting_launcher_says_what_it_waits_for(tmp_path: Path, reaped: list[subprocess.Popen[str]]) -> None:
+    """A config's node1 started first waits for the first node's agent and says so; the first
+    launcher of a two-node arrival job waits for node1 and names it, with the time left."""
+    master, agent = free_port(), free_port()
+    early: list[list[str]] = [[], []]
+    for i, node in enumerate(("node1", "node0")):
+        cmd = ours("--config", str(CONFIG), "--node", node, "--master-port", master, "--agent-port", agent)
+        cmd += ["--run-id", "waits", "--telemetry", "off", "--agent-timeout-s", "60", "--no-python", "--", *FAKE]
+        if i == 0:
+            reaped.append(popen(cmd))
+            read_until(reaped[0], f"waiting for the first node's agent at 127.0.0.1:{agent}", early[0])
+            assert "s left (--agent-timeout-s)" in early[0][-1]
+        else:
+            reaped.append(popen(cmd))
+    results = collect(reaped, early)
+    assert [code for code, _ in results] == [0, 0], results
+    port = free_port()
+    first = popen(ours(*c10d_line(port, 2, 1, ["--telemetry", "off"]), "--no-python", "--", *FAKE))
+    reaped[:] = [first]
+    seen: list[str] = []
+    read_until(first, "waiting for node(s) node1 (1 of 2 here) at 127.0.0.1:", seen)
+    assert "s left (--agent-timeout-s)" in seen[-1]
+    reaped.append(popen(ours(*c10d_line(port, 2, 1, ["--telemetry", "off"]), "--no-python", "--", *FAKE)))
+    results = collect(reaped, [seen, []])
+    assert [code for code, _ in results] == [0, 0], results
+
+
+def test_configs_that_differ_only_by_comments_agree(tmp_path: Path) -> None:
+    text = CONFIG.read_text()
+    commented = tmp_path / "commented.yaml"
+    commented.write_text(
+        "# one more comment line\n\n"
+        + text.replace("    - name: node1\n", "    # the second node\n    - name: node1\n")
+    )
+    procs = start(tmp_path, [], config={"node0": CONFIG, "node1": commented})
+    results = finish(procs)
+    assert [code for code, _ in results.values()] == [0, 0], results
+    assert "do not agree" not in results["node0"][1]
