@@ -6,7 +6,8 @@ the stderr tail of the root cause), so the launcher gives the worker's stdout a 
 its own stdout is a terminal, and the worker's stderr another when its own stderr is one: two
 streams stay two streams (one pty for both would mix them, as a real terminal does, and lose the
 per-stream logs and the stderr tail); a stream the launcher does not show (``--redirects``,
-``--local-ranks-filter``) or that is not a terminal stays a pipe, as today.
+``--local-ranks-filter``), one whose launcher stream is no terminal, and any where no pty can be
+had (no devpts, the pty limit) is a pipe.
 
 The pty only carries bytes: output processing is off on its worker side (no ``\\n`` -> ``\\r\\n``),
 so the log holds exactly what the worker wrote and the launcher's own terminal does the rest. Its
