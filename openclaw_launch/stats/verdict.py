@@ -2,10 +2,17 @@
 
 In synchronous training every rank's step takes as long as the slowest rank's, so step time
 cannot name the straggler. The straggler is the rank that *waits least* at the synchronisation
-points. Per rank we estimate the time it waited for others (relative to the rank that waited
-least), so ``busy = step - wait`` is the time it spent on its own work; the rank busy longest,
-by more than the threshold over the median of the others, is the straggler. The phase is the
-work phase in which it exceeds the other ranks' median most.
+points: its own time (``OWN``: the step minus its wait phases) is the longest. The phase is the
+input/host stage (``input`` + ``host``) or the work phase in which it exceeds the others most
+(stats/phases.py says which phase is which).
+
+Every comparison is made window by window (collect.py: 5-step windows by step number, the same
+steps on every rank, each a median): the excess is the median over the common windows of (the
+rank's value - the other ranks' median), with the standard error of that median from the windows'
+spread. A rank is named when its own excess is significant (``Z_SIGNIFICANT`` standard errors
+above zero) and its own or its phase's excess is not significantly below the threshold (within
+``Z_THRESHOLD`` standard errors of it, or over it): noise on a shared host neither names a balanced
+rank nor hides a slowdown at the threshold. Under 3 common windows the means decide, without error.
 
 Wait signals, best first: from torch's flight recorder (GPU; the CPU does not wait in NCCL
 calls), the longest NCCL collective of each step (the first gradient bucket waits as long as the
@@ -30,7 +37,7 @@ from openclaw_launch.telemetry import wire
 MIN_STEPS = 5  # measured steps a rank needs before it is judged
 MIN_WINDOWS = 3  # windows all ranks have before their spread is trusted (else: the means)
 Z_SIGNIFICANT = 3.0  # an excess is real when this many standard errors above zero ...
-Z_THRESHOLD = 2.0  # ... and no more than this many below the threshold
+Z_THRESHOLD = 1.0  # ... and no more than this many below the threshold
 HIGH_SYNC_SHARE = 0.3  # every rank waiting this much of its step: the fabric, not one rank
 # Phases that are nothing but waiting for peers and moving data (backward under DDP also computes).
 _PURE_WAIT = (wire.SYNC, wire.COLLECTIVE)
@@ -113,7 +120,11 @@ def find_stragglers(
 
     slow = max(judged, key=lambda r: own_excess(r).estimate_s)
     busy_excess = own_excess(slow)
-    if not busy_excess.named(floor_s):
+    section, phase_excess = _phase(slow, judged, use_gpu)
+    # It holds the others back (its own time is significantly longer) by at least the threshold in
+    # its own time or in one phase: the phase is measured directly, the own time loses a little of
+    # the excess to the others' wake-up from waiting.
+    if not (busy_excess.significant() and (busy_excess.reaches(floor_s) or phase_excess.reaches(floor_s))):
         if source == "cpu-phases":
             return []  # the wait signal says nobody holds the others back
         # No wait signal tells the ranks apart (GPU ranks without the flight recorder: the CPU
@@ -121,17 +132,11 @@ def find_stragglers(
         # step's work, so a rank that waits longer for its data than the others still holds them back.
         slow = max(judged, key=lambda r: _input_excess(r, judged).estimate_s)
         busy_excess = _input_excess(slow, judged)
-        if not busy_excess.named(floor_s):
+        if not (busy_excess.significant() and busy_excess.reaches(floor_s)):
             return []
+        section, phase_excess = _phase(slow, judged, use_gpu)
     others = [r for r in judged if r is not slow]
-    sync = set().union(*(r.sync_phases for r in judged))
-    work = sorted(p for p in {*slow.phases} if phases.kind(p, sync) == phases.WORK)
-    candidates = {INPUT_STAGE: _input_excess(slow, judged)}
-    if not use_gpu:
-        candidates.update({p: excess(slow, others, p) for p in work})
-    section = max(candidates, key=lambda p: candidates[p].estimate_s)
-    phase_excess = candidates[section]
-    if use_gpu and not phase_excess.named(floor_s):
+    if use_gpu and not (phase_excess.significant() and phase_excess.reaches(floor_s)):
         section, phase_excess = "gpu", busy_excess  # not in its input: its GPU work (or launches)
     if section == INPUT_STAGE:  # the input/host stage: name the part of it carrying more
         section = max(INPUT_PHASES, key=lambda p: excess(slow, others, p).estimate_s)
@@ -162,13 +167,13 @@ class Excess:
     estimate_s: float
     stderr_s: float
 
-    def named(self, floor_s: float) -> bool:
-        """Significant (``Z_SIGNIFICANT`` standard errors above zero) and not significantly below
-        the threshold (within ``Z_THRESHOLD`` standard errors of it, or over it)."""
-        if self.estimate_s <= 0:
-            return False
-        significant = self.estimate_s > Z_SIGNIFICANT * self.stderr_s
-        return significant and self.estimate_s + Z_THRESHOLD * self.stderr_s >= floor_s
+    def significant(self) -> bool:
+        """``Z_SIGNIFICANT`` standard errors above zero."""
+        return self.estimate_s > 0 and self.estimate_s > Z_SIGNIFICANT * self.stderr_s
+
+    def reaches(self, floor_s: float) -> bool:
+        """Not significantly below ``floor_s``: over it, or within ``Z_THRESHOLD`` standard errors."""
+        return self.estimate_s > 0 and self.estimate_s + Z_THRESHOLD * self.stderr_s >= floor_s
 
 
 def excess(rank: RankSummary, others: Sequence[RankSummary], key: str) -> Excess:
@@ -195,6 +200,20 @@ def _typical(r: RankSummary, key: str, default: float) -> float:
     """The median over a rank's windows of ``key``; ``default`` without windows."""
     values = [w.get(key, 0.0) for _, w in r.windows]
     return statistics.median(values) if values else default
+
+
+def _phase(slow: RankSummary, judged: Sequence[RankSummary], use_gpu: bool) -> tuple[str, Excess]:
+    """The phase in which ``slow`` exceeds the others most: the input/host stage (as a whole) or a
+    work phase (with the flight recorder only the input/host stage: the CPU's view of GPU work is
+    launches)."""
+    others = [r for r in judged if r is not slow]
+    sync = set().union(*(r.sync_phases for r in judged))
+    candidates = {INPUT_STAGE: _input_excess(slow, judged)}
+    if not use_gpu:
+        work = sorted(p for p in slow.phases if phases.kind(p, sync) == phases.WORK)
+        candidates.update({p: excess(slow, others, p) for p in work})
+    section = max(candidates, key=lambda p: candidates[p].estimate_s)
+    return section, candidates[section]
 
 
 def _input_excess(rank: RankSummary, ranks: Sequence[RankSummary]) -> Excess:
