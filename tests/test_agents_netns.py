@@ -107,3 +107,56 @@ def _cut_and_check(procs: dict[str, subprocess.Popen[str]], tmp_path: Path, ns: 
     assert "node right is lost" in outs["left"][1]
     assert "lost the first node left's agent" in outs["right"][1]
     assert wait_gone(recorded_pids(tmp_path)) == []
+
+
+def test_c10d_without_node_rank_ranks_the_nodes_at_head_whichever_starts_first(
+    two_namespaces: tuple[str, str], tmp_path: Path
+) -> None:
+    """torchrun's `srun` line on two hosts: the launcher of the other host starts first and waits
+    for HEAD's store (saying so); HEAD's launcher hosts it and is node rank 0, the other node 1;
+    MASTER_ADDR is HEAD, MASTER_PORT one free port of HEAD's for both."""
+    a, b = two_namespaces
+    worker = [sys.executable, str(ROOT / "tests" / "fake_worker.py"), "--write-env", f"{tmp_path}/env-{{rank}}.json"]
+    line = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", "10.77.0.1:29655"]
+    env = {k: v for k, v in {**os.environ, "PYTHONPATH": str(ROOT)}.items() if not k.startswith("SLURM")}
+    procs = {}
+    try:
+        for ns in (b, a):
+            cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "openclaw_launch", *line, "--telemetry", "off"]
+            procs[ns] = subprocess.Popen(
+                [*cmd, "--no-python", "--", *worker],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            if ns == b:  # b is there first, waiting for HEAD's store
+                seen = _read_until(procs[b], "waiting for the first node's agent at 10.77.0.1:29655")
+        outs = {ns: p.communicate(timeout=120) for ns, p in procs.items()}
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=30)
+    assert [procs[ns].returncode for ns in (a, b)] == [0, 0], outs
+    assert "node rank 0 of 2 (by arrival at 10.77.0.1:29655)" in outs[a][1]
+    assert "node rank 1 of 2 (by arrival at 10.77.0.1:29655)" in seen + outs[b][1]
+    envs = [json.loads((tmp_path / f"env-{r}.json").read_text())["environ"] for r in range(2)]
+    assert [(e["RANK"], e["GROUP_RANK"], e["WORLD_SIZE"]) for e in envs] == [("0", "0", "2"), ("1", "1", "2")]
+    assert {(e["MASTER_ADDR"], e["MASTER_PORT"]) for e in envs} == {("10.77.0.1", envs[0]["MASTER_PORT"])}
+    assert envs[0]["MASTER_PORT"] != "29655"
+
+
+def _read_until(proc: subprocess.Popen[str], text: str, deadline_s: float = 60) -> str:
+    """The launcher's stderr up to the line that holds ``text``."""
+    import select
+
+    assert proc.stderr is not None
+    seen = ""
+    deadline = time.monotonic() + deadline_s
+    while text not in seen:
+        assert time.monotonic() < deadline and proc.poll() is None, f"never said {text!r}: {seen}"
+        if select.select([proc.stderr], [], [], 1.0)[0]:
+            seen += proc.stderr.readline()
+    return seen
