@@ -87,6 +87,39 @@ def test_srun_starts_one_launcher_per_node_and_they_form_one_world(slurm: dict[s
     assert "1: [rank 2] rank 2/3 local 0 sum 3" in lines  # Slurm node 1 -> config node1: rank 2
 
 
+def test_srun_torchrun_recipe_c10d_without_node_rank_ranks_the_nodes_by_arrival(
+    slurm: dict[str, str], tmp_path: Path
+) -> None:
+    """The common recipe, `srun torchrun --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d
+    --rdzv-endpoint HEAD:PORT train.py`, with openclaw-launch for torchrun: one launcher per Slurm
+    node, no config and no node rank. The rendezvous gives the node ranks (HEAD's launcher is 0;
+    both slurmd of the test cluster are this host, 127.0.0.1), one world of 4 ranks forms."""
+    line = ["--nnodes", "2", "--nproc-per-node", "2", "--rdzv-backend", "c10d"]
+    line += ["--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--report", f"{tmp_path}/report-$SLURM_NODEID.json"]
+    launcher = " ".join([sys.executable, "-m", "openclaw_launch", *line, "tests/allreduce_worker.py"])
+    out = subprocess.run(
+        ["srun", "--immediate=30", "-N2", "--ntasks-per-node=1", "bash", "-c", f"exec {launcher}"],
+        cwd=ROOT,
+        env=slurm,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = set(out.stdout.splitlines())
+    assert {f"[rank {r}] rank {r}/4 local {r % 2} sum 6" for r in range(4)} <= lines, out.stdout
+    assert "node rank 0 of 2 (by arrival" in out.stderr and "node rank 1 of 2 (by arrival" in out.stderr
+    reports = [json.loads((tmp_path / f"report-{n}.json").read_text()) for n in (0, 1)]
+    assert sorted(r["node"] for r in reports) == ["node0", "node1"]
+    job = next(tmp_path.glob("report-*-job.json"))  # written by node rank 0, whichever Slurm node it is
+    assert [(r["rank"], r["node"]) for r in json.loads(job.read_text())["ranks"]] == [
+        (0, "node0"),
+        (1, "node0"),
+        (2, "node1"),
+        (3, "node1"),
+    ]
+
+
 def test_sbatch_script(slurm: dict[str, str], tmp_path: Path) -> None:
     script = tmp_path / "job.sh"
     script.write_text(
