@@ -437,3 +437,12 @@ def test_stack_dump_does_not_interrupt_blocking_c_calls(tmp_path: Path) -> None:
             proc.wait()
     assert out.strip() == "read=1 errno=0", (out, err)  # the read went on and got the byte
     assert proc.returncode == 0 and "Traceback" not in err, err
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_preflight_record_on_a_full_device_keeps_the_verdict(tmp_path: Path) -> None:
+    p = _launch([*PREFLIGHT, "--record", "/dev/full", "--report", str(tmp_path / "r.json")])
+    assert p.returncode == 0, p.stderr
+    _clean(p)
+    assert "--record /dev/full: cannot write it (No space left on device); the exit code 0 stands" in p.stderr
+    _report_complete(tmp_path / "r.json", 0)

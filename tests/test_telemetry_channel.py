@@ -159,3 +159,31 @@ def test_the_socket_name_is_short_whatever_the_run_id(run_id: str) -> None:
     ctx = run_context(run_id, "/t" * 150, 4_194_304)
     address = wire.rank_address(ctx.run_dir.socket, 1_000_000)
     assert address.startswith("\0openclaw-") and len(address.encode()) <= 107
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"v":1,"rank":0,"steps":[[NaN,{}]]}',
+        b'{"v":1,"rank":0,"steps":[[1e999,{}]]}',
+        b'{"v":1,"rank":0,"steps":[[true,{}]]}',
+        b'{"v":1,"rank":0,"steps":[[0.1,{"a\\nb":0.1}]]}',
+        b'{"v":1,"rank":0,"steps":[[0.1,{"x":-1}]]}',
+        b'{"v":1,"rank":0,"steps":[],"sync_phases":[[1]]}',
+        b'{"v":1,"rank":-1,"steps":[]}',
+        b'{"v":1,"rank":0,"steps":[],"pid":1}',
+        b'{"v":1,"kind":"progress","rank":0,"steps":1,"phase":{}}',
+        b'{"v":1,"kind":"progress","rank":0,"steps":1,"dump_signal":9}',
+        b'{"v":1,"kind":"other","rank":0,"steps":[]}',
+        b"[" * 100_000,
+    ],
+)
+def test_a_datagram_that_fails_the_check_decodes_to_none(data: bytes) -> None:
+    assert wire.decode_any(data) is None
+
+
+def test_valid_datagrams_pass_the_check_unchanged() -> None:
+    batch = wire.Batch(rank=3, steps=[(0.1, {"forward": 0.04})] * wire.MAX_BATCH_STEPS, step_source="api", final=True)
+    assert wire.decode(wire.encode(batch)) == batch
+    progress = wire.Progress(3, 7, 0.2, "collective", 0.1, "all_reduce", wire.dump_signal())
+    assert wire.decode_any(wire.encode_progress(progress)) == progress

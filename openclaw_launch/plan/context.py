@@ -8,7 +8,6 @@ launcher knows, which they show as a placeholder (docs/plan-format.md, "Placehol
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
@@ -140,6 +139,8 @@ def telemetry_socket_name(run_id: str, pid: str) -> str:
     to its first characters and a hash."""
     shown = run_id
     if len(run_id) > MAX_SOCKET_RUN_ID_CHARS or not run_id.isprintable() or "/" in run_id:
+        import hashlib  # only for such a run id: not on every start
+
         digest = hashlib.sha256(run_id.encode(errors="surrogateescape")).hexdigest()[:16]
         shown = "".join(c if c.isalnum() or c in "-_." else "_" for c in run_id[:20]) + "~" + digest
     return f"@openclaw-{shown}-{pid}"

@@ -111,7 +111,7 @@ def run_preflight(
         shutil.rmtree(work, ignore_errors=True)
     _output(doc, results, options.as_json)
     if options.record_path:
-        _write(options.record_path, record(results, plan), "--record")
+        _write(options.record_path, record(results, plan), doc.exit_code)
     return doc.exit_code
 
 
@@ -214,8 +214,13 @@ def _output(doc: PreflightVerdict, results: list[TierResult], as_json: bool) -> 
     )
 
 
-def _write(path: str, data: dict[str, Any], option: str) -> None:
+def _write(path: str, data: dict[str, Any], code: int) -> None:
+    """The recording, once measured: a failed write (a full disk) is said, the verdict's code stands."""
     try:
         write_atomic(path, json.dumps(data, indent=2) + "\n")
     except OSError as e:
-        raise OpenclawError(f"{option} {path}: cannot write it ({e.strerror})") from None
+        print(
+            f"openclaw-launch: error: --record {path}: cannot write it ({e.strerror or e}); "
+            f"the exit code {code} stands",
+            file=sys.stderr,
+        )

@@ -108,7 +108,9 @@ class HangRank:
     rank: int = field(metadata=doc("a rank without a step for the timeout"))
     local_rank: int = field(metadata=doc("its local rank"))
     node: str = field(metadata=doc("its node"))
-    pid: int | None = field(metadata=doc("the worker process, as it reported itself"))
+    pid: int | None = field(
+        metadata=doc("the worker process the launcher spawned for the rank (never a pid a datagram names)")
+    )
     stuck: bool = field(
         metadata=doc(
             "true: the others wait for it (it is not in a collective or `sync` section, or every silent rank "

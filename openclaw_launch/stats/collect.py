@@ -15,7 +15,6 @@ suffered at once. The last ``MAX_WINDOWS`` windows are kept.
 from __future__ import annotations
 
 import copy
-import statistics
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -170,6 +169,8 @@ class _RankStats:
 
 def _medians(steps: list[dict[str, float]]) -> dict[str, float]:
     """Per key, the median over the steps (a phase a step did not have counts 0 there)."""
+    import statistics  # once a window is full: not the launcher's start-up time
+
     return {k: statistics.median(s.get(k, 0.0) for s in steps) for k in sorted(set().union(*steps))}
 
 

@@ -120,6 +120,8 @@ class Inbox:
                 data, anc, _flags, _addr = s.sock.recvmsg(wire.MAX_DATAGRAM_BYTES + 1, socket.CMSG_SPACE(12))
             except (BlockingIOError, InterruptedError):
                 break
+            except OSError:  # a pending socket error, read (and cleared) by this call: the channel goes on
+                break
             pid = _sender_pid(anc)
             if pid is None or pid != s.pid:
                 s.drops.not_rank_process += 1

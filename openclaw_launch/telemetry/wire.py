@@ -231,13 +231,22 @@ def _count(key: str, value: Any) -> int:
 
 
 def _seconds(key: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= MAX_SECONDS:
-        raise _Invalid(f"{key}: not a duration")  # also NaN (every comparison is false) and inf
-    return float(value)
+    kind = type(value)  # exact types: a bool is no number here
+    if (kind is float or kind is int) and 0.0 <= value <= MAX_SECONDS:  # NaN and inf fail the comparison
+        return float(value)
+    raise _Invalid(f"{key}: not a duration")
+
+
+_NAMES_SEEN: set[str] = set()  # names already checked (phases repeat every step); bounded
+_MAX_NAMES_SEEN = 4096
 
 
 def _name(key: str, value: Any) -> str:
-    if not isinstance(value, str) or not 0 < len(value) <= MAX_NAME_CHARS or not value.isprintable():
+    if type(value) is not str:
+        raise _Invalid(f"{key}: not a name")
+    if value in _NAMES_SEEN:
+        return value
+    if not 0 < len(value) <= MAX_NAME_CHARS or not value.isprintable():
         raise _Invalid(f"{key}: not a name")
     return value
 
@@ -261,6 +270,8 @@ def _batch(r: _Reader) -> Batch:
     steps_raw, sync_raw = r.raw.get("steps"), r.raw.get("sync_phases", [])
     if not isinstance(steps_raw, list) or len(steps_raw) > MAX_BATCH_STEPS:
         raise _Invalid("steps: not a list of at most MAX_BATCH_STEPS")
+    if len(_NAMES_SEEN) < _MAX_NAMES_SEEN:
+        _NAMES_SEEN.add(value)
     if not isinstance(sync_raw, list) or len(sync_raw) > MAX_PHASES:
         raise _Invalid("sync_phases: not a short list")
     steps: list[tuple[float, dict[str, float]]] = []
