@@ -2,7 +2,8 @@
 
 ``open`` of a FIFO blocks until a writer comes; reading ``/dev/zero`` never ends; a 10 GB file is
 read whole; deep JSON is a RecursionError. Here a file is opened non-blocking, must be a regular
-file (after symlinks), at most ``limit`` bytes are read, and a JSON document's depth is bounded.
+file (after symlinks), at most ``limit`` bytes are read, and JSON that nests too deeply is a
+ValueError like any other malformed JSON.
 """
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ from __future__ import annotations
 import json
 import os
 import stat
+import sys
 from typing import Any
 
-from openclaw_launch.config.limits import MAX_JSON_DEPTH
 from openclaw_launch.errors import OpenclawError
 
 
@@ -85,38 +86,22 @@ def _refuse_constant(name: str) -> float:
     raise ValueError(f"{name} is not a number JSON allows")
 
 
-def json_depth(text: str) -> int:
-    """How deeply ``text``'s arrays and objects nest (brackets inside strings do not count)."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif ch in "]}":
-            depth -= 1
-    return deepest
+def parse_json(text: str, allow_constants: bool = False) -> Any:
+    """``json.loads`` for input we do not control: ValueError, not a RecursionError, when ``text``
+    nests deeper than the interpreter's recursion limit (about 1000 levels; our files are a few
+    deep), and unless ``allow_constants`` when it holds ``NaN``/``Infinity`` (Python's json takes
+    them; JSON does not)."""
+    try:
+        return json.loads(text) if allow_constants else json.loads(text, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise ValueError(f"it nests deeper than {sys.getrecursionlimit()} levels") from None
 
 
 def read_json(path: str | os.PathLike[str], what: str, limit: int) -> Any:
-    """An input file's JSON document, through ``read_input`` (regular file, ``limit`` bytes, UTF-8),
-    nested at most MAX_JSON_DEPTH deep (``json.loads`` recurses: deeper is a RecursionError), with
-    ``NaN``/``Infinity`` refused (Python's json takes them; JSON does not). ``InputFileError``
+    """An input file's JSON document through ``read_input`` and ``parse_json``; ``InputFileError``
     names ``what`` and the reason."""
     text = read_input(path, what, limit)
-    where = os.fspath(path)
-    if json_depth(text) > MAX_JSON_DEPTH:
-        raise InputFileError(f"{where}: the {what} nests deeper than {MAX_JSON_DEPTH} levels; this is not a {what}")
     try:
-        return json.loads(text, parse_constant=_refuse_constant)
+        return parse_json(text)
     except ValueError as e:
-        raise InputFileError(f"{where}: the {what} is not valid JSON ({e})") from None
+        raise InputFileError(f"{os.fspath(path)}: the {what} is not valid JSON ({e})") from None

@@ -446,3 +446,32 @@ def test_preflight_record_on_a_full_device_keeps_the_verdict(tmp_path: Path) -> 
     _clean(p)
     assert "--record /dev/full: cannot write it (No space left on device); the exit code 0 stands" in p.stderr
     _report_complete(tmp_path / "r.json", 0)
+
+
+# ---- every JSON input: deep nesting, NaN, a FIFO are one line and exit 2 --------------------------
+
+
+def _json_inputs(path: str) -> list[list[str]]:
+    return [
+        ["report", path],
+        ["plan", "--nproc-per-node", "1", "--topology", path, "--no-python", "true"],
+        [*PREFLIGHT, "--expect", path],
+    ]
+
+
+@pytest.mark.parametrize("which", range(3))
+@pytest.mark.parametrize("content", ["deep", "nan", "fifo", "zero"])
+def test_json_inputs_are_bounded(tmp_path: Path, which: int, content: str) -> None:
+    path = tmp_path / "in.json"
+    if content == "deep":
+        path.write_text("[" * 100_000 + "]" * 100_000)
+    elif content == "nan":
+        path.write_text('{"schema": NaN}' if which != 0 else "[" * 2000 + "]" * 2000)
+    elif content == "fifo":
+        os.mkfifo(path)
+    target = "/dev/zero" if content == "zero" else str(path)
+    p = _launch(_json_inputs(target)[which], timeout_s=30)
+    assert p.returncode == 2, p.stderr
+    _clean(p)
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert target in p.stderr

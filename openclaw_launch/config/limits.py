@@ -29,7 +29,6 @@ MAX_SMI_BYTES = 4 << 20
 MAX_REPORT_BYTES = 64 << 20
 MAX_ERROR_FILE_BYTES = 64 << 10  # a worker's @record error file: its prefix is the root cause
 MAX_RECORD_BYTES = 1 << 20  # a preflight --record file: a few tiers
-MAX_JSON_DEPTH = 64  # our JSON files are a few levels deep; json.loads recurses (RecursionError)
 FDS_PER_RANK = 2  # the launcher holds per local rank: the read ends of its stdout and stderr
 FDS_PER_RANK_LOGS = 2  # ... and with --log-dir its stdout.log and stderr.log
 FD_MARGIN = 256  # the launcher's own descriptors besides the ranks' (helpers, logs, sockets, imports)

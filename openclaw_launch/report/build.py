@@ -32,7 +32,7 @@ from openclaw_launch.report.model import (
 )
 from openclaw_launch.report.rank import GpuStats, RankEntry, RankOutcome, SectionTimes, StepStatistics, StepTimes
 from openclaw_launch.run.results import JobResult, WorkerResult, signal_name
-from openclaw_launch.safe_read import InputFileError, read_input
+from openclaw_launch.safe_read import InputFileError, parse_json, read_input
 from openclaw_launch.stats.collect import RankSummary
 from openclaw_launch.stats.phases import split as phase_split
 from openclaw_launch.stats.verdict import Straggler, wait_source, waited_for_others
@@ -241,7 +241,7 @@ def load_report(path: str | os.PathLike[str]) -> NodeReport | JobReport:
     """A saved report (a node's or the job's), checked against its type: a wrong or missing field is
     one error naming it."""
     try:
-        data = json.loads(read_input(path, "report", MAX_REPORT_BYTES))
+        data = parse_json(read_input(path, "report", MAX_REPORT_BYTES), allow_constants=True)
     except InputFileError as e:
         raise OpenclawError(str(e)) from None
     except ValueError as e:

@@ -9,13 +9,14 @@ the H200 host); a failed query is None, not an error.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from openclaw_launch.config.limits import MAX_SNAPSHOT_BYTES
 from openclaw_launch.errors import TopologyError
+from openclaw_launch.safe_read import InputFileError, parse_json, read_input
 from openclaw_launch.topology.cpulist import format_cpulist, parse_cpulist
 from openclaw_launch.topology.model import NvLink, PcieLink, normalize_bus_id
 
@@ -230,8 +231,8 @@ class RecordedNvml:
     @classmethod
     def load(cls, path: Path) -> RecordedNvml:
         try:
-            data = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as e:
+            data = parse_json(read_input(path, "NVML recording", MAX_SNAPSHOT_BYTES))
+        except (InputFileError, ValueError) as e:
             raise TopologyError(f"{path}: cannot read the NVML recording: {e}") from e
         if not isinstance(data, dict):
             raise TopologyError(f"{path}: an NVML recording is a JSON object")

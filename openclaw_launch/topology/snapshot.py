@@ -16,7 +16,7 @@ from typing import Any
 from openclaw_launch.config.limits import MAX_CPU_ID, MAX_SNAPSHOT_BYTES
 from openclaw_launch.errors import TopologyError
 from openclaw_launch.files import write_atomic
-from openclaw_launch.safe_read import InputFileError, read_input
+from openclaw_launch.safe_read import InputFileError, parse_json, read_input
 from openclaw_launch.topology.cpulist import format_cpulist, parse_cpulist
 from openclaw_launch.topology.model import GpuInfo, IbPort, NvLink, PcieLink, Topology
 
@@ -272,7 +272,7 @@ def load_snapshot(path: Path) -> Topology:
     except InputFileError as e:
         raise TopologyError(f"{e}; {_REDO}") from None
     try:
-        data = json.loads(text)
+        data = parse_json(text)
     except ValueError as e:
         if any(line.startswith("cluster:") for line in text.splitlines()):
             raise TopologyError(
