@@ -127,7 +127,7 @@ def straggler_entry(s: Straggler) -> StragglerEntry:
 def gpu_stats(summary: Mapping[str, Any]) -> GpuStats:
     """A GPU's summary (stats/gpu.py, keys only for what was measured) as the report's type."""
     values = {f.name: summary.get(f.name) for f in fields(GpuStats)}
-    values["clock_event_reasons"] = tuple(summary.get("clock_event_reasons", ()))
+    values["clock_event_reasons"] = list(summary.get("clock_event_reasons", ()))  # JSON-shaped, as from_json takes it
     return from_json(GpuStats, values)
 
 
