@@ -33,6 +33,14 @@ def bar(steps: int) -> None:
     sys.stderr.write("\n")
 
 
+def real_tqdm(steps: int) -> None:
+    """tqdm as scripts use it: ``disable=None`` draws only on a terminal."""
+    from tqdm import tqdm
+
+    for _ in tqdm(range(steps), disable=None, mininterval=0, ascii=True):
+        time.sleep(0.01)
+
+
 def mixed(steps: int) -> None:
     """A bar on stderr with a line printed on stdout while it is drawn (a log line during tqdm)."""
     for i in range(steps + 1):
@@ -59,7 +67,7 @@ def interrupted(out: Path) -> None:
     """Wait for SIGINT or SIGTERM and record who sent it (0: the kernel, i.e. a terminal's Ctrl-C)."""
     wanted = {signal.SIGINT, signal.SIGTERM}
     signal.pthread_sigmask(signal.SIG_BLOCK, wanted)
-    print("waiting", flush=True)
+    print("ready for ctrl-c", flush=True)
     info = signal.sigwaitinfo(wanted)
     rank = os.environ.get("RANK", "0")
     (out / f"signal-{rank}.json").write_text(json.dumps({"signo": info.si_signo, "pid": info.si_pid}))
@@ -68,5 +76,5 @@ def interrupted(out: Path) -> None:
 
 if __name__ == "__main__":
     mode, arg = sys.argv[1], sys.argv[2]
-    modes = {"probe": probe, "bar": bar, "mixed": mixed, "resize": resize, "interrupt": interrupted}
-    modes[mode](int(arg) if mode in ("bar", "mixed") else Path(arg))  # type: ignore[operator]
+    modes = {"probe": probe, "bar": bar, "tqdm": real_tqdm, "mixed": mixed, "resize": resize, "interrupt": interrupted}
+    modes[mode](int(arg) if mode in ("bar", "tqdm", "mixed") else Path(arg))  # type: ignore[operator]

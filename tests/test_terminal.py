@@ -103,16 +103,35 @@ def _probes(out: Path) -> dict[int, dict[str, object]]:
     return {int(p.stem.split("-")[1]): json.loads(p.read_text()) for p in sorted(out.glob("rank-*.json"))}
 
 
+def _view(stdout: bool, stderr: bool, columns: int = 80, rows: int = 24) -> dict[str, object]:
+    """What terminal_worker.probe writes for a worker whose terminals are ``columns`` x ``rows``."""
+    size = [columns, rows]
+    return {
+        "stdout_isatty": stdout,
+        "stderr_isatty": stderr,
+        "stdout_size": size if stdout else None,
+        "stderr_size": size if stderr else None,
+    }
+
+
+PREFIX_COLUMNS = len("[rank 0] ")  # the default prefix: a worker's line is the window less it
+
+
 def test_workers_see_the_launchers_terminal_and_its_size_as_under_torchrun(tmp_path: Path) -> None:
+    """The launcher's window less the rank prefix, so that a full-width bar fits after the prefix;
+    with ``--prefix ''`` exactly the window, as under torchrun."""
+    runs = {**LAUNCHERS, "openclaw, no prefix": [*LAUNCHERS["openclaw"], "--prefix", ""]}
     seen = {}
-    for which, launcher in LAUNCHERS.items():
-        out = tmp_path / which
+    for which, launcher in runs.items():
+        out = tmp_path / which.replace(" ", "_")
         out.mkdir()
         term = OnTerminal([*launcher, "--nproc-per-node", "2", WORKER, "probe", str(out)], rows=33, columns=101)
         assert term.finish() == 0, term.text()
         seen[which] = _probes(out)
-    both = {"stdout_isatty": True, "stderr_isatty": True, "stdout_size": [101, 33], "stderr_size": [101, 33]}
-    assert seen["openclaw"] == seen["torchrun"] == {0: both, 1: both}
+    full = _view(True, True, 101, 33)
+    assert seen["torchrun"] == seen["openclaw, no prefix"] == {0: full, 1: full}
+    narrower = _view(True, True, 101 - PREFIX_COLUMNS, 33)
+    assert seen["openclaw"] == {0: narrower, 1: narrower}
 
 
 def test_with_the_launchers_output_a_pipe_the_workers_see_pipes_as_under_torchrun(tmp_path: Path) -> None:
@@ -129,8 +148,7 @@ def test_with_the_launchers_output_a_pipe_the_workers_see_pipes_as_under_torchru
         )
         assert done.returncode == 0, done.stderr
         seen[which] = _probes(out)
-    pipes = {"stdout_isatty": False, "stderr_isatty": False, "stdout_size": None, "stderr_size": None}
-    assert seen["openclaw"] == seen["torchrun"] == {0: pipes, 1: pipes}
+    assert seen["openclaw"] == seen["torchrun"] == {0: _view(False, False), 1: _view(False, False)}
 
 
 def test_each_stream_gets_a_pty_only_where_the_launchers_is_a_terminal(tmp_path: Path) -> None:
@@ -142,8 +160,8 @@ def test_each_stream_gets_a_pty_only_where_the_launchers_is_a_terminal(tmp_path:
         term = OnTerminal([*launcher, "--nproc-per-node", "1", WORKER, "probe", str(out)], stderr_pipe=True)
         assert term.finish() == 0, term.text()
         seen[which] = _probes(out)
-    mixed = {"stdout_isatty": True, "stderr_isatty": False, "stdout_size": [80, 24], "stderr_size": None}
-    assert seen["openclaw"] == seen["torchrun"] == {0: mixed}
+    assert seen["torchrun"] == {0: _view(True, False)}
+    assert seen["openclaw"] == {0: _view(True, False, 80 - PREFIX_COLUMNS)}
 
 
 def test_a_stream_kept_off_the_console_is_a_pipe_as_under_torchrun(tmp_path: Path) -> None:
@@ -157,8 +175,8 @@ def test_a_stream_kept_off_the_console_is_a_pipe_as_under_torchrun(tmp_path: Pat
         term = OnTerminal([*launcher, *args, WORKER, "probe", str(out)])
         assert term.finish() == 0, term.text()
         seen[which] = _probes(out)
-    mixed = {"stdout_isatty": True, "stderr_isatty": False, "stdout_size": [80, 24], "stderr_size": None}
-    assert seen["openclaw"] == seen["torchrun"] == {0: mixed}
+    assert seen["torchrun"] == {0: _view(True, False)}
+    assert seen["openclaw"] == {0: _view(True, False, 80 - PREFIX_COLUMNS)}
 
 
 def test_a_redrawn_bar_reaches_the_terminal_as_redraws_with_the_prefix_and_the_log_as_written(tmp_path: Path) -> None:
@@ -170,6 +188,27 @@ def test_a_redrawn_bar_reaches_the_terminal_as_redraws_with_the_prefix_and_the_l
     assert "\r".join(f"[rank 0] {d}" for d in drawn) + "\r\n" in term.text()
     (log,) = logs.glob("*/attempt-0/rank-0/stderr.log")
     assert log.read_bytes() == ("".join(f"\r{d}" for d in drawn) + "\n").encode()  # no \r\n: bytes as written
+
+
+def test_tqdm_draws_on_the_launchers_terminal_and_not_into_a_pipe_as_under_torchrun() -> None:
+    """``tqdm(disable=None)``: a live bar on a terminal (each redraw with the rank prefix here),
+    nothing at all into a pipe, under both launchers."""
+    pytest.importorskip("tqdm")
+    args = ["--nproc-per-node", "1", WORKER, "tqdm", "3"]
+    drawn = {}
+    for which, launcher in LAUNCHERS.items():
+        term = OnTerminal([*launcher, *args])
+        assert term.finish() == 0, term.text()
+        drawn[which] = term.text()
+        piped = subprocess.run(
+            [*launcher, *args], capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=TIMEOUT_S
+        )
+        assert piped.returncode == 0 and "3/3" not in piped.stderr + piped.stdout, piped.stderr
+    for which, text in drawn.items():  # a full-width bar, which fits the line after the prefix too
+        last = [drawing for drawing in text.split("\r") if "100%|" in drawing][-1]
+        assert "| 3/3 [" in last and last.startswith("[rank 0] 100%|" if which == "openclaw" else "100%|"), text
+        assert len(last) == 79, text  # tqdm leaves the last column free
+    assert drawn["openclaw"].count("\r[rank 0] ") >= 3  # 0/3 first, then one redraw per step
 
 
 def test_a_line_on_stdout_never_lands_inside_a_bar_on_stderr_of_the_same_terminal() -> None:
@@ -187,11 +226,12 @@ def test_a_line_on_stdout_never_lands_inside_a_bar_on_stderr_of_the_same_termina
 def test_a_resized_terminal_resizes_every_ranks_terminal(tmp_path: Path, which: str) -> None:
     term = OnTerminal([*LAUNCHERS[which], "--nproc-per-node", "2", WORKER, "resize", str(tmp_path)])
     prefixes = ["[rank 0] ", "[rank 1] "] if which == "openclaw" else [""]  # torchrun's workers: no prefix
+    margin = PREFIX_COLUMNS if which == "openclaw" else 0
     for prefix in prefixes:
-        term.wait_for(f"{prefix}size 80x24".encode(), times=2 // len(prefixes))
+        term.wait_for(f"{prefix}size {80 - margin}x24".encode(), times=2 // len(prefixes))
     _set_size(term.master, 30, 100)  # the kernel sends SIGWINCH to the launcher (the terminal's foreground)
     for prefix in prefixes:
-        term.wait_for(f"{prefix}size 100x30".encode(), times=2 // len(prefixes))
+        term.wait_for(f"{prefix}size {100 - margin}x30".encode(), times=2 // len(prefixes))
     (tmp_path / "stop").write_text("")
     assert term.finish() == 0, term.text()
 
@@ -201,10 +241,12 @@ def test_ctrl_c_on_the_terminal_reaches_the_launcher_which_stops_the_workers(tmp
     """The workers are in their own session: the terminal's SIGINT goes to the launcher alone, and
     the workers hear of it from the launcher (the sender's pid), as under torchrun."""
     term = OnTerminal([*LAUNCHERS[which], "--nproc-per-node", "2", WORKER, "interrupt", str(tmp_path)])
-    term.wait_for(b"waiting", times=2)
+    for prefix in ["[rank 0] ", "[rank 1] "] if which == "openclaw" else [""]:
+        term.wait_for(f"{prefix}ready for ctrl-c".encode(), times=1 if prefix else 2)
     os.write(term.master, b"\x03")  # Ctrl-C: the line discipline sends SIGINT to the foreground group
     code = term.finish()
     for rank in (0, 1):
+        assert (tmp_path / f"signal-{rank}.json").exists(), term.text()
         got = json.loads((tmp_path / f"signal-{rank}.json").read_text())
         assert got["pid"] == term.proc.pid and got["signo"] in (signal.SIGINT, signal.SIGTERM), got
     if which == "openclaw":
@@ -219,5 +261,4 @@ def test_without_ptys_to_be_had_the_workers_get_pipes_and_run(tmp_path: Path) ->
     launch = " ".join([*LAUNCHERS["openclaw"], "--nproc-per-node", "1", WORKER, "probe", str(out)])
     term = OnTerminal(["unshare", "--mount", "sh", "-c", f"mount --bind /dev/null /dev/ptmx && exec {launch}"])
     assert term.finish() == 0, term.text()
-    pipes = {"stdout_isatty": False, "stderr_isatty": False, "stdout_size": None, "stderr_size": None}
-    assert _probes(out) == {0: pipes}
+    assert _probes(out) == {0: _view(False, False)}

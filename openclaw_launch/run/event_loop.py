@@ -45,9 +45,9 @@ class EventLoop:
         resize = (RESIZE_SIGNAL,) if self.terminal is not None else ()
         self.wakeup_fd = self.os.install_signals((*signals, *resize))
 
-    def terminal_for(self, shown: Mapping[str, bool]) -> Terminal | None:
+    def terminal_for(self, shown: Mapping[str, bool], prefix: str) -> Terminal | None:
         """Which streams of a worker get a pty: those shown on a launcher stream that is a terminal."""
-        return self.terminal.for_worker(shown) if self.terminal is not None else None
+        return self.terminal.for_worker(shown, prefix) if self.terminal is not None else None
 
     def watch_readers(self) -> None:
         for fd in self.readers:

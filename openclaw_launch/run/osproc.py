@@ -101,7 +101,7 @@ class RealOs:
         self._pid = os.getpid()
         self._selector = selectors.DefaultSelector()
         self._popens: dict[int, subprocess.Popen[bytes]] = {}
-        self._ptys: set[int] = set()  # the workers' pty masters now open
+        self._ptys: dict[int, int] = {}  # the workers' pty masters now open -> their margin (columns)
         self._old_handlers: dict[int, object] = {}
         self._old_wakeup: int | None = None
         self._wake_r: int | None = None
@@ -200,14 +200,14 @@ class RealOs:
             return None
 
     def close_fd(self, fd: int) -> None:
-        self._ptys.discard(fd)
+        self._ptys.pop(fd, None)
         os.close(fd)
 
     def resize_terminals(self, size_fd: int) -> None:
         """Every worker's pty takes the window size the launcher's terminal has now (SIGWINCH)."""
-        size = terminal.window_size(size_fd)
-        if size is not None:
-            for fd in self._ptys:
+        for fd, margin_columns in self._ptys.items():
+            size = terminal.window_size(size_fd, margin_columns)
+            if size is not None:
                 terminal.set_window_size(fd, size)
 
     def _child_setup(self) -> None:
@@ -222,7 +222,7 @@ class RealOs:
     def spawn(self, argv: Sequence[str], env: Mapping[str, str], tty: Terminal | None = None) -> Spawned:
         """Start argv in its own session with ``env`` on top of this process's environment; its
         stdout and stderr are pipes, or ptys where ``tty`` says so (a pipe where no pty can be had)."""
-        size = terminal.window_size(tty.size_fd) if tty is not None else None
+        size = terminal.window_size(tty.size_fd, tty.margin_columns) if tty is not None else None
         ends: list[tuple[int, int]] = []  # (ours, the worker's) for stdout, stderr
         ptys: list[int] = []
         try:
@@ -249,7 +249,7 @@ class RealOs:
         (out_r, _), (err_r, _) = ends
         os.set_blocking(out_r, False)
         os.set_blocking(err_r, False)
-        self._ptys.update(ptys)
+        self._ptys.update(dict.fromkeys(ptys, tty.margin_columns if tty is not None else 0))
         self._popens[proc.pid] = proc
         return Spawned(proc.pid, out_r, err_r)
 

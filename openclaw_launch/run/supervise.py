@@ -44,7 +44,7 @@ from openclaw_launch.run.results import (
     why_ended,
 )
 from openclaw_launch.run.teardown import Teardown
-from openclaw_launch.run.worker_output import ConsoleLine, WorkerStream, console_key, shown_streams
+from openclaw_launch.run.worker_output import ConsoleLine, WorkerStream, console_key, console_prefix, shown_streams
 from openclaw_launch.run.worker_record import AttemptFiles, Logs, WorkerRecord, attempt_results, close_logs, read_back
 
 if TYPE_CHECKING:  # plan.py pulls in config/yaml; the supervisor only needs the shapes
@@ -265,8 +265,9 @@ class _Supervisor:
         w.tail = deque(maxlen=self.opt.stderr_tail_lines)
         self.workers.append(w)
         shown = shown_streams(rank.rank, rank.local_rank, self.opt.console_ranks, self.opt.console_hidden)
+        prefix = console_prefix(self.opt.prefix_template, rank, attempt)
         try:
-            spawned = self.os.spawn(rank.argv, rank.env, self.loop.terminal_for(shown))
+            spawned = self.os.spawn(rank.argv, rank.env, self.loop.terminal_for(shown, prefix))
         except OSError as exc:
             close_logs(logs)
             w.not_started(exc, self.os.time())
@@ -280,16 +281,14 @@ class _Supervisor:
             self.guardian.watch_pgid(w.pid)
         for fd, name in ((spawned.stdout_fd, "stdout"), (spawned.stderr_fd, "stderr")):
             if fd is not None:
-                self._open_stream(w, fd, name, logs[name], shown[name])
+                self._open_stream(w, fd, name, logs[name], shown[name], prefix)
         read_back(w, self.os, self.loop.at, self.opt.readback_delay_s, self._binding_warning)
 
-    def _open_stream(self, w: WorkerRecord, fd: int, name: str, log: BinaryIO | None, show: bool) -> None:
-        r = w.rank
-        prefix = self.opt.prefix_template.format(rank=r.rank, local_rank=r.local_rank, node=r.node, attempt=w.attempt)
+    def _open_stream(self, w: WorkerRecord, fd: int, name: str, log: BinaryIO | None, show: bool, prefix: str) -> None:
         shown = (self.stdout if name == "stdout" else self.stderr) if show else None
         tail = w.tail if name == "stderr" else None
         line = self._console_lines.setdefault(console_key(shown, name), ConsoleLine())
-        label = f"rank {r.rank} {name} log"
+        label = f"rank {w.rank.rank} {name} log"
         self.loop.add_stream(
             WorkerStream(fd, prefix, shown, log, tail, line, lambda exc: self.files.log_error(label, exc))
         )

@@ -11,7 +11,8 @@ had (no devpts, the pty limit) is a pipe.
 
 The pty only carries bytes: output processing is off on its worker side (no ``\\n`` -> ``\\r\\n``),
 so the log holds exactly what the worker wrote and the launcher's own terminal does the rest. Its
-window size is the launcher's terminal's at spawn and follows it (SIGWINCH in the launcher resizes
+window size is the launcher's terminal's less the rank prefix's width (a full-width bar fits the
+line after the prefix instead of wrapping), at spawn and after (SIGWINCH in the launcher resizes
 every rank's pty). It is not the worker's controlling terminal (workers keep their own session,
 for ``killpg``): Ctrl-C reaches the launcher, which stops the job, and no worker is sent SIGWINCH
 by the kernel, as under torchrun, whose workers run in their own session too; a program that wants
@@ -42,7 +43,8 @@ class Terminal:
 
     stdout: bool
     stderr: bool
-    size_fd: int  # the launcher's terminal: its window size is the ptys'
+    size_fd: int  # the launcher's terminal: its window size is the ptys', less ...
+    margin_columns: int = 0  # ... the rank prefix's width: what the worker draws fits the line after it
 
 
 @dataclass(frozen=True)
@@ -64,11 +66,11 @@ class LauncherTerminal:
         assert fd is not None, "LauncherTerminal.of returns None without a terminal"
         return fd
 
-    def for_worker(self, shown: Mapping[str, bool]) -> Terminal | None:
+    def for_worker(self, shown: Mapping[str, bool], prefix: str) -> Terminal | None:
         """A pty for each stream shown on a launcher stream that is a terminal; None: pipes only."""
         stdout = self.stdout_fd is not None and shown["stdout"]
         stderr = self.stderr_fd is not None and shown["stderr"]
-        return Terminal(stdout, stderr, self.size_fd) if stdout or stderr else None
+        return Terminal(stdout, stderr, self.size_fd, len(prefix)) if stdout or stderr else None
 
 
 def console_fd(stream: TextIO | None) -> int | None:
@@ -86,12 +88,18 @@ def _tty_fd(stream: TextIO) -> int | None:
     return fd if fd is not None and os.isatty(fd) else None
 
 
-def window_size(fd: int) -> bytes | None:
-    """The terminal's ``struct winsize``; None when ``fd`` is no terminal (any more)."""
+def window_size(fd: int, margin_columns: int = 0) -> bytes | None:
+    """The terminal's ``struct winsize`` less ``margin_columns`` (at least one column is left);
+    None when ``fd`` is no terminal (any more)."""
     try:
-        return fcntl.ioctl(fd, termios.TIOCGWINSZ, bytes(struct.calcsize(_WINSIZE)))
+        raw = fcntl.ioctl(fd, termios.TIOCGWINSZ, bytes(struct.calcsize(_WINSIZE)))
     except OSError:
         return None
+    rows, columns, x_pixels, y_pixels = struct.unpack(_WINSIZE, raw)
+    if not margin_columns or not columns:  # 0 columns: the size is unknown, pass it on as it is
+        return raw
+    left = max(columns - margin_columns, 1)
+    return struct.pack(_WINSIZE, rows, left, x_pixels * left // columns, y_pixels)
 
 
 def set_window_size(fd: int, size: bytes) -> None:

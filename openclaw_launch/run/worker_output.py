@@ -14,9 +14,12 @@ import os
 import re
 from collections import deque
 from collections.abc import Callable
-from typing import BinaryIO, TextIO
+from typing import TYPE_CHECKING, BinaryIO, TextIO
 
 from openclaw_launch.run.terminal import console_fd
+
+if TYPE_CHECKING:
+    from openclaw_launch.plan.build import RankPlan
 
 MAX_PARTIAL_LINE = 65536  # a "line" longer than this is emitted in pieces
 
@@ -177,3 +180,8 @@ def console_key(stream: TextIO | None, name: str) -> tuple[int, int] | str:
     except OSError:
         st = None
     return (st.st_dev, st.st_ino) if st is not None else name
+
+
+def console_prefix(template: str, rank: RankPlan, attempt: int) -> str:
+    """A rank's console prefix (``--prefix``; keys: rank, local_rank, node, attempt)."""
+    return template.format(rank=rank.rank, local_rank=rank.local_rank, node=rank.node, attempt=attempt)
