@@ -10,6 +10,7 @@ import json
 import os
 import random
 import select
+import signal
 import socket
 import subprocess
 import sys
@@ -293,3 +294,22 @@ def test_configs_that_differ_only_by_comments_agree(tmp_path: Path) -> None:
     results = finish(procs)
     assert [code for code, _ in results.values()] == [0, 0], results
     assert "do not agree" not in results["node0"][1]
+
+
+def test_a_stopping_signal_while_waiting_for_the_rendezvous_starts_nothing(tmp_path: Path) -> None:
+    """By arrival, the launcher waits for HEAD's store before it has a plan: SIGTERM there exits
+    143, says so, and starts no worker."""
+    cmd = ours(*c10d_line("29400", 2, 1), "--no-python", "--", *FAKE, "--ready-file", f"{tmp_path}/ready-{{rank}}")
+    cmd[cmd.index("127.0.0.1:29400")] = "10.255.255.1:29400"  # nobody there: the store client keeps trying
+    proc = popen(cmd)
+    seen: list[str] = []
+    try:
+        read_until(proc, "waiting for the first node's agent at 10.255.255.1:29400", seen)
+        proc.send_signal(signal.SIGTERM)
+        [(code, text)] = collect([proc], [seen])
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert code == 143, text
+    assert "stopped by signal 15 while the nodes met; started nothing" in text and "Traceback" not in text
+    assert not list(tmp_path.glob("ready-*"))

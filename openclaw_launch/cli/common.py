@@ -73,6 +73,10 @@ def plan_and_config(
     (c10d without ``--node-rank``), the (node rank, MASTER_PORT) this launcher's rendezvous gave;
     None there: node rank 0's plan, with ``NODE_RANK_PLACEHOLDER``'s warning."""
     want = resolve(c.tr, with_config=bool(c.config_path))
+    if want.by_arrival and at_run and arrival is None:  # preflight: its probe has no rendezvous
+        raise click.UsageError(
+            "node ranks by arrival (c10d without --node-rank) are given to run only; give preflight --node-rank K"
+        )
     node_rank = arrival[0] if arrival else want.node_rank
     entry = _entry(c.script or ("train.py",), c.tr)  # plan: the script only shows in argv
     if c.config_path:

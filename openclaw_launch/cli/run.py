@@ -191,6 +191,10 @@ def _arrive(want: Resolved, r: RunOptions) -> Any:
         raise click.BadParameter(
             "with c10d and no --node-rank the agents meet at the --rdzv-endpoint port", param_hint="--agent-port"
         )
+    if r.preflight_first:
+        raise click.BadParameter(
+            "needs each node's --node-rank K (not node ranks by arrival)", param_hint="--preflight"
+        )
     options = _agent_options(want.master_addr, want.master_port, r, 0, ())
     os_layer = RealOs()
     os_layer.install_signals(signal_numbers(want.signals))
