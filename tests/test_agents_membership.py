@@ -10,6 +10,7 @@ import json
 import os
 import random
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -313,3 +314,29 @@ def test_a_stopping_signal_while_waiting_for_the_rendezvous_starts_nothing(tmp_p
     assert code == 143, text
     assert "stopped by signal 15 while the nodes met; started nothing" in text and "Traceback" not in text
     assert not list(tmp_path.glob("ready-*"))
+
+
+@pytest.mark.skipif(shutil.which("numactl") is None, reason="numactl not installed")
+def test_plan_shows_node_rank_0s_plan_which_the_first_to_arrive_runs(tmp_path: Path) -> None:
+    """`plan --json` of the c10d line without a node rank is node rank 0's plan with the
+    `<arrival>` warning and MASTER_PORT `<free-port>`; the launcher that arrives first runs exactly
+    it (tests/test_plan_is_run.py's check, placeholders substituted), the second runs node rank 1."""
+    from test_plan_is_run import WORKER, assert_worker_ran_the_plan, launcher_env, plan_json, start_run
+
+    env = launcher_env(tmp_path)
+    args = [*c10d_line(free_port(), 2, 1), WORKER]
+    plan = plan_json(args, env)
+    assert plan["node_rank"] == 0 and plan["master_port"] is None
+    assert any("node rank <arrival>" in w for w in plan["warnings"])
+    first = start_run(args, env)
+    seen: list[str] = []
+    read_until(first, "node rank 0 of 2", seen)
+    second = start_run(args, env)
+    results = collect([first, second], [seen, []])
+    assert [code for code, _ in results] == [0, 0], results
+    [rank] = plan["ranks"]
+    assert_worker_ran_the_plan(rank, env, first.pid, tmp_path / "out")
+    port = json.loads((tmp_path / "out" / "rank-0.json").read_text())["environ"]["MASTER_PORT"]
+    other = json.loads((tmp_path / "out" / "rank-1.json").read_text())["environ"]
+    assert rank["env"]["MASTER_PORT"] == "<free-port>" and port.isdigit()
+    assert (other["RANK"], other["GROUP_RANK"], other["MASTER_PORT"]) == ("1", "1", port)
