@@ -18,6 +18,7 @@ from supervise_driver import make_plan
 from openclaw_launch.agents.fingerprint import differences, fingerprint
 from openclaw_launch.agents.hostlist import expand_hostlist, parse_hostlist
 from openclaw_launch.config.model import Config, NodeSpec, Runtime
+from openclaw_launch.config.reader import load_config
 from openclaw_launch.errors import PlanError
 from openclaw_launch.plan.build import build_plan
 from openclaw_launch.plan.context import run_context
@@ -97,6 +98,25 @@ def test_a_variable_the_workers_inherit_from_one_launcher_is_a_difference() -> N
         "b": _fp("b", _config(), {"CUDA_LAUNCH_BLOCKING": "1", "CUDA_VISIBLE_DEVICES": "3", "SLURM_NODEID": "1"}),
     }
     assert differences(prints) == ["node b: env.CUDA_LAUNCH_BLOCKING = '1', node a has <unset>"]
+
+
+def test_where_a_config_was_read_from_is_no_difference(tmp_path: Path) -> None:
+    """The same config read from two files, one with more comment and blank lines (so other YAML
+    line numbers) and another name: they agree; a changed value still differs."""
+    text = (ROOT / "configs" / "two-nodes-loopback.yaml").read_text()
+    plain, commented, changed = tmp_path / "a.yaml", tmp_path / "b.yaml", tmp_path / "c.yaml"
+    plain.write_text(text)
+    commented.write_text("# a comment\n\n" + text.replace("    - name: node1", "    # node one\n    - name: node1"))
+    changed.write_text(text.replace("cpu_workers: 1", "cpu_workers: 2"))
+    configs = {path.name: load_config(str(path)) for path in (plain, commented, changed)}
+    assert configs["a.yaml"].nodes[1].line != configs["b.yaml"].nodes[1].line  # the lines differ indeed
+    prints = {name: _fp("node0", config, {}) for name, config in configs.items()}
+    assert differences({"a": prints["a.yaml"], "b": prints["b.yaml"]}) == []
+    assert differences({"a": prints["a.yaml"], "c": prints["c.yaml"]}) == [
+        "node c: config.nodes[1].cpu_workers = '2', node a has '1'",
+        "node c: env.WORLD_SIZE = '4', node a has '3'",
+        "node c: job.world_size = '4', node a has '3'",
+    ]
 
 
 def test_supervisor_forwards_usr1_without_stopping_and_stops_on_term(tmp_path: Path) -> None:
