@@ -169,6 +169,31 @@ def test_signal_at_start_up_as_pid_1(sig: int, delay_s: float) -> None:
     assert "Traceback" not in out + err, err
 
 
+SPY_ON_IMPORTS = """
+import builtins, signal, sys
+real_import, seen = builtins.__import__, []
+
+def spy(name, *args, **kwargs):
+    if name == "click" and not seen:  # the first of the command line's imports
+        seen.append(name)
+        print("at click:", signal.getsignal(signal.SIGTERM) != signal.SIG_DFL, flush=True)
+    return real_import(name, *args, **kwargs)
+
+builtins.__import__ = spy
+sys.argv = ["openclaw-launch", "plan", "--nproc-per-node", "1", "--no-python", "true"]
+from openclaw_launch.__main__ import main
+main()
+"""
+
+
+def test_stopping_signals_are_caught_before_the_command_line_loads() -> None:
+    """The window the PID 1 test cannot time: SIGTERM is handled before click (and everything the
+    command line needs) is imported, not only once launch installs its handling."""
+    p = subprocess.run([sys.executable, "-c", SPY_ON_IMPORTS], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines()[0] == "at click: True", p.stdout
+
+
 def test_no_python_missing_command_exits_127(tmp_path: Path) -> None:
     report = tmp_path / "r.json"
     p = _launch(["--nproc-per-node", "1", "--report", str(report), "--no-python", "no-such-command-xyz", "a"])
