@@ -162,3 +162,17 @@ def test_a_one_node_run_never_imports_torch() -> None:
     assert out.returncode == 0, out.stderr[-2000:]
     imported = {line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
     assert "openclaw_launch.run.supervise" in imported and not {m for m in imported if m.split(".")[0] == "torch"}
+
+
+def test_the_store_host_is_the_endpoints_machine_by_torchruns_rule() -> None:
+    """c10d's ``_matches_machine_hostname``: localhost, loopback, this host's name or an address of
+    one of its interfaces host the agents' store; another machine's address does not."""
+    import socket
+
+    from openclaw_launch.agents.identity import local_identity
+    from openclaw_launch.agents.store import is_this_host
+
+    ours = [a for a in local_identity()[1] if not a.startswith(("127.", "::1", "fe80"))]
+    for addr in ["localhost", "127.0.0.1", "127.0.1.1", "::1", socket.gethostname(), *ours[:1]]:
+        assert is_this_host(addr), addr
+    assert not is_this_host("192.0.2.1")  # TEST-NET-1: never an address of this host

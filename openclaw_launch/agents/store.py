@@ -55,7 +55,7 @@ def is_this_host(addr: str) -> bool:
         if ipaddress.ip_address(addr.split("%")[0]).is_loopback:
             return True
     names, local = local_identity()
-    if addr in names or addr == socket.getfqdn():
+    if addr in names:
         return True
     try:
         theirs = {info[4][0] for info in socket.getaddrinfo(addr, None, proto=socket.IPPROTO_TCP)}
