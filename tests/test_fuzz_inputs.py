@@ -136,6 +136,34 @@ def test_mutated_reports_are_refused_with_the_field(tmp_path: Path) -> None:
         load_report(path)
 
 
+def test_mutated_preflight_recordings_load_or_fail_cleanly() -> None:
+    """A --record file mutated: a Recording, or a ValueError saying what is wrong (never another
+    exception); compared with a run: floors and warnings, or a ValueError."""
+    from openclaw_launch.preflight.record import recorded_floors, usable_floors
+    from openclaw_launch.preflight.tiers import Tier
+    from openclaw_launch.safe_read import parse_json
+
+    good = {
+        "format": "openclaw-preflight-record/1",
+        "node": "localhost",
+        "tiers": {"node": {"busbw_gbps": 1.5, "size_bytes": 4 << 20, "ranks": 2, "gpus": []}},
+    }
+    topology = topology_from_snapshot(json.loads(SNAPSHOTS[0].read_text()))
+    cfg = parse_config(CONFIGS[0].read_text(), "c.yaml")
+    options = PlanOptions(entry=Entry("script", "train.py", ()), node=cfg.nodes[0].name, base_env={})
+    plan = build_plan(cfg, topology, CONTEXT, options)
+    tiers = [Tier("node", "node", tuple(r.rank for r in plan.ranks))]
+    rng = random.Random("recording")
+    for _ in range(MUTATIONS_PER_FILE * 3):
+        text = json.dumps(_mutate(good, rng), allow_nan=True)
+        try:
+            recording = recorded_floors(parse_json(text))
+        except ValueError:
+            continue
+        with contextlib.suppress(ValueError):
+            usable_floors(recording, "rec.json", tiers, plan, 4 << 20)
+
+
 BAD_OPTIONS = [
     ["--grace-period-s", "nan"],
     ["--grace-period-s", "inf"],
@@ -152,6 +180,9 @@ BAD_OPTIONS = [
     ["--master-addr", "$(id) bad host"],
     ["--rdzv-endpoint", "bad host:1"],
     ["--stats-interval-s", "nan"],
+    ["--agent-timeout-s", "nan"],
+    ["--keepalive-s", "1e300"],
+    ["--monitor-interval", "-inf"],
     ["--straggler-threshold-pct", "1e9"],
     ["--config", "/dev/zero"],
     ["--topology", "/dev/zero"],
