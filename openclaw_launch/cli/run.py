@@ -58,7 +58,8 @@ def run(c: Common, r: RunOptions) -> None:
         click.echo(format_plan_table(plan, warnings=False))
         return
     if c.tr.no_python:
-        _check_command(c.script[0], plan.ranks[0].env.get("PATH", os.environ.get("PATH", os.defpath)))
+        rank_env = plan.ranks[0].env if plan.ranks else {}
+        _check_command(c.script[0], rank_env.get("PATH", os.environ.get("PATH", os.defpath)))
     if r.report_path:
         check_output_option(r.report_path, "--report")
     if r.stats_file:
