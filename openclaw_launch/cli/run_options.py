@@ -34,6 +34,7 @@ class RunOptions:
     stats_interval_s: float
     straggler_threshold_pct: float
     hang_timeout_s: float | None
+    startup_timeout_s: float | None
     metrics_port: int | None
     stats_file: str | None
     forward_signals: tuple[str, ...]  # canonical names (config/signals.py)
@@ -105,6 +106,15 @@ _run_options: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
         help="A rank with no step for this long (armed after its first step) is a hang: it is named with its "
         "stack, every rank's stack goes to its log, and the job stops with exit code 124 (default: off; "
         "config runtime.hang_timeout_s). docs/hangs-and-metrics.md.",
+    ),
+    click.option(
+        "--startup-timeout-s",
+        type=option_types.hang_timeout(),
+        default=None,
+        help="With hang detection: a rank without a first step this long after the start (stuck before or in "
+        "init_process_group, the rendezvous, NCCL init) is a hang: named with every rank's stack, exit code 124 "
+        f"(default: the larger of --hang-timeout-s and {defaults.STARTUP_TIMEOUT_FLOOR_S:g} s; config "
+        "runtime.startup_timeout_s). docs/hangs-and-metrics.md.",
     ),
     click.option(
         "--metrics-port",

@@ -23,6 +23,9 @@ CONSOLE_PREFIX = "[rank {rank}] "
 TELEMETRY_MODE = "hooks"
 STATS_INTERVAL_S = 60.0  # the live one-line straggler summary; 0 = never
 STRAGGLER_THRESHOLD_PCT = 5.0  # of the median step
+# With --hang-timeout-s, a rank's first step may take this long at least (imports, data loading, the
+# rendezvous, NCCL init, torch.compile of the first step): the start-up allowance's floor.
+STARTUP_TIMEOUT_FLOOR_S = 600.0
 AGENT_TIMEOUT_S = 300.0  # several nodes: how long the agents wait for every node
 KEEPALIVE_S = 15.0  # several nodes: a node silent this long is lost
 RDZV_PORT = 29400  # torchrun's rendezvous port when --rdzv-endpoint has none
@@ -36,6 +39,14 @@ class Default:
     value: str  # as the docs show it
     torchrun: str  # torchrun's default for the same thing; "-" where torchrun has none
     meaning: str
+
+
+def startup_timeout_s(hang_timeout_s: float | None, given_s: float | None) -> float | None:
+    """The start-up allowance in force: none without hang detection; the option's (or config key's)
+    value; else the larger of the hang timeout and STARTUP_TIMEOUT_FLOOR_S."""
+    if not hang_timeout_s:
+        return None
+    return given_s if given_s is not None else max(hang_timeout_s, STARTUP_TIMEOUT_FLOOR_S)
 
 
 def _s(seconds: float) -> str:
@@ -76,6 +87,12 @@ DEFAULTS: tuple[Default, ...] = (
         "a straggler is busy this share of the median step longer than the others",
     ),
     Default("--hang-timeout-s", "off", "-", "no step for this long is a hang (config runtime.hang_timeout_s)"),
+    Default(
+        "--startup-timeout-s",
+        f"max(--hang-timeout-s, {_s(STARTUP_TIMEOUT_FLOOR_S)})",
+        "-",
+        "no first step this long after the start is a hang (config runtime.startup_timeout_s)",
+    ),
     Default("--agent-timeout-s", _s(AGENT_TIMEOUT_S), "-", "several nodes: how long the agents wait for every node"),
     Default("--keepalive-s", _s(KEEPALIVE_S), "-", "several nodes: a node silent this long is lost"),
     Default("--rdzv-endpoint", f"port {RDZV_PORT}", f"port {RDZV_PORT}", "the port (MASTER_PORT) when HOST has none"),

@@ -48,6 +48,9 @@ Reference (every key; ``*`` = required)::
       hang_timeout_s:           seconds (2 .. a week; default off): a rank with no step for this long
                                 is a hang: named, its stack dumped, the job stopped with exit code 124
                                 (``--hang-timeout-s`` overrides it; docs/hangs-and-metrics.md)
+      startup_timeout_s:        seconds (2 .. a week; default with a hang timeout: the larger of it
+                                and 600): a rank without a first step this long after the start is
+                                a hang (``--startup-timeout-s`` overrides it)
     parallel:                   tensor / pipeline / data parallel layout (``--tp/--pp/--dp`` override
                                 each); workers get OPENCLAW_{TP,PP,DP}_{RANK,SIZE} and the groups
       tp:                       integer >= 1 (default 1): TP group size; divides every node's ranks
@@ -144,6 +147,7 @@ class Runtime:
     master_port: int | None = None
     strictness: Strictness = "fail"  # bus-id / NUMA / NVLink-peer mismatches
     hang_timeout_s: float | None = None  # --hang-timeout-s; None = off
+    startup_timeout_s: float | None = None  # --startup-timeout-s; None = defaults.startup_timeout_s
 
 
 #: The ``runtime:`` keys: the fields of ``Runtime``, the one definition. Config loading reads

@@ -74,6 +74,7 @@ class RuntimeReader(NodeReader):
             "master_port": lambda e: self.integer(e, 1, 65535),
             "strictness": lambda e: self.choice(e, STRICTNESS_MODES),
             "hang_timeout_s": lambda e: self.seconds(e, MIN_HANG_TIMEOUT_S),
+            "startup_timeout_s": lambda e: self.seconds(e, MIN_HANG_TIMEOUT_S),
         }
 
     def mem_limit(self, e: Entry) -> str | None:

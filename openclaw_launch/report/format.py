@@ -83,7 +83,9 @@ def _hang_lines(report: Report) -> list[str]:
     what = ", ".join(
         f"rank {r.rank} in {r.collective if r.phase == 'collective' else r.phase}" for r in hang.ranks if r.stuck
     )
-    return [f"hang: no step for {hang.timeout_s} s; stuck: {what or '?'} (exit code {hang.exit_code})"]
+    limit = f"no first step within {hang.startup_timeout_s} s" if hang.startup else f"no step for {hang.timeout_s} s"
+    lines = [f"hang: {limit}; stuck: {what or '?'} (exit code {hang.exit_code})"]
+    return lines + ([f"  cause: {hang.cause.text}"] if hang.cause is not None else [])
 
 
 def _verdict_lines(report: Report) -> list[str]:

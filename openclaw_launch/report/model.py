@@ -117,7 +117,9 @@ class HangRank:
             "is); false: it waits for a peer"
         )
     )
-    steps: int = field(metadata=doc("step boundaries it reported"))
+    steps: int = field(
+        metadata=doc("steps it made (a step ends at each boundary after the first), as in `ranks[].statistics`")
+    )
     no_step_s: float | None = field(metadata=doc("seconds since its last step at the verdict; null: it never stepped"))
     phase: str = field(
         metadata=doc(
@@ -138,6 +140,24 @@ class HangRank:
 
 
 @dataclass(frozen=True)
+class HangCause:
+    kind: str = field(
+        metadata=doc(
+            "`not-entered`: with torch's flight recorder, `ranks` never entered collective `seq` that `waiting` "
+            "wait in; `outside`: `ranks` in their own code (`phase`) while `waiting` wait in a collective; "
+            "`all-waiting`: every silent rank waits (mismatched collectives, a peer lost on another node); "
+            "`no-first-step`: the start-up allowance ran out before `ranks` made a first step"
+        )
+    )
+    ranks: tuple[int, ...] = field(metadata=doc("the ranks the others wait for (the `stuck` ones)"))
+    waiting: tuple[int, ...] = field(metadata=doc("the ranks that wait for them"))
+    collective: str | None = field(metadata=doc("what the waiting ranks wait in, e.g. `all_reduce`"))
+    seq: int | None = field(metadata=doc("the flight recorder's `collective_seq_id` of it (`not-entered`)"))
+    phase: str | None = field(metadata=doc("what `ranks` were doing: a phase name, `other` outside every phase"))
+    text: str = field(metadata=doc("the console's `cause:` line"))
+
+
+@dataclass(frozen=True)
 class Hang:
     timeout_s: float = field(metadata=doc("the timeout in force"))
     exit_code: int = field(metadata=doc("124, the launcher's exit code for a hang"))
@@ -152,6 +172,15 @@ class Hang:
     )
     ranks: tuple[HangRank, ...] = field(
         metadata=doc("every rank without a step for the timeout, stuck ones first (see `hang.ranks[]`)")
+    )
+    startup_timeout_s: float | None = field(
+        default=None, metadata=doc("the start-up allowance in force (`--startup-timeout-s`); null: none")
+    )
+    startup: bool = field(
+        default=False, metadata=doc("true: judged by the start-up allowance (no first step)", legacy=False)
+    )
+    cause: HangCause | None = field(
+        default=None, metadata=doc("whom the others wait for, and how that is known (see `hang.cause`)")
     )
 
 

@@ -6,14 +6,26 @@ judges. A rank is armed after its first step. When an armed rank has had no step
 the job hangs; every rank without a step for the timeout is listed, and the *stuck* ones are those
 not waiting for peers (not in a collective or ``sync`` phase): the ranks the others wait for. When
 every silent rank waits in a collective (a mismatched collective, a dead peer on another node),
-all of them are named. A straggler keeps stepping, slowly, and is never a hang.
+all of them are named. A straggler keeps stepping, slowly, and is never a hang. With
+``startup_timeout_s``, a rank without a first step that long after the attempt began is a hang too.
+
+The *cause* (``HangCause``) says who the others wait for: with torch's flight recorder, the ranks
+that never entered the collective the others wait in (torch's analyser matches ranks by
+``collective_seq_id``: the members without the newest number did not join it); else the ranks
+outside every waiting phase while the others wait in one. With NCCL a rank blocked in ``backward``
+waits on the GPU for DDP's all-reduce (enqueued, not waited for, by the CPU): it waits, it is not
+stuck; the backend is the script's own default group's, as the rank reports it.
+
+Steps: a step ends at a boundary (``telemetry.step()``, ``optimizer.step()``) after the first, so
+a rank with N boundaries made N - 1 steps, the number the collector's batches count; the progress
+datagrams carry the same count (one source, the worker's boundary counter).
 
 The effects (signals, py-spy, logs, the console) are in ``stats/hang_monitor.py``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sized
 from dataclasses import dataclass, field
 
 from openclaw_launch.telemetry import wire
@@ -25,7 +37,8 @@ PY_SPY_TIMEOUT_S = 10.0  # py-spy on a process in a bad state may be slow: never
 MAX_STACK_BYTES = 256 << 10  # read of one rank's stack file
 NO_STEP_NOTICE_S = 30.0  # with no step from any rank this long (or the timeout, if longer): say why nothing fires
 EXCERPT_LINES = 40  # of a rank's stack, in the report and on the console
-WAIT_PHASES = frozenset({wire.COLLECTIVE, wire.SYNC})
+WAIT_PHASES = frozenset({wire.COLLECTIVE, wire.SYNC, wire.RENDEZVOUS})
+GPU_WAIT_PHASES = frozenset({wire.BACKWARD})  # with NCCL: the CPU waits on the GPU's all-reduce here
 
 
 @dataclass
@@ -33,7 +46,8 @@ class _Rank:
     rank: int
     local_rank: int
     node: str
-    steps: int = 0  # step boundaries seen
+    steps: int = 0  # steps (boundaries - 1): the most of the progress count and the batches' steps
+    batch_steps: int = 0  # steps in the batches received
     last_step: float | None = None  # monotonic time of the last boundary (launcher clock)
     phase: str | None = None
     phase_since: float | None = None
@@ -42,6 +56,13 @@ class _Rank:
     pid: int | None = None
     finished: bool = False
     sync_phases: set[str] = field(default_factory=lambda: set(WAIT_PHASES))
+    backend: str | None = None
+    last_collectives: tuple[wire.LastCollective, ...] = ()
+
+    def waits(self) -> bool:
+        """In a phase that waits for peers (the one rule for "stuck" and for the cause)."""
+        phase = self.phase or ""
+        return phase in self.sync_phases or (self.backend == "nccl" and phase in GPU_WAIT_PHASES)
 
 
 @dataclass(frozen=True)
@@ -79,9 +100,24 @@ class RankHang:
 
 
 @dataclass(frozen=True)
+class HangCause:
+    """Whom the others wait for, and how that is known."""
+
+    kind: str  # "not-entered" | "outside" | "all-waiting" | "no-first-step"
+    ranks: tuple[int, ...]  # the cause
+    waiting: tuple[int, ...]  # the ranks that wait for them
+    collective: str | None  # what the waiting ranks wait in
+    seq: int | None  # its flight-recorder sequence number (kind "not-entered")
+    phase: str | None  # what the cause ranks do (kinds "outside", "no-first-step")
+    text: str  # the console's "cause: ..." line, without "cause: "
+
+
+@dataclass(frozen=True)
 class Verdict:
     ranks: tuple[RankHang, ...]  # every rank without a step for the timeout, stuck ones first
     all_silent: bool  # no rank progressed for the timeout
+    cause: HangCause | None = None
+    startup: bool = False  # judged by the start-up allowance: no first step
 
     @property
     def stuck(self) -> tuple[RankHang, ...]:
@@ -89,8 +125,11 @@ class Verdict:
 
 
 class HangWatch:
-    def __init__(self, timeout_s: float, ranks: Iterable[tuple[int, int, str]]) -> None:
+    def __init__(
+        self, timeout_s: float, ranks: Iterable[tuple[int, int, str]], startup_timeout_s: float | None = None
+    ) -> None:
         self.timeout_s = timeout_s
+        self.startup_timeout_s = startup_timeout_s  # None: no start-up allowance (armed at a first step)
         self._plan = list(ranks)  # (rank, local_rank, node)
         self.ranks: dict[int, _Rank] = {}
         self.started = 0.0
@@ -110,11 +149,10 @@ class HangWatch:
         if r is None:
             return
         r.sync_phases.update(batch.sync_phases)
+        r.batch_steps += len(batch.steps)
+        r.steps = max(r.steps, r.batch_steps)
         if batch.final:
             r.finished = True
-        elif batch.steps:  # sent at a step boundary
-            r.steps += len(batch.steps) + (1 if r.steps == 0 else 0)  # n step times = n + 1 boundaries
-            r.last_step = now if r.last_step is None else max(r.last_step, now)
 
     def on_spawn(self, rank: int, pid: int) -> None:
         """The pid the launcher spawned for the rank: the only one signalled or shown for it (a
@@ -134,19 +172,28 @@ class HangWatch:
         r.phase, r.phase_since = p.phase, now - p.phase_age_s
         r.collective = p.collective or r.collective
         r.dump_signal = p.dump_signal
+        r.backend = p.backend or r.backend
+        r.last_collectives = p.last_collectives or r.last_collectives
 
     def check(self, now: float) -> Verdict | None:
         live = [r for r in self.ranks.values() if not r.finished]
         armed = [r for r in live if r.last_step is not None]
-        if not any(now - (r.last_step if r.last_step is not None else now) >= self.timeout_s for r in armed):
+        startup = (
+            self.startup_timeout_s is not None
+            and now - self.started >= self.startup_timeout_s
+            and any(r.last_step is None for r in live)
+        )
+        hung = any(now - (r.last_step if r.last_step is not None else now) >= self.timeout_s for r in armed)
+        if not hung and not startup:
             return None
 
         def silent(r: _Rank) -> bool:
             return now - (r.last_step if r.last_step is not None else self.started) >= self.timeout_s
 
-        quiet = [r for r in live if silent(r)]
+        quiet = [r for r in live if silent(r) or (startup and not hung and r.last_step is None)]
         all_silent = len(quiet) == len(live)
-        culprits = {r.rank for r in quiet if (r.phase or "") not in r.sync_phases} or {r.rank for r in quiet}
+        cause = _cause(quiet, startup and not hung)
+        culprits = set(cause.ranks)
         out = [
             RankHang(
                 rank=r.rank,
@@ -163,7 +210,83 @@ class HangWatch:
             for r in quiet
         ]
         out.sort(key=lambda h: (not h.stuck, h.rank))
-        return Verdict(tuple(out), all_silent)
+        return Verdict(tuple(out), all_silent, cause, startup and not hung)
+
+
+def _ranks(ranks: Iterable[int]) -> str:
+    listed = sorted(ranks)
+    return ("rank " if len(listed) == 1 else "ranks ") + ", ".join(map(str, listed))
+
+
+def _verb(ranks: Sized) -> str:
+    return "waits" if len(ranks) == 1 else "wait"
+
+
+def _own(ranks: Sized) -> str:
+    return "its own" if len(ranks) == 1 else "their own"
+
+
+def _waited_in(ranks: Iterable[_Rank]) -> str:
+    names = sorted(
+        {(r.collective if r.phase == wire.COLLECTIVE and r.collective else r.phase or "other") for r in ranks}
+    )
+    return ", ".join(names)
+
+
+def _not_entered(quiet: list[_Rank]) -> HangCause | None:
+    """torch's flight-recorder rule: in a process group, the ranks whose newest collective is older
+    than the one the others wait in never entered it."""
+    groups = sorted({c.group for r in quiet for c in r.last_collectives})
+    for group in groups:
+        last = {r.rank: c for r in quiet for c in r.last_collectives if c.group == group}
+        newest = max(c.seq for c in last.values())
+        waiting = {rank for rank, c in last.items() if c.seq == newest and not c.done}
+        behind = {rank for rank, c in last.items() if c.seq < newest}
+        if waiting and behind:
+            op = next(c.op for rank, c in last.items() if rank in waiting)
+            text = f"{_ranks(behind)} never entered {op} #{newest} that {_ranks(waiting)} {_verb(waiting)} in"
+            return HangCause("not-entered", tuple(sorted(behind)), tuple(sorted(waiting)), op, newest, None, text)
+    return None
+
+
+def _cause(quiet: list[_Rank], startup: bool) -> HangCause:
+    found = _not_entered(quiet)
+    if found is not None:
+        return found
+    waiting = [r for r in quiet if r.waits()]
+    outside = [r for r in quiet if not r.waits()]
+    phase = _waited_in(outside) if outside else None
+    wait_in = _waited_in(waiting) if waiting else None
+    if startup:
+        stuck = outside or waiting
+        text = f"{_ranks(r.rank for r in stuck)} made no first step (in {_waited_in(stuck)})"
+        if outside and waiting:
+            text += f" while {_ranks(r.rank for r in waiting)} {_verb(waiting)} in {wait_in}"
+        kind = "no-first-step"
+    elif outside and waiting:
+        stuck = outside
+        text = (
+            f"{_ranks(r.rank for r in outside)} in {_own(outside)} code (phase {phase}) while "
+            f"{_ranks(r.rank for r in waiting)} {_verb(waiting)} in {wait_in}"
+        )
+        kind = "outside"
+    elif waiting:
+        stuck = waiting
+        text = f"every silent rank waits ({wait_in}): mismatched collectives, or a peer lost elsewhere"
+        kind = "all-waiting"
+    else:
+        stuck = outside
+        text = f"{_ranks(r.rank for r in outside)} in {_own(outside)} code (phase {phase}); none waits for a peer"
+        kind = "outside"
+    return HangCause(
+        kind,
+        tuple(sorted(r.rank for r in stuck)),
+        tuple(sorted(r.rank for r in waiting if r not in stuck)),
+        wait_in,
+        None,
+        phase if stuck is outside else wait_in,
+        text,
+    )
 
 
 # ---- effects -------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ stopping is no hang), and it votes against a restart once it has a verdict in th
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -92,6 +93,11 @@ class PySpy:
         return {**texts, **self._failed}
 
 
+def json_tuples(d: dict[str, Any]) -> dict[str, Any]:
+    """A dataclass's dict as JSON holds it (tuples as lists)."""
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+
 def read_stack_file(path: str) -> str:
     try:
         with open(path, "rb") as f:
@@ -166,7 +172,9 @@ class HangMonitor(Participant):
         if self._state != "stop" or self.verdict is None:
             return None
         stuck = self.verdict.stuck or self.verdict.ranks
-        text = f"hang: no step for {self.watch.timeout_s:g} s; stuck: " + "; ".join(h.describe() for h in stuck)
+        text = f"{self._headline()}; stuck: " + "; ".join(h.describe() for h in stuck)
+        if self.verdict.cause is not None:
+            text += f"; cause: {self.verdict.cause.text}"
         first = stuck[0] if stuck else None
         return StopReason(
             StopKind.HANG, HANG_EXIT_CODE, text, False, first.node if first else None, first.rank if first else None
@@ -222,14 +230,21 @@ class HangMonitor(Participant):
             return
         self.verdict, self.detected_at = verdict, now
         how = "no rank made progress" if verdict.all_silent else "the other ranks kept stepping"
-        lines = [f"openclaw-launch: hang: no step for {self.watch.timeout_s:g} s ({how}); stuck:"]
+        lines = [f"openclaw-launch: {self._headline()} ({how}); stuck:"]
         lines += [f"  {h.describe()}" for h in verdict.stuck]
         waiting = [h for h in verdict.ranks if not h.stuck]
         if waiting:
             lines.append("  waiting for it:" if len(verdict.stuck) == 1 else "  waiting for them:")
             lines += [f"    {h.describe()}" for h in waiting]
+        if verdict.cause is not None:
+            lines.append(f"openclaw-launch: hang: cause: {verdict.cause.text}")
         self._say("\n".join(lines))
         self._start_dumps(now)
+
+    def _headline(self) -> str:
+        if self.verdict is not None and self.verdict.startup:
+            return f"hang: no first step within the start-up allowance of {self.watch.startup_timeout_s:g} s"
+        return f"hang: no step for {self.watch.timeout_s:g} s"
 
     def _start_dumps(self, now: float) -> None:
         """Every rank's stack, the running ones too (their stacks show what they wait in)."""
@@ -276,7 +291,7 @@ class HangMonitor(Participant):
         if verdict is None:
             return
         lines: list[str] = []
-        for h in verdict.stuck:
+        for h in verdict.ranks if verdict.startup else verdict.stuck:  # at start-up: every rank's
             stack = self.stacks.get(h.rank)
             if stack:
                 lines.append(f"openclaw-launch: hang: stack of rank {h.rank} ({self.stack_source}):")
@@ -297,6 +312,9 @@ class HangMonitor(Participant):
             "timeout_s": self.watch.timeout_s,
             "exit_code": HANG_EXIT_CODE,
             "all_silent": self.verdict.all_silent,
+            "startup_timeout_s": self.watch.startup_timeout_s,
+            "startup": self.verdict.startup,
+            "cause": None if self.verdict.cause is None else json_tuples(dataclasses.asdict(self.verdict.cause)),
             "stack_source": self.stack_source,
             "ranks": [
                 {

@@ -80,19 +80,23 @@ class StatsSession(Participant):
     # ---- called by the supervisor ----------------------------------------------------------------
 
     def _reader(self, fd: int) -> Callable[[], None]:
-        return lambda: self._take(fd)
-
-    def drain(self) -> None:
-        for fd in self.inbox.filenos():
+        def take() -> None:
             self._take(fd)
+
+        return take
+
+    def drain(self) -> int:
+        """Reads what every rank's socket holds now; returns how many datagrams that was."""
+        return sum(self._take(fd) for fd in self.inbox.filenos())
 
     def on_spawn(self, rank: int, pid: int) -> None:
         """Only this process speaks for the rank in this attempt (stats/inbox.py)."""
         self.inbox.spawned(rank, pid)
 
-    def _take(self, fd: int) -> None:
+    def _take(self, fd: int) -> int:
         """A rank's datagrams: checked (telemetry/wire.py), a bad one counted and dropped."""
-        for rank, datagram in self.inbox.receive(fd, time.monotonic()):
+        received = self.inbox.receive(fd, time.monotonic())
+        for rank, datagram in received:
             item = wire.decode_any(datagram)
             if item is None or item.rank != rank:
                 self.inbox.invalid(rank)
@@ -107,6 +111,7 @@ class StatsSession(Participant):
         for text in self.inbox.warn:
             self._say(f"openclaw-launch: warning: {text}")
         self.inbox.warn.clear()
+        return len(received)
 
     def begin_attempt(self, attempt: int) -> None:
         """Statistics are per attempt: a restart starts from nothing (the hang watch resets itself)."""
@@ -170,8 +175,11 @@ class StatsSession(Participant):
     # ---- at the end ------------------------------------------------------------------------------
 
     def finish(self, binding_warnings: Mapping[int, str]) -> dict[str, Any]:
-        """Stop sampling, read the last batches, judge. Returns the report's statistics part."""
-        self.drain()
+        """Stop sampling, read the last batches, judge. Returns the report's statistics part. Called
+        once the workers are gone: what they sent (a SIGTERM's flush too) is all in the sockets, read
+        to the end so that the counts are the ranks' last."""
+        while self.drain():
+            pass
         if self.helper is not None and self.stats_file:  # the last line: the job's final numbers
             self.helper.append(self.snapshot())
         self.close()

@@ -29,6 +29,7 @@ class StatsOptions:
     threshold_pct: float = defaults.STRAGGLER_THRESHOLD_PCT  # a straggler is busy this much longer than the others
     sample_gpus: bool = True  # NVML sampling of the plan's GPUs
     hang_timeout_s: float | None = None  # --hang-timeout-s (openclaw_launch/stats/hang.py); None = off
+    startup_timeout_s: float | None = None  # --startup-timeout-s, resolved (defaults.startup_timeout_s)
     metrics_port: int | None = None  # --metrics-port (openclaw_launch/stats/metrics.py); 0 = any free port
     stats_file: str | None = None  # --stats-file: JSON lines, one per interval
 
@@ -71,7 +72,8 @@ def _start_live(
                 return None
             return f"{options.log_dir}/{plan.run_id}/attempt-{attempt}/rank-{rank}/stderr.log"
 
-        watch = HangWatch(stats.hang_timeout_s, [(r.rank, r.local_rank, r.node) for r in plan.ranks])
+        ranks = [(r.rank, r.local_rank, r.node) for r in plan.ranks]
+        watch = HangWatch(stats.hang_timeout_s, ranks, stats.startup_timeout_s)
         files = {r.rank: str(plan.run_dir.stacks_file(r.rank)) for r in plan.ranks}  # the plan's OPENCLAW_STACKS_FILE
         session.hang = HangMonitor(watch, say, files, log_path)
     if session.metrics_port is not None:  # bound by the session, served by its helper

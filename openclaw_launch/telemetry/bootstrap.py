@@ -114,6 +114,7 @@ def main(argv: list[str]) -> None:
     if not argv or argv[:1] == ["-m"] and len(argv) < 2:
         sys.exit("usage: python -m openclaw_launch.telemetry.bootstrap (SCRIPT | -m MODULE) [ARGS...]")
     arm_stack_dump()
+    arm_sigterm_flush()
     arm()
     try:
         _run(argv)

@@ -9,13 +9,23 @@ With hang detection on (``wire.PROGRESS_ENV``), a daemon thread wakes every inte
 step count or the innermost phase changed, sends one small progress datagram: the launcher then
 knows what a rank blocked inside a phase is doing and since when. ``enter``/``leave`` stay a few
 attribute writes; a rank blocked in a phase entered right after a flush is still reported.
+The same thread sends the batch of a rank that stopped stepping (its last steps are not lost to a
+flush that never comes) and, with torch's flight recorder on, reads once per stall which collective
+the rank entered last (``wire.LastCollective``).
+
+A rank stopped by the launcher keeps its steps: SIGTERM flushes the batch (``watch_sigterm``), from
+the thread when the main thread is blocked in a C call, then ends the process as SIGTERM would.
 """
 
 from __future__ import annotations
 
 import atexit
 import os
+import pickle
+import select
+import signal
 import socket
+import sys
 import threading
 import time
 from collections import deque
@@ -25,6 +35,11 @@ from openclaw_launch.telemetry import wire
 
 FLUSH_INTERVAL_S = 0.5  # a batch goes out at least this often while steps happen
 DUMP_SIGNAL: int | None = None  # set by the bootstrap once its faulthandler listens for it
+STALL_S = 2.0  # no step this long: the progress thread reads the flight recorder (then every STALL_S)
+FLIGHT_RECORDER_VARS = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
+# Sent at once when entered: the call may hold the GIL while it waits (init_process_group's store),
+# and the progress thread would not run to say where the rank is.
+ANNOUNCED_PHASES = frozenset({wire.RENDEZVOUS})
 
 
 class Recorder:
@@ -49,6 +64,12 @@ class Recorder:
         self.step_windows: deque[tuple[int, int]] = deque(maxlen=4096)
         self._last_wall_ns: int | None = None
         self.gpu_sync_reader: Callable[[Sequence[tuple[int, int]]], wire.GpuRead | None] | None = None
+        # The script's default process group's backend: the torch hooks may set it; else read from
+        # torch.distributed (already imported by the script) by the progress thread.
+        self.backend: str | None = None
+        self.last_collectives: tuple[wire.LastCollective, ...] = ()
+        self._flush_lock = threading.Lock()  # the main thread, the progress thread and SIGTERM flush
+        self._wakeup: int | None = None  # read end of the signal wakeup pipe (watch_sigterm)
         self._progress_on = False  # a progress thread runs (hang detection)
         atexit.register(self.close)
 
@@ -94,6 +115,8 @@ class Recorder:
             self.last_collective = collective
         self._enters += 1
         self._stack.append([name, now, now])
+        if name in ANNOUNCED_PHASES and self._progress_on:
+            self._send_progress()
         return True
 
     def leave(self) -> None:
@@ -125,15 +148,19 @@ class Recorder:
             pass
         return wire.Progress(
             rank=self._batch.rank,
-            steps=self._boundaries,
+            steps=max(self._boundaries - 1, 0),
             step_age_s=None if last is None else now - last,
             phase=phase,
             phase_age_s=now - entered,
             collective=self.last_collective,
             dump_signal=DUMP_SIGNAL,
+            backend=self.backend or _default_group_backend(),
+            last_collectives=self.last_collectives,
         )
 
-    def start_progress(self, interval_s: float) -> None:
+    def start_progress(self, interval_s: float | None) -> None:
+        """The progress thread (``interval_s``: how often it looks; None: it only waits for
+        SIGTERM, when ``watch_sigterm`` armed it)."""
         self._progress_on = interval_s is not None
         threading.Thread(target=self._progress_loop, args=(interval_s,), name="openclaw-progress", daemon=True).start()
 
@@ -150,13 +177,28 @@ class Recorder:
         drops the rest, stats/inbox.py): a child's steps or its exit are not the rank's."""
         self._thread, self._sock, self._progress_on = -1, None, False
 
-    def _progress_loop(self, interval_s: float) -> None:
+    def _progress_loop(self, interval_s: float | None) -> None:
         sent: tuple[object, ...] | None = None
+        probed = 0.0
         while self._sock is not None:
-            time.sleep(interval_s)
+            if self._wakeup is not None:
+                ready, _, _ = select.select([self._wakeup], [], [], interval_s)
+                if ready and signal.SIGTERM in os.read(self._wakeup, 512):
+                    self._on_sigterm_thread()
+                if interval_s is None:
+                    continue
+            else:
+                time.sleep(interval_s or 1.0)
             try:
+                now = self._clock()
+                last = self._last_step
+                if last is not None and now - last >= FLUSH_INTERVAL_S and self._batch.steps:
+                    self.flush()  # the rank stopped stepping: its last steps go out now
+                if last is not None and now - last >= STALL_S and now - probed >= STALL_S:
+                    probed = now
+                    self.last_collectives = read_last_collectives() or self.last_collectives
                 p = self.progress()
-                key = (p.steps, p.phase, p.collective, self._enters, len(self._stack))
+                key = (p.steps, p.phase, p.collective, self._enters, len(self._stack), p.backend, p.last_collectives)
                 if key != sent:
                     sock = self._sock
                     if sock is None:
@@ -171,6 +213,10 @@ class Recorder:
     # ---- sending ------------------------------------------------------------------------------
 
     def flush(self, final: bool = False) -> None:
+        with self._flush_lock:
+            self._flush(final)
+
+    def _flush(self, final: bool) -> None:
         batch = self._batch
         self._last_flush = self._clock()
         if self._sock is None:
@@ -198,6 +244,46 @@ class Recorder:
                 return
             self._batch.dropped_batches = batch.dropped_batches + 1
 
+    # ---- SIGTERM ------------------------------------------------------------------------------
+
+    def watch_sigterm(self) -> None:
+        """From the main thread, while SIGTERM has its default action: SIGTERM flushes the batch, then
+        ends the process as SIGTERM does. Python runs a handler only when the main thread runs Python,
+        so the wakeup fd (set only when none is) tells the progress thread too: a rank blocked in a
+        collective flushes and ends at once. A handler the script installs later replaces ours and is
+        the one that runs (its exit then flushes through ``atexit``); the thread then only flushes."""
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+        r, w = os.pipe()
+        os.set_blocking(r, False)
+        os.set_blocking(w, False)
+        try:
+            previous = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+        except ValueError:
+            previous = -2
+        if previous != -1:  # someone else's: leave it (the handler alone flushes)
+            if previous >= 0:
+                signal.set_wakeup_fd(previous)
+            os.close(r)
+            os.close(w)
+            return
+        self._wakeup = r
+
+    def _on_sigterm(self, signum: int, frame: object) -> None:
+        """The main thread's handler: flush, then SIGTERM's default action."""
+        self.flush()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def _on_sigterm_thread(self) -> None:
+        self.flush()
+        if signal.getsignal(signal.SIGTERM) == self._on_sigterm:  # the script kept SIGTERM's default
+            import ctypes  # signal.signal works only on the main thread: the C call sets the default
+
+            ctypes.CDLL(None).signal(int(signal.SIGTERM), 0)  # 0 = SIG_DFL
+            os.kill(os.getpid(), signal.SIGTERM)
+
     def close(self) -> None:
         """Send what is left (at exit); later calls do nothing."""
         if self._sock is None:
@@ -210,12 +296,67 @@ class Recorder:
                 sock.close()
 
 
+def _default_group_backend() -> str | None:
+    """The backend of the script's default process group; never imports torch."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_initialized():
+            return str(dist.get_backend())
+    except Exception:  # torch-internal state mid-change: ask again next time
+        return None
+    return None
+
+
+def last_collectives(entries: Sequence[dict[str, object]]) -> tuple[wire.LastCollective, ...]:
+    """Per process group, the newest collective (highest ``collective_seq_id``, p2p left out) in a
+    flight-recorder dump's entries: the number torch's analyser matches ranks by."""
+    newest: dict[str, dict[str, object]] = {}
+    for e in entries:
+        group = e.get("process_group")
+        seq = e.get("collective_seq_id")
+        if e.get("is_p2p") or not isinstance(seq, int) or not isinstance(group, tuple | list) or not group:
+            continue
+        name = str(group[0])
+        old = newest.get(name)
+        if old is None or seq > int(old["collective_seq_id"]):  # type: ignore[call-overload]
+            newest[name] = e
+    return tuple(
+        wire.LastCollective(
+            group=name,
+            seq=int(e["collective_seq_id"]),  # type: ignore[call-overload]
+            op=str(e.get("profiling_name") or "?").split(":")[-1],
+            done=e.get("state") == "completed" or bool(e.get("retired")),
+        )
+        for name, e in sorted(newest.items())
+    )
+
+
+def read_last_collectives() -> tuple[wire.LastCollective, ...]:
+    """From torch's flight recorder, when the rank has one (a buffer size set, torch imported)."""
+    if not any((os.environ.get(v) or "0").strip() not in ("", "0") for v in FLIGHT_RECORDER_VARS):
+        return ()
+    torch = sys.modules.get("torch")
+    try:
+        c10d = torch._C._distributed_c10d  # type: ignore[union-attr]
+        for name in ("_dump_nccl_trace", "_dump_fr_trace"):
+            dump = getattr(c10d, name, None)
+            if dump is not None:
+                data = pickle.loads(dump(includeCollectives=True, includeStackTraces=False, onlyActive=False))
+                found = last_collectives(data.get("entries", ()))
+                if found:
+                    return found
+    except Exception:  # torch-internal: never hurt the job
+        return ()
+    return ()
+
+
 _recorder: Recorder | None = None
 _resolved = False
 
 
-def get() -> Recorder | None:
-    """This process's recorder, or None when the launcher asked for no telemetry (or is absent)."""
+def get(watch_sigterm: bool = False) -> Recorder | None:
+    """This process's recorder, or None when the launcher asked for no telemetry (or is absent).
+    ``watch_sigterm`` (the bootstrap, on the main thread, first): a SIGTERM flushes the batch."""
     global _recorder, _resolved
     if not _resolved:
         _resolved = True
@@ -225,9 +366,11 @@ def get() -> Recorder | None:
                 rank = int(os.environ.get("RANK", "0"))
                 _recorder = Recorder(wire.rank_address(path, rank), rank)
                 os.register_at_fork(after_in_child=_recorder.forked)
+                if watch_sigterm:
+                    _recorder.watch_sigterm()
                 interval = float(os.environ.get(wire.PROGRESS_ENV) or 0)
-                if interval > 0:
-                    _recorder.start_progress(min(max(interval, 0.05), 60.0))
+                if interval > 0 or _recorder._wakeup is not None:
+                    _recorder.start_progress(min(max(interval, 0.05), 60.0) if interval > 0 else None)
             except (OSError, ValueError):
                 _recorder = None
     return _recorder

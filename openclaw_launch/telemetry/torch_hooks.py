@@ -187,6 +187,9 @@ def install(torch: ModuleType) -> None:
             fn = getattr(dist, name, None)
             if callable(fn):
                 setattr(dist, name, _timed_collective(rec, fn, backends, on_nccl))
+        init = getattr(dist, "init_process_group", None)
+        if callable(init):  # waiting for the other ranks to join: a start-up hang's waiting side (stats/hang.py)
+            dist.init_process_group = _timed(rec, wire.RENDEZVOUS, init)
 
 
 def _first_forward(rec: recorder.Recorder, torch: ModuleType) -> Callable[[], None]:

@@ -34,6 +34,7 @@ BACKWARD = "backward"  # Tensor.backward (under DDP it contains the gradient all
 OPTIMIZER = "optimizer"  # optimizer.step()
 COLLECTIVE = "collective"  # blocking torch.distributed collectives called from Python
 SYNC = "sync"  # section("sync")
+RENDEZVOUS = "rendezvous"  # init_process_group: waiting for the other ranks to join (hang detection)
 HOST = "host"  # the rest of the step before its first work phase: in-loop batches, copies, logging
 DEVICE_WAIT = "device-wait"  # host waiting for the GPU (synchronize, .item(), copies to host)
 SECTION_ALIASES = {"data": INPUT, "input": INPUT}
@@ -89,15 +90,30 @@ def dump_signal() -> int:
     return int(signal.SIGRTMIN) + 7
 
 
+@dataclass(frozen=True)
+class LastCollective:
+    """From torch's flight recorder: the newest collective a rank entered in one process group.
+    ``seq``: its ``collective_seq_id`` (the same number on every member for the same collective);
+    ``done``: it completed on this rank (NCCL ``completed``, gloo ``retired``)."""
+
+    group: str
+    seq: int
+    op: str  # "all_reduce", ... (the profiling name without its "nccl:"/"gloo:" prefix)
+    done: bool
+
+
 @dataclass
 class Progress:
     """What a rank is doing now, sent by the recorder's progress thread when it changed.
 
-    ``steps``: step boundaries so far; ``step_age_s``: seconds since the last one (None before
+    ``steps``: steps so far (a step ends at a boundary after the first: boundaries - 1, as the
+    collector counts them); ``step_age_s``: seconds since the last one (None before
     the first); ``phase``: the innermost active phase (None: none, i.e. "other"); ``phase_age_s``:
     seconds in it; ``collective``: the last blocking collective called from Python, when known;
-    ``dump_signal``: the stack-dump signal the bootstrap registered (None: do not send it).
-    Ages, not timestamps: the launcher subtracts them from its own clock.
+    ``dump_signal``: the stack-dump signal the bootstrap registered (None: do not send it);
+    ``backend``: the backend of the script's default process group, once it made one;
+    ``last_collectives``: with a flight recorder, per process group, read once the rank has not
+    stepped for a while. Ages, not timestamps: the launcher subtracts them from its own clock.
     """
 
     rank: int
@@ -107,6 +123,8 @@ class Progress:
     phase_age_s: float
     collective: str | None = None
     dump_signal: int | None = None
+    backend: str | None = None
+    last_collectives: tuple[LastCollective, ...] = ()
 
 
 def encode_progress(p: Progress) -> bytes:
@@ -121,6 +139,8 @@ def encode_progress(p: Progress) -> bytes:
             "phase_age_s": round(p.phase_age_s, 4),
             "collective": p.collective,
             "dump_signal": p.dump_signal,
+            "backend": p.backend,
+            "last": [[c.group, c.seq, c.op, c.done] for c in p.last_collectives],
         },
         separators=(",", ":"),
     ).encode()
@@ -173,7 +193,9 @@ MAX_SECONDS = 7 * 86400.0  # a step, a phase, an age: a week is already not a st
 MAX_COUNT = 1 << 40  # steps, collectives, dropped batches
 _PROGRESS_KEYS = frozenset(
     {"v", "kind", "rank", "steps", "step_age_s", "phase", "phase_age_s", "collective", "dump_signal"}
+    | {"backend", "last"}
 )
+MAX_GROUPS = 64  # process groups in a progress datagram's "last"
 _BATCH_KEYS = frozenset(
     {"v", "rank", "steps", "step_source", "sync_phases", "gpu_steps", "gpu_sync_s", "gpu_late_s"}
     | {"gpu_collectives", "dropped", "final"}
@@ -248,6 +270,8 @@ def _name(key: str, value: Any) -> str:
         return value
     if not 0 < len(value) <= MAX_NAME_CHARS or not value.isprintable():
         raise _Invalid(f"{key}: not a name")
+    if len(_NAMES_SEEN) < _MAX_NAMES_SEEN:
+        _NAMES_SEEN.add(value)
     return value
 
 
@@ -263,15 +287,27 @@ def _progress(r: _Reader) -> Progress:
         phase_age_s=r.seconds("phase_age_s", 0.0),
         collective=r.optional_name("collective"),
         dump_signal=sig,
+        backend=r.optional_name("backend"),
+        last_collectives=_last_collectives(r),
     )
+
+
+def _last_collectives(r: _Reader) -> tuple[LastCollective, ...]:
+    raw = r.raw.get("last") or []
+    if not isinstance(raw, list) or len(raw) > MAX_GROUPS:
+        raise _Invalid("last: not a short list")
+    out = []
+    for item in raw:
+        if not isinstance(item, list) or len(item) != 4 or not isinstance(item[3], bool):
+            raise _Invalid("last: not [group, seq, op, done]")
+        out.append(LastCollective(_name("last", item[0]), _count("last", item[1]), _name("last", item[2]), item[3]))
+    return tuple(out)
 
 
 def _batch(r: _Reader) -> Batch:
     steps_raw, sync_raw = r.raw.get("steps"), r.raw.get("sync_phases", [])
     if not isinstance(steps_raw, list) or len(steps_raw) > MAX_BATCH_STEPS:
         raise _Invalid("steps: not a list of at most MAX_BATCH_STEPS")
-    if len(_NAMES_SEEN) < _MAX_NAMES_SEEN:
-        _NAMES_SEEN.add(value)
     if not isinstance(sync_raw, list) or len(sync_raw) > MAX_PHASES:
         raise _Invalid("sync_phases: not a short list")
     steps: list[tuple[float, dict[str, float]]] = []
