@@ -8,6 +8,7 @@ one message and no traceback, before anything is started.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import sys
@@ -93,7 +94,42 @@ def _standard_streams() -> None:
 
 def main() -> None:
     """Every usage error is one line on stderr and exit 2, before anything starts (no click banner).
-    Ctrl-C before the job's signal handling is in place exits 130, as a shell expects."""
+    Ctrl-C before the job's signal handling is in place exits 130, as a shell expects. The process
+    then ends at once (``_exit_now``)."""
+    try:
+        _guarded_main()
+    except SystemExit as e:
+        _exit_now(e.code)
+
+
+def _exit_now(code: object) -> None:
+    """End the process as ``sys.exit(code)`` would, less the interpreter's teardown: the atexit
+    handlers run and the standard streams are flushed, then ``os._exit``. Freeing every module and
+    object one by one took 15-60 ms on the 2-core box (the floor launcher's whole clean exit is 11 ms),
+    and the kernel frees the memory, closes the descriptors and tells the parent all the same."""
+    if code is None:
+        status = 0
+    elif isinstance(code, int):
+        status = code
+    else:  # sys.exit("text"): the text on stderr, exit 1
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.write(f"{code}\n")
+        status = 1
+    atexit._run_exitfuncs()
+    try:
+        sys.stdout.flush()
+    except OSError as e:  # what is left of our output cannot be written (`> /dev/full`)
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.write(f"openclaw-launch: error: cannot write the output: {e.strerror or e}\n")
+        status = status or 1
+    except ValueError:  # closed
+        pass
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.flush()
+    os._exit(status & 0xFF)
+
+
+def _guarded_main() -> None:
     try:
         _standard_streams()
         _main()
