@@ -21,22 +21,20 @@ from __future__ import annotations
 
 import atexit
 import os
-import pickle
 import select
 import signal
 import socket
-import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 
 from openclaw_launch.telemetry import wire
+from openclaw_launch.telemetry.torch_state import default_group_backend, read_last_collectives
 
 FLUSH_INTERVAL_S = 0.5  # a batch goes out at least this often while steps happen
 DUMP_SIGNAL: int | None = None  # set by the bootstrap once its faulthandler listens for it
 STALL_S = 2.0  # no step this long: the progress thread reads the flight recorder (then every STALL_S)
-FLIGHT_RECORDER_VARS = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
 # Sent at once when entered: the call may hold the GIL while it waits (init_process_group's store),
 # and the progress thread would not run to say where the rank is.
 ANNOUNCED_PHASES = frozenset({wire.RENDEZVOUS})
@@ -154,7 +152,7 @@ class Recorder:
             phase_age_s=now - entered,
             collective=self.last_collective,
             dump_signal=DUMP_SIGNAL,
-            backend=self.backend or _default_group_backend(),
+            backend=self.backend or default_group_backend(),
             last_collectives=self.last_collectives,
         )
 
@@ -294,60 +292,6 @@ class Recorder:
             sock, self._sock = self._sock, None
             if sock is not None:
                 sock.close()
-
-
-def _default_group_backend() -> str | None:
-    """The backend of the script's default process group; never imports torch."""
-    dist = sys.modules.get("torch.distributed")
-    try:
-        if dist is not None and dist.is_initialized():
-            return str(dist.get_backend())
-    except Exception:  # torch-internal state mid-change: ask again next time
-        return None
-    return None
-
-
-def last_collectives(entries: Sequence[dict[str, object]]) -> tuple[wire.LastCollective, ...]:
-    """Per process group, the newest collective (highest ``collective_seq_id``, p2p left out) in a
-    flight-recorder dump's entries: the number torch's analyser matches ranks by."""
-    newest: dict[str, dict[str, object]] = {}
-    for e in entries:
-        group = e.get("process_group")
-        seq = e.get("collective_seq_id")
-        if e.get("is_p2p") or not isinstance(seq, int) or not isinstance(group, tuple | list) or not group:
-            continue
-        name = str(group[0])
-        old = newest.get(name)
-        if old is None or seq > int(old["collective_seq_id"]):  # type: ignore[call-overload]
-            newest[name] = e
-    return tuple(
-        wire.LastCollective(
-            group=name,
-            seq=int(e["collective_seq_id"]),  # type: ignore[call-overload]
-            op=str(e.get("profiling_name") or "?").split(":")[-1],
-            done=e.get("state") == "completed" or bool(e.get("retired")),
-        )
-        for name, e in sorted(newest.items())
-    )
-
-
-def read_last_collectives() -> tuple[wire.LastCollective, ...]:
-    """From torch's flight recorder, when the rank has one (a buffer size set, torch imported)."""
-    if not any((os.environ.get(v) or "0").strip() not in ("", "0") for v in FLIGHT_RECORDER_VARS):
-        return ()
-    torch = sys.modules.get("torch")
-    try:
-        c10d = torch._C._distributed_c10d  # type: ignore[union-attr]
-        for name in ("_dump_nccl_trace", "_dump_fr_trace"):
-            dump = getattr(c10d, name, None)
-            if dump is not None:
-                data = pickle.loads(dump(includeCollectives=True, includeStackTraces=False, onlyActive=False))
-                found = last_collectives(data.get("entries", ()))
-                if found:
-                    return found
-    except Exception:  # torch-internal: never hurt the job
-        return ()
-    return ()
 
 
 _recorder: Recorder | None = None
