@@ -24,11 +24,9 @@ from pathlib import Path
 
 from openclaw_launch.errors import TopologyError
 from openclaw_launch.topology.model import GpuInfo, Topology, normalize_bus_id
-from openclaw_launch.topology.nvml import NvmlProvider, NvmlUnavailable, PynvmlProvider, no_gpus, nvml_available
+from openclaw_launch.topology.nvml import NvmlProvider, NvmlUnavailable, PynvmlProvider, no_gpus
 from openclaw_launch.topology.procfs import usable_driver_gpus
 from openclaw_launch.topology.sysfs import SysfsFacts, read_allowed_mems, read_sysfs
-
-__all__ = ["NvmlBroken", "discover_topology", "nvml_available"]
 
 #: This host's tree (``proc/``, ``sys/``, ``dev/``); tests point it at a recorded host's.
 HOST_ROOT = Path("/")
