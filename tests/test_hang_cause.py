@@ -128,3 +128,7 @@ def test_the_start_up_allowance_key_option_and_default() -> None:
     ):
         done = subprocess.run([*launcher, *args, "x.py"], capture_output=True, text=True, env=env)
         assert done.returncode == 2 and needle in done.stderr and "Traceback" not in done.stderr, done.stderr
+        planned = subprocess.run(
+            [*launcher[:3], "plan", *launcher[3:], *args, "x.py"], capture_output=True, text=True, env=env
+        )
+        assert planned.returncode == 2 and needle in planned.stderr, planned.stderr  # plan checks it as run

@@ -20,9 +20,8 @@ from openclaw_launch.cli.common import (
     warn,
     with_common,
 )
-from openclaw_launch.cli.run_options import RunOptions, console_choices, with_run_options
+from openclaw_launch.cli.run_options import RunOptions, console_choices, startup_timeout_s, with_run_options
 from openclaw_launch.cli.torchrun_resolve import Resolved, resolve
-from openclaw_launch.config import defaults
 from openclaw_launch.config.model import Config
 from openclaw_launch.errors import OpenclawError
 from openclaw_launch.plan.format import format_plan_table
@@ -53,9 +52,7 @@ def run(c: Common, r: RunOptions) -> None:
         )
     except OpenclawError as e:
         fail(e)
-    startup_given_s = r.startup_timeout_s if r.startup_timeout_s is not None else config.runtime.startup_timeout_s
-    if startup_given_s is not None and not plan.hang_timeout_s:
-        raise click.UsageError("--startup-timeout-s (runtime.startup_timeout_s) needs --hang-timeout-s")
+    startup_allowance_s = startup_timeout_s(r, config.runtime.startup_timeout_s, plan.hang_timeout_s)
     for w in plan.warnings:
         warn(w)
     if r.dry_run:
@@ -103,7 +100,7 @@ def run(c: Common, r: RunOptions) -> None:
             interval_s=r.stats_interval_s,
             threshold_pct=r.straggler_threshold_pct,
             hang_timeout_s=plan.hang_timeout_s,
-            startup_timeout_s=defaults.startup_timeout_s(plan.hang_timeout_s, startup_given_s),
+            startup_timeout_s=startup_allowance_s,
             metrics_port=r.metrics_port,
             stats_file=r.stats_file,
         )

@@ -233,3 +233,12 @@ def console_choices(r: RunOptions, role: str, local_ranks_given: bool, environ: 
     if local_ranks_given and r.console_ranks != "all":
         raise click.UsageError("--console-ranks and --local-ranks-filter both choose the console's ranks; give one")
     return ConsoleChoices(prefix=prefix, ranks_shown=console_ranks(r.console_ranks), pass_signals=signals)
+
+
+def startup_timeout_s(r: RunOptions, config_s: float | None, hang_timeout_s: float | None) -> float | None:
+    """The start-up allowance ``run`` gives the hang watch (``plan`` checks it alike): the option, else
+    the config's ``runtime.startup_timeout_s``, else the default; a usage error without hang detection."""
+    given_s = r.startup_timeout_s if r.startup_timeout_s is not None else config_s
+    if given_s is not None and not hang_timeout_s:
+        raise click.UsageError("--startup-timeout-s (runtime.startup_timeout_s) needs --hang-timeout-s")
+    return defaults.startup_timeout_s(hang_timeout_s, given_s)

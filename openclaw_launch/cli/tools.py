@@ -25,7 +25,7 @@ from openclaw_launch.cli.common import (
     warn,
     with_common,
 )
-from openclaw_launch.cli.run_options import RunOptions, console_choices, with_run_options
+from openclaw_launch.cli.run_options import RunOptions, console_choices, startup_timeout_s, with_run_options
 from openclaw_launch.cli.torchrun_resolve import resolve
 from openclaw_launch.config.model import Config
 from openclaw_launch.config.reader import load_config
@@ -53,6 +53,7 @@ def plan(c: Common, r: RunOptions, as_json: bool, suggest_parallel: bool) -> Non
         launch_plan, config = plan_and_config(
             c, at_run=False, telemetry_mode=r.telemetry, hang_timeout_s=r.hang_timeout_s
         )
+        startup_timeout_s(r, config.runtime.startup_timeout_s, launch_plan.hang_timeout_s)  # exit 2 as run
         suggestions = suggest_layouts(config) if suggest_parallel else None
     except OpenclawError as e:
         fail(e)
