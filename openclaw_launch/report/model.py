@@ -171,7 +171,10 @@ class Hang:
         )
     )
     ranks: tuple[HangRank, ...] = field(
-        metadata=doc("every rank without a step for the timeout, stuck ones first (see `hang.ranks[]`)")
+        metadata=doc(
+            "every rank without a step for the timeout (at start-up: without a first step), stuck ones first "
+            "(see `hang.ranks[]`)"
+        )
     )
     startup_timeout_s: float | None = field(
         default=None, metadata=doc("the start-up allowance in force (`--startup-timeout-s`); null: none")
