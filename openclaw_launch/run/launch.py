@@ -229,8 +229,8 @@ def _run(
             result = supervise(plan, options, os_layer, participants, guardian=guardian)
         from openclaw_launch.report.build import CONTAINMENT  # the report's types load after the spawn
 
-        joined = job_cgroup is not None and job_cgroup.joinable()  # its probe ran beside the spawn (cgroup.py)
-        containment = f"cgroup2:{job_cgroup.path}+{CONTAINMENT}" if job_cgroup is not None and joined else CONTAINMENT
+        joined = job_cgroup if job_cgroup is not None and job_cgroup.joinable() else None  # probed beside the spawn
+        containment = f"cgroup2:{joined.path}+{CONTAINMENT}" if joined is not None else CONTAINMENT
         result = dataclasses.replace(result, containment=containment)
         if parent_error_file and result.exit_code != 0:  # before the workers' files go with run_dir
             write_parent_error_file(parent_error_file, result, lambda msg: _say(options, msg))

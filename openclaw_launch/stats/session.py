@@ -190,7 +190,7 @@ class StatsSession(Participant):
         bound = verdict.sync_bound(summaries)
         gpus = self._gpu_summaries()
         if found:
-            import logging  # at the job's end only: its import is start-up time
+            import logging  # here, at the job's end, not at start-up
 
             logging.getLogger(__name__).info("straggler verdict: %s", [s.to_json() for s in found])
         return {
