@@ -38,7 +38,7 @@ def free_port() -> int:
 LOOP = ROOT / "tests" / "telemetry_workers" / "nanogpt_loop.py"
 
 
-def launch(ranks: int, script: Path, *args: str, telemetry: str = "hooks", threshold: str = "5") -> tuple[dict, str]:  # type: ignore[type-arg]
+def launch(ranks: int, script: Path, *args: str, telemetry: str = "hooks", threshold: str = "5") -> tuple[dict, str]:
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "run.json"
         proc = subprocess.run(
@@ -70,7 +70,7 @@ def launch(ranks: int, script: Path, *args: str, telemetry: str = "hooks", thres
         return json.loads(report.read_text()), proc.stdout
 
 
-def top(report: dict) -> dict[str, object]:  # type: ignore[type-arg]
+def top(report: dict) -> dict[str, object]:
     """The verdict of a run and the run's median step."""
     steps = [r["statistics"]["step_time_s"]["p50"] for r in report.get("ranks", ()) if r.get("statistics")]
     found = report["stragglers"]
