@@ -38,8 +38,9 @@ class RunStatistics:
     wait_source: str = field(
         metadata=doc(
             "`nccl-flight-recorder`: waiting measured as NCCL collective time from torch's flight recorder; "
-            "`cpu-phases`: as time in `sync` sections, blocking `torch.distributed` calls and, under DDP, "
-            "`backward`; `none`",
+            "`cpu-phases`: as time in `sync` sections, blocking `torch.distributed` calls and DDP's "
+            "`backward` on a group whose backend blocks the host (gloo), the host's waits on the GPU "
+            "(`device-wait`) under NCCL; `none`",
             legacy="none",
         )
     )
