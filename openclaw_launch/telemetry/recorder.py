@@ -1,7 +1,10 @@
 """The worker-side recorder: per-step exclusive phase times, batched, sent without ever blocking.
 
 One per process, created on first use from the environment the launcher set. Phases nest: time
-belongs to the innermost active phase, so the phases of a step add up to at most the step.
+belongs to the innermost active phase, so the phases of a step add up to at most the step. The time
+from a step boundary to the step's first phase that is not input (``wire.HOST``: batches sliced in
+the loop, host-to-device copies, logging) is a phase of its own; the DataLoader's time inside it
+stays ``input``. ``on_step`` (the torch hooks) arms a one-shot module forward pre-hook that ends it.
 Calls from threads other than the one that created the recorder are ignored (the phase stack is
 the main loop's; DataLoader and autograd threads do not call these hooks).
 
@@ -58,6 +61,8 @@ class Recorder:
         self._last_flush = clock()
         self.step_source = "none"
         self.sync_phases: set[str] = {wire.SYNC, wire.COLLECTIVE}
+        self._host_since: float | None = None  # the step's before-first-work time is running since
+        self.on_step: Callable[[], None] | None = None  # called at each boundary (arms the forward hook)
         # Wall-clock (start, end) of recent steps, for attributing flight-recorder entries to steps.
         self.step_windows: deque[tuple[int, int]] = deque(maxlen=4096)
         self._last_wall_ns: int | None = None
@@ -85,6 +90,8 @@ class Recorder:
             top = self._stack[-1]
             self._add(str(top[0]), now - float(top[1]))  # type: ignore[arg-type]
             top[1] = now
+        elif self._host_since is not None:  # no work phase in the whole step: all of it was host
+            self._add_host(now)
         if self._last_step is not None:
             self._batch.steps.append((now - self._last_step, self._phases))
         if self.gpu_sync_reader is not None:
@@ -94,6 +101,9 @@ class Recorder:
             self._last_wall_ns = wall_ns
         self._phases = {}
         self._last_step = now
+        self._host_since = None if self._stack else now  # a phase across the boundary is the step's work
+        if self.on_step is not None:
+            self.on_step()
         self._boundaries += 1
         if self._boundaries == 1 and self._progress_on:  # arms the launcher's hang watch at once: a rank
             self._send_progress()  # that freezes right after (holding the GIL) sends nothing more
@@ -109,6 +119,10 @@ class Recorder:
         if self._stack:
             top = self._stack[-1]
             self._add(str(top[0]), now - float(top[1]))  # type: ignore[arg-type]
+        elif self._host_since is not None:
+            self._add_host(now)
+        if name != wire.INPUT:  # the step's first work (or wait): its host time is over
+            self._host_since = None
         if collective is not None:
             self.last_collective = collective
         self._enters += 1
@@ -127,6 +141,20 @@ class Recorder:
             self._stack[-1][1] = now
         else:
             self._idle_since = now
+            if self._host_since is not None:  # back from the DataLoader, still before the first work
+                self._host_since = now
+
+    def work_started(self) -> None:
+        """The step's first module forward (the torch hooks' one-shot pre-hook): host time ends."""
+        if self._host_since is None or self._stack or threading.get_ident() != self._thread:
+            return
+        self._add_host(self._clock())
+        self._host_since = None
+
+    def _add_host(self, now: float) -> None:
+        if self._host_since is not None and now > self._host_since:
+            self._add(wire.HOST, now - self._host_since)
+        self._host_since = now
 
     def _add(self, name: str, seconds: float) -> None:
         if self._last_step is not None:  # before the first boundary there is no step to charge
