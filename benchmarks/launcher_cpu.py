@@ -35,7 +35,9 @@ def reap(self):
         marks["last_reap"] = time.process_time()
     return out
 osproc.RealOs.reap = reap
-atexit.register(lambda: sys.__stderr__.write("LAUNCHER_CPU " + json.dumps(dict(marks, exit=time.process_time())) + "\n"))
+def report():
+    sys.__stderr__.write("LAUNCHER_CPU " + json.dumps(dict(marks, exit=time.process_time())) + "\n")
+atexit.register(report)
 sys.argv = ["openclaw-launch", "--nproc-per-node", sys.argv[1], "--no-python", "true"]
 from openclaw_launch.__main__ import main
 main()
