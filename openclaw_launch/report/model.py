@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from openclaw_launch.report.codec import doc
 from openclaw_launch.report.rank import RankEntry, RankOutcome
 
-SCHEMA = "openclaw-report/4"
+SCHEMA = "openclaw-report/5"
 # Schemas ``report`` still reads: a key added since takes its legacy value (codec.doc).
-LEGACY_SCHEMAS = ("openclaw-report/1", "openclaw-report/2", "openclaw-report/3")
+LEGACY_SCHEMAS = ("openclaw-report/1", "openclaw-report/2", "openclaw-report/3", "openclaw-report/4")
 JOB_SCOPE = "job"
 
 
