@@ -84,3 +84,11 @@ def test_job_report_holds_every_key_of_a_node_report_aggregated() -> None:
     assert first.root_cause is not None and (first.root_cause.node, first.root_cause.rank) == ("b", 2)
     assert second.root_cause is None and job.root_cause is None
     assert from_json(JobReport, json.loads(json.dumps(to_json(job)))) == job
+
+
+def test_a_payload_with_step_windows_reads_back_as_sent() -> None:
+    """The windows are (step index, medians) pairs: the codec reads a pair place by place (a
+    whole job once lost every node's statistics to 'expected int')."""
+    summary = dataclasses.replace(_summary(0, 0.1, 0.05), windows=((0, {"compute": 0.05}), (5, {"compute": 0.06})))
+    payload = node_payload(node_report("a", (0,)), {"threshold_pct": 5.0, "summaries": [summary]})
+    assert _sent(payload) == payload

@@ -75,8 +75,13 @@ def _decode(tp: Any, value: Any, path: str, legacy: bool) -> Any:
     if origin is tuple:
         if not isinstance(value, list):
             raise _wrong(path, tp, value)
-        return tuple(_decode(get_args(inner)[0], v, f"{path}[{i}]", legacy) for i, v in enumerate(value))
-    if origin is dict:
+        args = get_args(inner)
+        if len(args) == 2 and args[1] is Ellipsis:  # tuple[X, ...]: a list of one type
+            return tuple(_decode(args[0], v, f"{path}[{i}]", legacy) for i, v in enumerate(value))
+        if len(value) != len(args):  # tuple[X, Y]: a pair, one type per place
+            raise ReportShapeError(f"{path}: expected a list of {len(args)}, found {len(value)} item(s)")
+        return tuple(_decode(a, v, f"{path}[{i}]", legacy) for i, (a, v) in enumerate(zip(args, value, strict=True)))
+    if origin in (dict, Mapping):
         if not isinstance(value, dict):
             raise _wrong(path, tp, value)
         item = get_args(inner)[1]
@@ -117,7 +122,7 @@ def _legacy_value(f: dataclasses.Field[Any], tp: Any) -> Any:
     inner, nullable = optional_part(tp)
     if nullable:
         return None
-    return {tuple: (), dict: {}}.get(get_origin(inner), dataclasses.MISSING)
+    return {tuple: (), dict: {}, Mapping: {}}.get(get_origin(inner), dataclasses.MISSING)
 
 
 def type_name(tp: Any) -> str:
@@ -126,8 +131,10 @@ def type_name(tp: Any) -> str:
     inner, nullable = optional_part(tp)
     origin = get_origin(inner)
     if origin is tuple:
-        name = f"[{type_name(get_args(inner)[0])}]"
-    elif origin is dict or dataclasses.is_dataclass(inner):
+        args = get_args(inner)
+        fixed = not (len(args) == 2 and args[1] is Ellipsis)
+        name = f"[{', '.join(type_name(a) for a in args)}]" if fixed else f"[{type_name(args[0])}]"
+    elif origin in (dict, Mapping) or dataclasses.is_dataclass(inner):
         name = "object"
     else:
         name = {int: "int", float: "number", str: "string", bool: "bool"}.get(inner, "any")

@@ -129,11 +129,12 @@ def _job_report(
     from openclaw_launch.report.codec import ReportShapeError, from_json, to_json
     from openclaw_launch.report.format import format_report
 
-    sent = agent.finish(to_json(node_payload(report, statistics)))
+    own = node_payload(report, statistics)
+    sent = agent.finish(to_json(own))
     if sent is None:
         return code
-    payloads = []
-    for data in sent:
+    payloads = [own]  # this node's own, as built: the job report never lacks the first node
+    for data in sent[1:]:
         try:
             payloads.append(from_json(NodePayload, data))
         except ReportShapeError as e:  # another version of openclaw-launch: that node counts as missing
