@@ -10,13 +10,15 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 from supervise_driver import make_plan
 
-from openclaw_launch.agents.fingerprint import differences, fingerprint
+from openclaw_launch.agents.fingerprint import Differences, differences, fingerprint, warn_only_table_markdown
 from openclaw_launch.agents.hostlist import expand_hostlist, parse_hostlist
+from openclaw_launch.agents.versions import node_versions
 from openclaw_launch.config.model import Config, NodeSpec, Runtime
 from openclaw_launch.config.reader import load_config
 from openclaw_launch.errors import PlanError
@@ -74,7 +76,7 @@ def _fp(node: str, config: Config, env: dict[str, str], versions: dict[str, str]
 
 def test_same_job_same_fingerprint_on_every_node() -> None:
     prints = {"a": _fp("a", _config(), {}), "b": _fp("b", _config(), {})}
-    assert differences(prints) == []
+    assert differences(prints) == Differences(refused=(), warned=())
     assert prints["a"]["job.master"] == "10.0.0.1:29500" and prints["a"]["job.world_size"] == "3"
 
 
@@ -83,12 +85,49 @@ def test_one_nccl_variable_one_config_value_one_version_each_named_with_both_val
         "a": _fp("a", _config(), {}),
         "b": _fp("b", _config(nthreads=8), {"NCCL_DEBUG": "INFO"}, {"torch": "2.12.0"}),
     }
-    assert differences(prints) == [
+    found = differences(prints)
+    assert _but_hash(found.refused) == [
         "node b: config.runtime.nccl_nthreads = '8', node a has 'null'",
-        "node b: env.NCCL_DEBUG = 'INFO', node a has <unset>",
         "node b: env.NCCL_NTHREADS = '8', node a has <unset>",
         "node b: version.torch = '2.12.0', node a has '2.13.0'",
     ]
+    assert found.warned == ("node b: env.NCCL_DEBUG = 'INFO', node a has <unset>",)  # a log level: WARN_ONLY
+
+
+def _but_hash(lines: Sequence[str]) -> list[str]:
+    """The lines without the config hash's (which differs with any config value, shown as well)."""
+    hashed = [line for line in lines if ": config.sha256 = " in line]
+    assert len(hashed) == 1, lines
+    return [line for line in lines if line not in hashed]
+
+
+def test_warn_only_keys_warn_and_every_other_difference_refuses() -> None:
+    """OMP_* and debug output only warn; CUDA_*, TORCH_* behaviour and versions refuse."""
+    env = {"OMP_NUM_THREADS": "4", "TORCH_SHOW_CPP_STACKTRACES": "1", "NVSHMEM_DEBUG": "INFO"}
+    env |= {"TORCH_DISTRIBUTED_DEBUG": "DETAIL", "NVSHMEM_SYMMETRIC_SIZE": "1G"}
+    prints = {"a": _fp("a", _config(), {}), "b": _fp("b", _config(), env, {"torch": "2.13.0", "nccl": "2.27.3"})}
+    found = differences(prints)
+    assert found.warned == (
+        "node b: env.NVSHMEM_DEBUG = 'INFO', node a has <unset>",
+        "node b: env.OMP_NUM_THREADS = '4', node a has <unset>",
+        "node b: env.TORCH_SHOW_CPP_STACKTRACES = '1', node a has <unset>",
+    )
+    assert found.refused == (
+        "node b: env.NVSHMEM_SYMMETRIC_SIZE = '1G', node a has <unset>",
+        "node b: env.TORCH_DISTRIBUTED_DEBUG = 'DETAIL', node a has <unset>",
+        "node b: version.nccl = '2.27.3', node a has <unset>",
+    )
+
+
+def test_the_warn_only_table_in_the_docs_is_the_codes() -> None:
+    assert warn_only_table_markdown() in (ROOT / "docs" / "multinode.md").read_text()
+
+
+def test_the_fingerprint_holds_the_gpus_the_config_hash_and_every_version() -> None:
+    fp = _fp("a", _config(), {}, node_versions(ROOT / "tests/data/hosts/h200x1", lambda: "3.11.7"))
+    assert fp["version.driver"] == "580.159.04"  # the recorded host's /proc/driver/nvidia/version
+    assert fp["version.python"] == "3.11.7" and fp["version.torch"].startswith("2.")  # torch not imported
+    assert len(fp["config.sha256"]) == 64 and fp["gpu.count"] == "0" and fp["gpu.order"] == "-"
 
 
 def test_a_variable_the_workers_inherit_from_one_launcher_is_a_difference() -> None:
@@ -97,7 +136,7 @@ def test_a_variable_the_workers_inherit_from_one_launcher_is_a_difference() -> N
         "a": _fp("a", _config(), {}),
         "b": _fp("b", _config(), {"CUDA_LAUNCH_BLOCKING": "1", "CUDA_VISIBLE_DEVICES": "3", "SLURM_NODEID": "1"}),
     }
-    assert differences(prints) == ["node b: env.CUDA_LAUNCH_BLOCKING = '1', node a has <unset>"]
+    assert differences(prints).refused == ("node b: env.CUDA_LAUNCH_BLOCKING = '1', node a has <unset>",)
 
 
 def test_where_a_config_was_read_from_is_no_difference(tmp_path: Path) -> None:
@@ -111,8 +150,8 @@ def test_where_a_config_was_read_from_is_no_difference(tmp_path: Path) -> None:
     configs = {path.name: load_config(str(path)) for path in (plain, commented, changed)}
     assert configs["a.yaml"].nodes[1].line != configs["b.yaml"].nodes[1].line  # the lines differ indeed
     prints = {name: _fp("node0", config, {}) for name, config in configs.items()}
-    assert differences({"a": prints["a.yaml"], "b": prints["b.yaml"]}) == []
-    assert differences({"a": prints["a.yaml"], "c": prints["c.yaml"]}) == [
+    assert differences({"a": prints["a.yaml"], "b": prints["b.yaml"]}) == Differences(refused=(), warned=())
+    assert _but_hash(differences({"a": prints["a.yaml"], "c": prints["c.yaml"]}).refused) == [
         "node c: config.nodes[1].cpu_workers = '2', node a has '1'",
         "node c: env.WORLD_SIZE = '4', node a has '3'",
         "node c: job.world_size = '4', node a has '3'",

@@ -87,15 +87,27 @@ def test_agents_agree_and_the_first_node_writes_one_report_for_the_job(tmp_path:
     assert not (tmp_path / "report-node1-job.json").exists()
 
 
-@pytest.mark.parametrize("what", ["nccl-variable", "inherited-cuda-variable", "config-value"])
+def _nccl_wheel(where: Path, version: str) -> str:
+    """A real distribution's metadata, as the nvidia-nccl-cu12 wheel installs it: what node1's
+    PYTHONPATH adds (read by importlib.metadata; nothing in it is imported)."""
+    info = where / f"nvidia_nccl_cu12-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: nvidia-nccl-cu12\nVersion: {version}\n")
+    return f"{ROOT}{os.pathsep}{where}"
+
+
+@pytest.mark.parametrize("what", ["nccl-variable", "inherited-cuda-variable", "config-value", "nccl-version"])
 def test_a_mismatch_stops_every_node_before_start_with_the_difference(tmp_path: Path, what: str) -> None:
     env, config = {}, {}
     if what == "nccl-variable":
-        env = {"node1": {"NCCL_DEBUG": "INFO"}}
-        says = "node node1: env.NCCL_DEBUG = 'INFO', node node0 has <unset>"
+        env = {"node1": {"NCCL_ALGO": "Ring"}}
+        says = "node node1: env.NCCL_ALGO = 'Ring', node node0 has <unset>"
     elif what == "inherited-cuda-variable":  # not in the plan: the workers inherit it from node1's launcher
         env = {"node1": {"CUDA_LAUNCH_BLOCKING": "1"}}
         says = "node node1: env.CUDA_LAUNCH_BLOCKING = '1', node node0 has <unset>"
+    elif what == "nccl-version":
+        env = {"node1": {"PYTHONPATH": _nccl_wheel(tmp_path / "site", "2.27.3")}}
+        says = "node node1: version.nccl = '2.27.3', node node0 has <unset>"
     else:
         changed = tmp_path / "changed.yaml"
         changed.write_text(CONFIG.read_text().replace("binding: none", "binding: none\n  nccl_nthreads: 8"))
@@ -107,6 +119,17 @@ def test_a_mismatch_stops_every_node_before_start_with_the_difference(tmp_path: 
         assert code == 2, text
         assert "the nodes do not agree; started nothing on any node" in text and says in text
     assert not list(tmp_path.glob("ready-*"))
+
+
+def test_a_difference_on_the_warn_list_is_printed_on_every_node_and_the_job_runs(tmp_path: Path) -> None:
+    env = {"node0": {"OMP_NUM_THREADS": "2"}, "node1": {"OMP_NUM_THREADS": "3", "TORCH_SHOW_CPP_STACKTRACES": "1"}}
+    results = finish(start(tmp_path, ["--ready-file", f"{tmp_path}/ready-{{rank}}"], env=env))
+    for code, text in results.values():
+        assert code == 0, text
+        assert "the nodes differ where that only warns (docs/multinode.md):" in text
+        assert "node node1: env.OMP_NUM_THREADS = '3', node node0 has '2'" in text
+        assert "node node1: env.TORCH_SHOW_CPP_STACKTRACES = '1', node node0 has <unset>" in text
+    assert len(list(tmp_path.glob("ready-*"))) == 3
 
 
 def test_a_failure_on_node1_stops_node0_within_5_s(tmp_path: Path) -> None:

@@ -136,12 +136,11 @@ class Agent(Participant):
     def join(self, fingerprint: Mapping[str, str], interrupted: Callable[[], int | None]) -> int | None:
         """Claim this node's rank (a second launcher for it is refused), meet every node and
         compare fingerprints (in the store loop's helper, forked here while the launcher has one
-        thread; it adds torch's and the driver's versions). Returns a signal number if one stopped
+        thread). Returns a signal number if one stopped
         the wait (nothing started), None when all agree; raises ``AgentError`` otherwise."""
-        with_gpus = any(r.gpu_uuid for r in self.plan.ranks)
         if self._link is None:
             self._link = StoreLink.start(self.opt, lost_fate)
-        return self._link.join(self.me, self.name, self.opt.nodes, with_gpus, fingerprint, self.say, interrupted)
+        return self._link.join(self.me, self.name, self.opt.nodes, fingerprint, self.say, interrupted)
 
     def start(self) -> None:
         assert self._link is not None

@@ -1,26 +1,36 @@
 """What every node of a job must agree on before any worker starts, and the differences. Pure
-except ``runtime_versions`` and ``library_versions`` (which read versions; multi-node path only).
+(the versions are read by ``agents/versions.py``).
 
 A fingerprint is a flat ``key -> value`` map so a difference names one key with both values:
-``config.*`` (the config in canonical form), ``job.*`` (world size, nodes, master address and
-port), ``env.*`` (every NCCL_*/CUDA_*/TORCH_*/OPENCLAW_*/NVSHMEM_* variable the ranks get: the
-plan's common environment on top of the launcher's own, which the workers inherit; per-rank
-values left out) and ``version.*`` (torch, NCCL, CUDA driver, launcher, Python).
+``config.*`` (the config in canonical form, and ``config.sha256`` of it), ``job.*`` (world size,
+nodes, master address and port), ``env.*`` (every NCCL_*/CUDA_*/TORCH_*/OPENCLAW_*/NVSHMEM_*/OMP_*
+variable the ranks get: the plan's common environment on top of the launcher's own, which the
+workers inherit; per-rank values left out), ``gpu.*`` (the planned GPUs' count, models and
+host indexes in local-rank order) and ``version.*`` (torch, the CUDA it was built for, NCCL, the CUDA
+runtime, the driver, the launcher, Python).
+
+A difference refuses the start, except on the keys of ``WARN_ONLY`` (docs/multinode.md's table is
+``warn_only_table_markdown()``), where every node prints it as a warning and the job runs.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
+import hashlib
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from openclaw_launch.config.model import Config
-from openclaw_launch.plan.env import PER_RANK_ENV, common_env
+from openclaw_launch.plan.env import NIC_ENV, PER_RANK_ENV, common_env
 from openclaw_launch.plan.model import LaunchPlan
 
 UNSET = "<unset>"
-_ENV_PREFIXES = ("NCCL_", "CUDA_", "TORCH_", "OPENCLAW_", "NVSHMEM_")
+_ENV_PREFIXES = ("NCCL_", "CUDA_", "TORCH_", "OPENCLAW_", "NVSHMEM_", "OMP_")
+#: Per-rank variables a rank keeps from the launcher when set there: then every rank has the same.
+_INHERITED_AS_IS = frozenset({"OMP_NUM_THREADS"})
 _JOB_ENV = (
     "WORLD_SIZE",
     "GROUP_WORLD_SIZE",
@@ -48,25 +58,78 @@ def _without_where(value: Any) -> Any:
     return value
 
 
+@dataclass(frozen=True)
+class WarnOnly:
+    """Fingerprint keys (a ``fnmatch`` pattern) on which nodes may differ, with a warning."""
+
+    pattern: str
+    why: str
+
+
+#: The one list of differences that warn instead of refusing the start (docs/multinode.md).
+WARN_ONLY: tuple[WarnOnly, ...] = (
+    WarnOnly("env.NCCL_DEBUG", "NCCL's log level: more output, same communication"),
+    WarnOnly("env.NCCL_DEBUG_SUBSYS", "which NCCL subsystems log"),
+    WarnOnly("env.NCCL_DEBUG_FILE", "where NCCL's log goes"),
+    WarnOnly("env.TORCH_SHOW_CPP_STACKTRACES", "longer error messages only"),
+    WarnOnly("env.TORCH_CPP_LOG_LEVEL", "c10's log level"),
+    WarnOnly("env.TORCH_LOGS", "torch's logging (torch._logging)"),
+    WarnOnly("env.NVSHMEM_DEBUG", "NVSHMEM's log level"),
+    WarnOnly("env.NVSHMEM_DEBUG_FILE", "where NVSHMEM's log goes"),
+    WarnOnly("env.OMP_*", "CPU threads per rank: a node may be slower, results are the same"),
+)
+
+
+def warns_only(key: str) -> bool:
+    """A difference on ``key`` is a warning (``WARN_ONLY``), not a refusal."""
+    return any(fnmatch.fnmatchcase(key, rule.pattern) for rule in WARN_ONLY)
+
+
+def warn_only_table_markdown() -> str:
+    """docs/multinode.md's table of the differences that only warn."""
+    rows = ["| fingerprint key | why a difference only warns |", "|---|---|"]
+    rows += [f"| `{rule.pattern}` | {rule.why} |" for rule in WARN_ONLY]
+    return "\n".join(rows) + "\n"
+
+
 def fingerprint(
-    config: Config, plan: LaunchPlan, versions: Mapping[str, str], launcher_env: Mapping[str, str]
+    config: Config,
+    plan: LaunchPlan,
+    versions: Mapping[str, str],
+    launcher_env: Mapping[str, str],
 ) -> dict[str, str]:
     """This node's fingerprint. ``launcher_env`` is the launcher's environment: the workers start
     with it under the plan's variables, so a ``CUDA_LAUNCH_BLOCKING=1`` set on one node only is a
-    difference even though the plan never names it."""
+    difference even though the plan never names it. With ``runtime.nic_binding: nearest`` each
+    rank's NIC variable is its own (``plan.env.NIC_ENV``) and left out."""
     fp: dict[str, str] = {}
-    _flatten("config", canonical_config(config), fp)
+    canonical = canonical_config(config)
+    _flatten("config", canonical, fp)
+    fp["config.sha256"] = hashlib.sha256(json.dumps(canonical, sort_keys=True, default=str).encode()).hexdigest()
     fp["job.world_size"] = str(plan.world_size)
     fp["job.nnodes"] = str(plan.nnodes)
     fp["job.master"] = f"{plan.master_addr}:{plan.master_port}"
     fp["job.run_id"] = plan.run_id
-    inherited = {k: v for k, v in launcher_env.items() if k.startswith(_ENV_PREFIXES) and k not in PER_RANK_ENV}
+    per_rank = PER_RANK_ENV - _INHERITED_AS_IS
+    inherited = {k: v for k, v in launcher_env.items() if k.startswith(_ENV_PREFIXES) and k not in per_rank}
+    skipped = set(NIC_ENV.values()) if config.runtime.nic_binding == "nearest" else set()
     for key, value in sorted({**inherited, **common_env(plan)}.items()):
-        if key.startswith(_ENV_PREFIXES) or key in _JOB_ENV:
+        if (key.startswith(_ENV_PREFIXES) or key in _JOB_ENV) and key not in skipped:
             fp[f"env.{key}"] = value
+    fp.update(_gpu_keys(plan))
     for key, value in versions.items():
         fp[f"version.{key}"] = value
     return fp
+
+
+def _gpu_keys(plan: LaunchPlan) -> dict[str, str]:
+    """The planned GPUs: how many, their models, and their host indexes in local-rank order."""
+    gpus = {r.gpu_index: r.gpu_model or "?" for r in plan.ranks if r.gpu_index is not None}
+    return {
+        "gpu.count": str(len(gpus)),
+        "gpu.models": ", ".join(dict.fromkeys(gpus.values())) or "-",
+        "gpu.order": ",".join(map(str, gpus)) or "-",
+    }
 
 
 def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
@@ -84,21 +147,36 @@ def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
         out[prefix] = json.dumps(value, sort_keys=True, default=str)
 
 
-def differences(prints: Mapping[str, Mapping[str, str]]) -> list[str]:
-    """Every key on which a node differs from the first node, as one line each:
-    ``node B: env.NCCL_DEBUG = 'INFO', node A has <unset>``. Empty when all agree."""
+@dataclass(frozen=True)
+class Differences:
+    """Every key on which a node differs from the first, one line each, split by what it does."""
+
+    refused: tuple[str, ...]
+    warned: tuple[str, ...]
+
+
+def differences(prints: Mapping[str, Mapping[str, str]]) -> Differences:
+    """Compare every node with the first: ``node B: env.NCCL_DEBUG = 'INFO', node A has <unset>``."""
+    lines = _difference_lines(prints)
+    return Differences(
+        refused=tuple(line for key, line in lines if not warns_only(key)),
+        warned=tuple(line for key, line in lines if warns_only(key)),
+    )
+
+
+def _difference_lines(prints: Mapping[str, Mapping[str, str]]) -> list[tuple[str, str]]:
     names = list(prints)
     if len(names) < 2:
         return []
     first = names[0]
     ref = prints[first]
-    lines: list[str] = []
+    lines: list[tuple[str, str]] = []
     for name in names[1:]:
         mine = prints[name]
         for key in sorted(set(ref) | set(mine)):
             a, b = ref.get(key, UNSET), mine.get(key, UNSET)
             if a != b:
-                lines.append(f"node {name}: {key} = {_show(b)}, node {first} has {_show(a)}")
+                lines.append((key, f"node {name}: {key} = {_show(b)}, node {first} has {_show(a)}"))
     return lines
 
 
@@ -106,60 +184,5 @@ def _show(value: str) -> str:
     return value if value == UNSET else repr(value)
 
 
-def runtime_versions(python: str) -> dict[str, str]:
-    """torch's and the launcher's package versions and the workers' Python, read in the launcher
-    without importing torch (``library_versions`` are read where torch is loaded)."""
-    import platform
-    import subprocess
-    import sys
-    from importlib import metadata
-
-    versions: dict[str, str] = {}
-    for package, key in (("torch", "torch"), ("openclaw-launch", "launcher")):
-        try:
-            versions[key] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            versions[key] = UNSET
-    if python == sys.executable:
-        versions["python"] = platform.python_version()
-    else:
-        try:
-            out = subprocess.run(
-                [python, "-c", "import platform; print(platform.python_version())"],
-                capture_output=True,
-                text=True,
-                timeout=30,
-            )
-            versions["python"] = out.stdout.strip() or f"error: {out.stderr.strip()[-200:]}"
-        except (OSError, subprocess.SubprocessError) as e:
-            versions["python"] = f"error: {e}"
-    return versions
-
-
-def library_versions(with_gpus: bool) -> dict[str, str]:
-    """torch's CUDA and NCCL and the CUDA driver, as ``version.*`` fingerprint keys. Importing torch
-    (and NVML) starts threads, so this runs in the agents' store loop helper (agents/store_loop.py),
-    which imports torch for the store anyway; never in the launcher, which forks."""
-    versions: dict[str, str] = {}
-    try:
-        import torch
-
-        versions["torch_cuda"] = str(torch.version.cuda)
-        versions["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))  # no CUDA context needed
-    except Exception:  # a CPU-only torch has no NCCL
-        versions["nccl"] = UNSET
-    versions["cuda_driver"] = _cuda_driver() if with_gpus else UNSET
-    return {f"version.{key}": value for key, value in versions.items()}
-
-
-def _cuda_driver() -> str:
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            return str(pynvml.nvmlSystemGetCudaDriverVersion())
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception as e:  # no NVML: recorded, and compared like any value
-        return f"unknown ({type(e).__name__})"
+if __name__ == "__main__":  # regenerate docs/multinode.md's table of the differences that only warn
+    print(warn_only_table_markdown(), end="")

@@ -102,5 +102,7 @@ def meet(
         until = time.monotonic() + min(timeout_s, 30.0)
         while not store.has(acks) and time.monotonic() < until:
             time.sleep(0.05)
-    if diff:
-        raise AgentError("the nodes do not agree; started nothing on any node:\n  " + "\n  ".join(diff))
+    if diff.warned:
+        say("warning: the nodes differ where that only warns (docs/multinode.md):\n  " + "\n  ".join(diff.warned))
+    if diff.refused:
+        raise AgentError("the nodes do not agree; started nothing on any node:\n  " + "\n  ".join(diff.refused))

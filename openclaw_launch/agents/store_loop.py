@@ -28,7 +28,6 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from openclaw_launch.agents.fingerprint import library_versions
 from openclaw_launch.agents.meeting import WAIT_NOTE_S, admit, arrive, launcher_token, meet
 from openclaw_launch.agents.store import AgentError, AgentStore, import_tcpstore, open_store
 from openclaw_launch.run.helper import Helper, Link, Message
@@ -98,16 +97,14 @@ class StoreLink:
         me: int,
         name: str,
         nodes: tuple[str, ...],
-        with_gpus: bool,
         fingerprint: Mapping[str, str],
         say: Callable[[str], None],
         interrupted: Callable[[], int | None],
     ) -> int | None:
         """Claim node rank ``me`` (``nodes``: every node's name), meet every node and compare
-        fingerprints, in the helper (``with_gpus``: the fingerprint holds the CUDA driver's
-        version). Returns a signal number if one stopped the wait, None when all agree; raises
+        fingerprints, in the helper. Returns a signal number if one stopped the wait, None when all agree; raises
         ``AgentError`` otherwise."""
-        op = {"op": "join", "me": me, "name": name, "nodes": nodes, "with_gpus": with_gpus, "token": self.token}
+        op = {"op": "join", "me": me, "name": name, "nodes": nodes, "token": self.token}
         answer = self._exchange({**op, "fingerprint": dict(fingerprint)}, "joined", say, interrupted)
         return answer if isinstance(answer, int) else None
 
@@ -275,8 +272,7 @@ class _Loop:
         store = self._open(self.me == 0)
         self.is_host = store.is_host
         admit(store, self.me, self.name, message["token"])
-        fingerprint = {**message["fingerprint"], **library_versions(message["with_gpus"])}
-        meet(store, self.me, self.name, self.nodes, fingerprint, self.opt.join_timeout_s, self._say)
+        meet(store, self.me, self.name, self.nodes, message["fingerprint"], self.opt.join_timeout_s, self._say)
         store.set_timeout(self.opt.keepalive_s)
         self._post({"ev": "joined"})
 

@@ -225,11 +225,13 @@ def _echo_err(text: str) -> None:
 def _agent_setup(plan: LaunchPlan, config: Config, r: RunOptions, max_restarts: int, arrival: Any) -> Any:
     """Where the agents meet and what this node must agree on (imports torch: several nodes only).
     ``arrival``: by arrival, the rendezvous's helper, which the agent keeps."""
-    from openclaw_launch.agents.fingerprint import fingerprint, runtime_versions
+    from openclaw_launch.agents.fingerprint import fingerprint
+    from openclaw_launch.agents.versions import node_versions, python_version_of
     from openclaw_launch.run.launch import AgentSetup
+    from openclaw_launch.topology.live import HOST_ROOT
 
     python = os.environ.get("PYTHON_EXEC") or sys.executable
-    versions = runtime_versions(python)
+    versions = node_versions(HOST_ROOT, lambda: python_version_of(python))
     prints = fingerprint(config, plan, versions, os.environ)
     nodes = tuple(n.name for n in config.nodes)
     if arrival is not None:

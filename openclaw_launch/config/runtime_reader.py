@@ -16,6 +16,7 @@ from openclaw_launch.config.model import (
     MPS_START_FAILURE_MODES,
     NCCL_DEPRECATED,
     NCCL_NAMED_LEVELS,
+    NIC_BINDING_MODES,
     RUNTIME_KEYS,
     STRICTNESS_MODES,
     VISIBLE_DEVICES_MODES,
@@ -75,6 +76,7 @@ class RuntimeReader(NodeReader):
             "strictness": lambda e: self.choice(e, STRICTNESS_MODES),
             "hang_timeout_s": lambda e: self.seconds(e, MIN_HANG_TIMEOUT_S),
             "startup_timeout_s": lambda e: self.seconds(e, MIN_HANG_TIMEOUT_S),
+            "nic_binding": lambda e: self.choice(e, NIC_BINDING_MODES),
         }
 
     def mem_limit(self, e: Entry) -> str | None:

@@ -29,8 +29,10 @@ from openclaw_launch.plan.binding import (
 from openclaw_launch.plan.context import FREE_PORT, NODE_RANK_PLACEHOLDER, RunContext
 from openclaw_launch.plan.env import JobEnv, RankSlot, overridden_user_vars, rank_env, visible_devices
 from openclaw_launch.plan.model import Entry, LaunchPlan, MpsPlan, PlanOptions, RankPlan
+from openclaw_launch.plan.nics import plan_nics
 from openclaw_launch.plan.parallel import ParallelLayout, layout_warnings, plan_parallel
 from openclaw_launch.topology.model import GpuInfo, Topology
+from openclaw_launch.topology.nic import NicChoice
 
 DEFAULT_MASTER_ADDR = "127.0.0.1"
 DEFAULT_MASTER_PORT = 29500
@@ -59,6 +61,8 @@ def build_plan(config: Config, topology: Topology, context: RunContext, options:
         warnings += found
         result = bind_gpu_workers(topology, _slots(resolved, runtime.procs_per_gpu), runtime.binding)
     warnings += result.warnings
+    nics, nic_warnings = plan_nics(runtime, node, [r.gpu for r in resolved], topology, options.base_env)
+    warnings += nic_warnings
     if numactl_missing(runtime.binding, options.numactl):  # run cannot apply it: the plan says so
         result = BindingResult(unbound(topology, len(result.bindings)))
     warnings += _policy_warnings(config, node, options)
@@ -104,7 +108,7 @@ def build_plan(config: Config, topology: Topology, context: RunContext, options:
         master_addr=job.master_addr,
         master_port=job.master_port,
         backend="gloo" if node.is_cpu else "nccl",
-        ranks=_ranks(config, node_rank, topology, options, job, resolved, result),
+        ranks=_ranks(config, node_rank, topology, options, job, resolved, result, nics),
         mps=mps,
         warnings=tuple(dict.fromkeys(warnings)),
         telemetry_socket=socket,
@@ -300,6 +304,7 @@ def _ranks(
     job: JobEnv,
     resolved: Sequence[_ResolvedGpu],
     result: BindingResult,
+    nics: Mapping[int, NicChoice],
 ) -> tuple[RankPlan, ...]:
     node = config.nodes[node_rank]
     rt = config.runtime
@@ -320,6 +325,7 @@ def _ranks(
         uuid = uuids[local // k] if gpu else None
         cvd, index = visible_devices(devices_mode, uuids, uuid) if uuid else ("", None)
         numa = gpu.numa_node if gpu else (binding.mem_nodes[0] if len(binding.mem_nodes) == 1 else None)
+        nic = nics.get(gpu.gpu.index) if gpu else None
         slot = RankSlot(
             rank=offset + local,
             local_rank=local,
@@ -333,6 +339,7 @@ def _ranks(
             numa_node=numa,
             cuda_visible_devices=cvd,
             cuda_device_index=index,
+            nic=(nic.nic.kind, nic.nic.name) if nic else None,
         )
         env = rank_env(job, slot)
         if options.virtual_local_rank:  # each worker sees one device, as cuda:0
@@ -352,6 +359,8 @@ def _ranks(
                 mem_nodes=binding.mem_nodes if mem_policy != "none" else (),
                 argv=tuple(_prefix(binding, mem_policy, options.numactl) + entry),
                 env=env,
+                gpu_model=gpu.gpu.name if gpu else None,
+                nic=nic.nic.name if nic else None,
             )
         )
     return tuple(out)

@@ -38,6 +38,10 @@ _OPENCLAW_RANK_ENV = frozenset(
     "OPENCLAW_NODE OPENCLAW_NODE_RANK OPENCLAW_GPU_UUID OPENCLAW_PCI_BUS_ID OPENCLAW_NUMA_NODE OPENCLAW_CPUS "
     "OPENCLAW_BACKEND OPENCLAW_CUDA_DEVICE_INDEX".split()
 ) | {wire.SOCKET_ENV, wire.HOOKS_ENV}
+#: What ``runtime.nic_binding: nearest`` sets per rank: the RDMA device (``NCCL_IB_HCA``), or
+#: the Ethernet interface (``NCCL_SOCKET_IFNAME``), by kind of NIC; ``=`` asks NCCL for an exact
+#: match (``mlx5_1`` alone would also select mlx5_10 and mlx5_11).
+NIC_ENV: Mapping[str, str] = {"ib": "NCCL_IB_HCA", "eth": "NCCL_SOCKET_IFNAME"}
 # Set by the launcher for each rank; a user value for one of these is overridden.
 RESERVED_ENV: frozenset[str] = (
     TORCHRUN_ENV | _OPENCLAW_RANK_ENV | {"CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES", "OPENCLAW_RUN_ID"}
@@ -102,6 +106,7 @@ class RankSlot:
     numa_node: int | None = None
     cuda_visible_devices: str = ""  # see visible_devices()
     cuda_device_index: int | None = None  # the rank's GPU within CUDA_VISIBLE_DEVICES
+    nic: tuple[str, str] | None = None  # (kind, name) of its NIC under runtime.nic_binding: nearest
 
 
 def visible_devices(mode: str, node_uuids: Sequence[str], own_uuid: str) -> tuple[str, int]:
@@ -151,6 +156,9 @@ def rank_env(job: JobEnv, slot: RankSlot) -> dict[str, str]:
         env["CUDA_VISIBLE_DEVICES"] = slot.cuda_visible_devices
     else:  # a CPU worker keeps the launcher's (a user's value left alone, as by torchrun)
         env.pop("CUDA_VISIBLE_DEVICES", None)
+    if slot.nic is not None:
+        kind, name = slot.nic
+        env[NIC_ENV[kind]] = f"={name}"
     env.update(_openclaw_env(job, slot))
     env.update(_telemetry_env(job, slot))
     if job.mps:

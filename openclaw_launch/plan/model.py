@@ -66,6 +66,8 @@ class RankPlan:
     mem_nodes: tuple[int, ...]
     argv: tuple[str, ...]  # exactly what is executed
     env: Mapping[str, str]  # every variable the launcher sets on top of the inherited environment
+    gpu_model: str | None = None  # its GPU's model as the host names it; None for CPU workers or unknown
+    nic: str | None = None  # its NIC under runtime.nic_binding: nearest (in env as NCCL_IB_HCA/SOCKET_IFNAME)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -82,6 +84,8 @@ class RankPlan:
             "mem_nodes": list(self.mem_nodes),
             "argv": list(self.argv),
             "env": dict(self.env),
+            "gpu_model": self.gpu_model,
+            "nic": self.nic,
         }
 
 

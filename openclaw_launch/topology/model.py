@@ -67,6 +67,25 @@ class IbPort:
 
 
 @dataclass(frozen=True)
+class Nic:
+    """A network device NCCL can use, where it sits on PCIe (``topology/nic.py`` reads them).
+
+    ``kind`` "ib": an RDMA device of ``/sys/class/infiniband`` (InfiniBand or RoCE), chosen with
+    ``NCCL_IB_HCA``; "eth": a network interface with a PCI device and no RDMA device on it, chosen
+    with ``NCCL_SOCKET_IFNAME``. ``pci_path``: the bus ids from the root port down to the NIC;
+    ``root``: its PCI host bridge (``pci0000:15``)."""
+
+    name: str  # mlx5_0 / ens1f0
+    kind: str  # "ib" | "eth"
+    pci_bus_id: str | None
+    pci_path: tuple[str, ...] = ()
+    root: str | None = None
+    numa_node: int | None = None
+    link_up: bool | None = None  # an ACTIVE port / operstate "up"; None: unknown
+    speed_gbps: float | None = None  # the fastest active port's rate / the interface's speed
+
+
+@dataclass(frozen=True)
 class GpuInfo:
     """One GPU as found on the host. Unknown facts are None, never guessed."""
 
@@ -82,6 +101,8 @@ class GpuInfo:
     retired_pages: int | None = None
     ecc_uncorrected: int | None = None
     mps_clients: int | None = None
+    pci_path: tuple[str, ...] = ()  # bus ids from the root port down to the GPU (sysfs); () = unknown
+    pci_root: str | None = None  # its PCI host bridge (``pci0000:15``); None = unknown
 
 
 @dataclass(frozen=True)
@@ -96,6 +117,7 @@ class Topology:
     socket_of: Mapping[int, int] = field(default_factory=dict)  # cpu -> physical package
     links: Mapping[tuple[int, int], str] = field(default_factory=dict)  # (gpu i, gpu j) -> NV18/PHB/...
     infiniband: tuple[IbPort, ...] = ()
+    nics: tuple[Nic, ...] = ()  # what NCCL can use, with where each sits on PCIe (topology/nic.py)
     hostname: str | None = None
     source: str = "unknown"  # "live", "snapshot:<path>", "smi:<path>"
 

@@ -13,6 +13,7 @@ The root is injected (``root / "proc/driver/nvidia/gpus"``), as for sysfs.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,9 @@ from openclaw_launch.topology.model import NvLink, PcieLink, normalize_bus_id
 
 #: The driver's per-GPU directories, relative to the host root.
 DRIVER_GPUS_DIR = "proc/driver/nvidia/gpus"
+#: The driver's version file (``NVRM version: NVIDIA UNIX ... Kernel Module for x86_64  580.159.04  ...``).
+DRIVER_VERSION_FILE = "proc/driver/nvidia/version"
+_DRIVER_VERSION_RE = re.compile(r"^NVRM version:.*?\s(\d+\.\d+(?:\.\d+)?)\s", re.M)
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,16 @@ def read_driver_gpus(root: Path = Path("/")) -> tuple[DriverGpu, ...] | None:
         return None
     gpus = (_driver_gpu(e) for e in entries)
     return tuple(sorted((g for g in gpus if g is not None), key=lambda g: g.bus_id))
+
+
+def read_driver_version(root: Path = Path("/")) -> str | None:
+    """The loaded kernel driver's version (``580.159.04``); None without a driver or a line we know."""
+    try:
+        text = (root / DRIVER_VERSION_FILE).read_text(errors="replace")
+    except OSError:
+        return None
+    m = _DRIVER_VERSION_RE.search(text)
+    return m.group(1) if m else None
 
 
 def minor_to_bus_id(root: Path = Path("/")) -> dict[int, str]:
