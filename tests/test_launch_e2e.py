@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from test_plan_is_run import start_run
 from test_supervise_run import HANG_GUARD_S, recorded_pids, wait_gone
 from test_supervise_signals import _unshare_works, finish, wait_files
 
@@ -34,14 +35,7 @@ def env_with_fake_mps() -> dict[str, str]:
 
 
 def start(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "openclaw_launch", *args],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    return start_run(args, env)
 
 
 def worker(*args: str) -> list[str]:

@@ -57,7 +57,8 @@ def plan_json(args: Sequence[str], env: Mapping[str, str]) -> dict[str, Any]:
     return doc
 
 
-def start_run(args: Sequence[str], env: Mapping[str, str]) -> subprocess.Popen[str]:
+def start_run(args: Sequence[str], env: Mapping[str, str] | None) -> subprocess.Popen[str]:
+    """The launcher as a user starts it, its output captured (``env`` None: this one's)."""
     return subprocess.Popen(
         [sys.executable, "-m", "openclaw_launch", *args],
         cwd=ROOT,
