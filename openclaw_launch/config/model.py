@@ -51,7 +51,7 @@ Reference (every key; ``*`` = required)::
       startup_timeout_s:        seconds (2 .. a week; default with a hang timeout: the larger of it
                                 and 600): a rank without a first step this long after the start is
                                 a hang (``--startup-timeout-s`` overrides it)
-      nic_binding:              off (default: NCCL picks its NICs) | nearest: each GPU rank gets the
+      nic_binding:              none (default: NCCL picks its NICs) | nearest: each GPU rank gets the
                                 NIC nearest its GPU on PCIe (same switch, else host bridge, else
                                 NUMA node) as NCCL_IB_HCA (RDMA) or NCCL_SOCKET_IFNAME (Ethernet);
                                 no NIC found: a warning, and NCCL picks (topology/nic.py)
@@ -93,14 +93,14 @@ MemPolicy = Literal["bind", "preferred", "local", "none"]
 VisibleDevices = Literal["ordered", "isolated"]
 Strictness = Literal["fail", "warn"]
 MpsStartFailure = Literal["error", "warn"]
-NicBinding = Literal["off", "nearest"]
+NicBinding = Literal["none", "nearest"]
 
 BINDING_POLICIES: tuple[str, ...] = ("node", "exclusive", "socket", "explicit", "none")
 MEM_POLICIES: tuple[str, ...] = ("bind", "preferred", "local", "none")
 VISIBLE_DEVICES_MODES: tuple[str, ...] = ("ordered", "isolated")
 STRICTNESS_MODES: tuple[str, ...] = ("fail", "warn")
 MPS_START_FAILURE_MODES: tuple[str, ...] = ("error", "warn")
-NIC_BINDING_MODES: tuple[str, ...] = ("off", "nearest")
+NIC_BINDING_MODES: tuple[str, ...] = ("none", "nearest")
 # What `set_default_device_pinned_mem_limit` accepts: an integer followed by M or G.
 PINNED_MEM_LIMIT_RE = re.compile(r"[1-9][0-9]*[MG]")
 
@@ -154,7 +154,7 @@ class Runtime:
     strictness: Strictness = "fail"  # bus-id / NUMA / NVLink-peer mismatches
     hang_timeout_s: float | None = None  # --hang-timeout-s; None = off
     startup_timeout_s: float | None = None  # --startup-timeout-s; None = defaults.startup_timeout_s
-    nic_binding: NicBinding = "off"  # "nearest": each GPU rank's NIC (topology/nic.py, plan/env.py)
+    nic_binding: NicBinding = "none"  # "nearest": each GPU rank's NIC (topology/nic.py, plan/env.py)
 
 
 #: The ``runtime:`` keys: the fields of ``Runtime``, the one definition. Config loading reads

@@ -12,7 +12,8 @@ from openclaw_launch.topology.cpulist import format_cpulist
 
 def format_plan_table(plan: LaunchPlan, *, warnings: bool = True) -> str:
     """The plan as plain text: one row per rank, then (unless the caller prints them) the warnings."""
-    header = ("rank", "local", "node", "gpu", "bus", "numa", "cpus", "mem", "argv")
+    nics = any(r.nic for r in plan.ranks)  # runtime.nic_binding: nearest
+    header = ("rank", "local", "node", "gpu", "bus", "numa", "cpus", "mem", *(("nic",) if nics else ()), "argv")
     rows = [header] + [
         (
             str(r.rank),
@@ -23,6 +24,7 @@ def format_plan_table(plan: LaunchPlan, *, warnings: bool = True) -> str:
             "-" if r.numa_node is None else str(r.numa_node),
             format_cpulist(r.cpus) or "-",
             r.mem_policy + (f":{','.join(map(str, r.mem_nodes))}" if r.mem_nodes else ""),
+            *((r.nic or "-",) if nics else ()),
             shlex.join(r.argv),
         )
         for r in plan.ranks

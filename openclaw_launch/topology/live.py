@@ -24,6 +24,7 @@ from pathlib import Path
 
 from openclaw_launch.errors import TopologyError
 from openclaw_launch.topology.model import GpuInfo, Topology, normalize_bus_id
+from openclaw_launch.topology.nic import gpu_pci_location, read_nics
 from openclaw_launch.topology.nvml import NvmlProvider, NvmlUnavailable, PynvmlProvider, no_gpus
 from openclaw_launch.topology.procfs import usable_driver_gpus
 from openclaw_launch.topology.sysfs import SysfsFacts, read_allowed_mems, read_sysfs
@@ -46,7 +47,7 @@ def _node_holding(cpus: Iterable[int] | None, numa_nodes: Mapping[int, tuple[int
     return nodes[0] if len(nodes) == 1 else None
 
 
-def _gpu(i: int, bus: str | None, nvml: NvmlProvider, facts: SysfsFacts) -> GpuInfo:
+def _gpu(i: int, bus: str | None, nvml: NvmlProvider, facts: SysfsFacts, root: Path) -> GpuInfo:
     """One GPU. NUMA node: sysfs, else NVML, else the single node holding the GPU's local CPUs
     (sysfs says -1 in VMs such as the H200 host, where local_cpulist is node 0's CPUs)."""
     pci = facts.pci.get(bus) if bus else None
@@ -56,6 +57,7 @@ def _gpu(i: int, bus: str | None, nvml: NvmlProvider, facts: SysfsFacts) -> GpuI
         numa = nvml.numa_node(i)
     if numa is None:
         numa = _node_holding(affinity, facts.numa_nodes)
+    pci_root, pci_path = gpu_pci_location(root, bus) if bus else (None, ())
     return GpuInfo(
         index=i,
         uuid=nvml.uuid(i),
@@ -68,6 +70,8 @@ def _gpu(i: int, bus: str | None, nvml: NvmlProvider, facts: SysfsFacts) -> GpuI
         aer=pci.aer if pci else None,
         retired_pages=nvml.retired_pages(i),
         ecc_uncorrected=nvml.ecc_uncorrected(i),
+        pci_path=pci_path,
+        pci_root=pci_root,
     )
 
 
@@ -116,7 +120,7 @@ def _discover(root: Path, live: bool, nvml: NvmlProvider, allowed_cpus: Iterable
         allowed = tuple(sorted(os.sched_getaffinity(0)))
     else:
         allowed = facts.cpus  # a recorded tree: this process's affinity says nothing about it
-    gpus = tuple(_gpu(i, bus, nvml, facts) for i, bus in enumerate(buses))
+    gpus = tuple(_gpu(i, bus, nvml, facts, root) for i, bus in enumerate(buses))
     return Topology(
         gpus=gpus,
         numa_nodes=facts.numa_nodes,
@@ -126,6 +130,7 @@ def _discover(root: Path, live: bool, nvml: NvmlProvider, allowed_cpus: Iterable
         socket_of=facts.socket_of,
         links=_links(gpus, nvml),
         infiniband=facts.infiniband,
+        nics=read_nics(root),
         hostname=socket.gethostname() if live else None,
         source="live" if live else f"sysfs:{root}",
     )
