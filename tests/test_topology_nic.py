@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from openclaw_launch.topology.live import discover_topology
 from openclaw_launch.topology.model import Topology
 from openclaw_launch.topology.nic import TIERS, distance
 from openclaw_launch.topology.smi import SmiTopo, parse_topo_matrix
+from openclaw_launch.topology.snapshot import load_snapshot, save_snapshot
 
 DATA = Path(__file__).parent / "data"
 #: nvidia-smi's PCIe levels, nearest first, and the tier each is in.
@@ -171,3 +173,39 @@ def test_a_nic_binding_not_in_the_choices_exits_2_naming_the_key_line_and_choice
     assert result.exit_code == 2
     assert f"runtime.nic_binding (line {line}): 'closest' is not valid" in result.output
     assert "expected one of 'none', 'nearest'" in result.output
+
+
+def _snapshot(tmp_path: Path, root: Path) -> Path:
+    path = tmp_path / "host.snapshot.json"
+    save_snapshot(_host(root), path)
+    return path
+
+
+def test_a_snapshot_keeps_the_nics_and_pci_paths_so_plan_chooses_alike_elsewhere(tmp_path: Path) -> None:
+    host = _host(_tree("hgx_h100_nics"))
+    assert load_snapshot(_snapshot(tmp_path, _tree("hgx_h100_nics"))) == host
+    assert host.nics and all(g.pci_path and g.pci_root for g in host.gpus)
+
+
+def test_validate_checks_each_gpus_nic_and_shows_the_fingerprint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "host"
+    shutil.copytree(_tree("hgx_h100_nics"), root, symlinks=True)
+    (root / "sys/class/infiniband/mlx5_3/ports/1/rate").write_text("200 Gb/sec (4X HDR)\n")
+    (root / "sys/class/infiniband/mlx5_8/ports/1/state").write_text("1: DOWN\n")
+    monkeypatch.setattr(live, "HOST_ROOT", root)  # the fingerprint's driver version
+    config, snapshot = _config(tmp_path, _host(root)), _snapshot(tmp_path, root)
+    result = CliRunner().invoke(cli, ["validate", "--config", str(config), "--topology", str(snapshot), "--json"])
+    out = json.loads(result.output[result.output.index("{") :])
+    checks = {c["subject"].split()[1]: c for c in out["checks"] if c["name"] == "nic_binding"}
+    assert [checks[str(i)]["status"] for i in range(8)] == ["pass"] * 3 + ["warn"] + ["pass"] * 4
+    assert checks["3"]["found"] == "mlx5_3 (PCIe switch; up, 200 Gb/s)" and checks["3"]["expected"] == "up, 400 Gb/s"
+    assert checks["6"]["found"].startswith("mlx5_10 (NUMA node; up")  # mlx5_8 down: the next one up instead
+    fp = out["fingerprint"]
+    assert fp["version.driver"] == "580.126.20" and fp["gpu.models"] == "NVIDIA H100 80GB HBM3"
+    assert fp["gpu.order"] == "0,1,2,3,4,5,6,7" and len(fp["config.sha256"]) == 64 and "env.NCCL_IB_HCA" not in fp
+    text = CliRunner().invoke(cli, ["validate", "--config", str(config), "--topology", str(snapshot)]).output
+    assert "fingerprint (what the agents of a multi-node run compare; docs/multinode.md):" in text
+    assert f"  config.sha256 = {fp['config.sha256']}" in text and "  version.driver = 580.126.20" in text
+    assert "config.nodes[0]" not in text  # the flattened config shows as its hash

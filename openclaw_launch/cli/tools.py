@@ -201,7 +201,10 @@ def discover(
 @click.option("--topology", "topology_path", type=click.Path(dir_okay=False), help="Snapshot instead of this host.")
 @click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
 def validate(config_path: str, node: str | None, topology_path: str | None, as_json: bool) -> None:
-    """Check the config against the machine; exit 0 only if no check failed."""
+    """Check the config against the machine, and show this node's fingerprint; exit 0 only if no
+    check failed."""
+    from openclaw_launch.topology.live import HOST_ROOT
+    from openclaw_launch.validate.fingerprint import format_fingerprint, node_fingerprint
     from openclaw_launch.validate.host import run_checks
     from openclaw_launch.validate.results import exit_code, format_results, results_to_json
 
@@ -218,11 +221,17 @@ def validate(config_path: str, node: str | None, topology_path: str | None, as_j
             mps=mps,
             mps_pipe_dir=_mps_pipe_dir() if mps is not None else None,
         )
+        python = os.environ.get("PYTHON_EXEC") or sys.executable
+        fp = node_fingerprint(config, node_name, topology, os.environ, HOST_ROOT, python)
     except OpenclawError as e:
         fail(e)
     for w in config.warnings:
         warn(w)
-    click.echo(json.dumps(results_to_json(results), indent=2) if as_json else format_results(results))
+    if as_json:
+        shown = {"fingerprint": fp} if isinstance(fp, dict) else {"fingerprint": None, "fingerprint_error": fp}
+        click.echo(json.dumps({**results_to_json(results), **shown}, indent=2))
+    else:
+        click.echo(format_results(results) + "\n" + format_fingerprint(fp))
     sys.exit(exit_code(results))
 
 

@@ -18,7 +18,7 @@ from openclaw_launch.errors import TopologyError
 from openclaw_launch.files import write_atomic
 from openclaw_launch.safe_read import InputFileError, parse_json, read_input
 from openclaw_launch.topology.cpulist import format_cpulist, parse_cpulist
-from openclaw_launch.topology.model import GpuInfo, IbPort, NvLink, PcieLink, Topology
+from openclaw_launch.topology.model import GpuInfo, IbPort, Nic, NvLink, PcieLink, Topology
 
 SCHEMA = "openclaw-topology/1"
 _REDO = "re-create it with openclaw-launch discover --snapshot"
@@ -52,6 +52,21 @@ def _gpu_out(g: GpuInfo) -> dict[str, Any]:
         "retired_pages": g.retired_pages,
         "ecc_uncorrected": g.ecc_uncorrected,
         "mps_clients": g.mps_clients,
+        "pci_path": list(g.pci_path),
+        "pci_root": g.pci_root,
+    }
+
+
+def _nic_out(n: Nic) -> dict[str, Any]:
+    return {
+        "name": n.name,
+        "kind": n.kind,
+        "pci_bus_id": n.pci_bus_id,
+        "pci_path": list(n.pci_path),
+        "root": n.root,
+        "numa_node": n.numa_node,
+        "link_up": n.link_up,
+        "speed_gbps": n.speed_gbps,
     }
 
 
@@ -86,6 +101,7 @@ def dump_snapshot(topo: Topology) -> dict[str, Any]:
             }
             for p in topo.infiniband
         ],
+        "nics": [_nic_out(n) for n in topo.nics],
     }
 
 
@@ -202,6 +218,35 @@ def _gpu_in(d: Any, p: str) -> GpuInfo:
         retired_pages=_int(_get(d, "retired_pages", p), f"{p}.retired_pages", hi=1 << 62, optional=True),
         ecc_uncorrected=_int(_get(d, "ecc_uncorrected", p), f"{p}.ecc_uncorrected", hi=1 << 62, optional=True),
         mps_clients=_int(_get(d, "mps_clients", p), f"{p}.mps_clients", hi=1 << 20, optional=True),
+        # absent in snapshots from before they were recorded: unknown, the NUMA node decides
+        pci_path=_bus_path(d.get("pci_path", []), f"{p}.pci_path"),
+        pci_root=_str(d.get("pci_root"), f"{p}.pci_root", optional=True),
+    )
+
+
+def _bus_path(v: Any, path: str) -> tuple[str, ...]:
+    return tuple(_str(b, f"{path}[{i}]") for i, b in enumerate(_list(v, path)))
+
+
+def _nic_in(d: Any, p: str) -> Nic:
+    kind = _str(_get(d, "kind", p), f"{p}.kind")
+    if kind not in ("ib", "eth"):
+        raise _Bad(f"{p}.kind", "'ib' or 'eth'", kind)
+    link_up = d.get("link_up")
+    if link_up is not None and not isinstance(link_up, bool):
+        raise _Bad(f"{p}.link_up", "true, false or null", link_up)
+    speed = d.get("speed_gbps")
+    if speed is not None and (isinstance(speed, bool) or not isinstance(speed, int | float)):
+        raise _Bad(f"{p}.speed_gbps", "a number or null", speed)
+    return Nic(
+        name=_str(_get(d, "name", p), f"{p}.name"),
+        kind=kind,
+        pci_bus_id=_str(d.get("pci_bus_id"), f"{p}.pci_bus_id", optional=True),
+        pci_path=_bus_path(d.get("pci_path", []), f"{p}.pci_path"),
+        root=_str(d.get("root"), f"{p}.root", optional=True),
+        numa_node=_int(d.get("numa_node"), f"{p}.numa_node", hi=MAX_CPU_ID, optional=True),
+        link_up=link_up,
+        speed_gbps=None if speed is None else float(speed),
     )
 
 
@@ -254,6 +299,7 @@ def topology_from_snapshot(data: Mapping[str, Any], where: str = "<snapshot>") -
             },
             links={_link_key(k): str(v) for k, v in _map(_get(data, "links", ""), "links").items()},
             infiniband=tuple(ib),
+            nics=tuple(_nic_in(n, f"nics[{i}]") for i, n in enumerate(_list(data.get("nics", []), "nics"))),
             hostname=_str(_get(data, "hostname", ""), "hostname", optional=True),
             source=str(_get(data, "source", "")),
         )

@@ -7,7 +7,9 @@ for the health signals that make one GPU a straggler: a down NVLink, a PCIe link
 trained below its maximum, AER errors, retired pages, ECC errors, bad IB ports.
 
 Here: the entry and the node checks. Per GPU: ``validate/gpus.py``; PCIe/AER, NVLink, IB, NIC:
-``validate/fabric.py``; the result type, thresholds and output formats: ``validate/results.py``.
+``validate/fabric.py``; each GPU's nearest NIC (``runtime.nic_binding``): ``validate/nics.py``; the
+result type, thresholds and output formats: ``validate/results.py``; this node's fingerprint:
+``validate/fingerprint.py``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from openclaw_launch.plan.binding import numactl_missing, uses_numactl
 from openclaw_launch.topology.model import Topology
 from openclaw_launch.validate.fabric import fabric_checks
 from openclaw_launch.validate.gpus import check_unconfigured, gpu_checks
+from openclaw_launch.validate.nics import nic_binding_checks
 from openclaw_launch.validate.results import CheckResult, MpsStatusLike, Status, Thresholds
 
 
@@ -51,6 +54,7 @@ def run_checks(
         results += gpu_checks(gpu_spec, topology, rt, th, mismatch, mps)
     results += check_unconfigured(spec, topology)
     results += fabric_checks(spec, topology, th)
+    results += nic_binding_checks(spec, rt, topology)
     return results
 
 
