@@ -5,7 +5,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -209,3 +212,25 @@ def test_validate_checks_each_gpus_nic_and_shows_the_fingerprint(
     assert "fingerprint (what the agents of a multi-node run compare; docs/multinode.md):" in text
     assert f"  config.sha256 = {fp['config.sha256']}" in text and "  version.driver = 580.126.20" in text
     assert "config.nodes[0]" not in text  # the flattened config shows as its hash
+
+
+def test_run_gives_each_worker_its_nic_and_the_report_reads_it_back(tmp_path: Path) -> None:
+    """Real worker processes on the recorded DGX A100 tree (a fresh interpreter whose host root is the
+    tree): each writes the NCCL_IB_HCA it got; the report's rank entries name the same NICs."""
+    root = _tree("dgx_a100_nics")
+    config = tmp_path / "host.yaml"
+    config.write_text(_config(tmp_path, _host(root)).read_text() + "  binding: none\n")
+    report, seen = tmp_path / "run.json", tmp_path / "nic-{rank}"
+    worker = ["sh", "-c", f'printf %s "$NCCL_IB_HCA" > {tmp_path}/nic-$RANK']
+    args = ["--config", str(config), "--telemetry", "off", "--report", str(report), "--no-python", "--", *worker]
+    code = (
+        "from pathlib import Path; from openclaw_launch.topology import live; "
+        f"live.HOST_ROOT = Path({str(root)!r}); from openclaw_launch.cli.main import cli; "
+        f"cli({args!r})"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "NCCL_"))}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    given = [Path(str(seen).format(rank=r)).read_text() for r in range(8)]
+    assert given == [f"=mlx5_{r}" for r in range(8)]
+    assert [r["nic"] for r in json.loads(report.read_text())["ranks"]] == [f"mlx5_{r}" for r in range(8)]

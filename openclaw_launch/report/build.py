@@ -182,6 +182,7 @@ def build_report(
                 planned_cpus=format_cpulist(p.cpus) if p is not None else None,
                 statistics=statistics_entry(summary, waited[w.rank]) if summary is not None else None,
                 gpu=gpu_stats(gpu) if gpu is not None else None,
+                nic=p.nic if p is not None else None,
             )
         )
     hang = stats.get("hang")

@@ -115,3 +115,10 @@ class RankEntry(RankOutcome):
         metadata=doc("its step statistics (see `ranks[].statistics`); null when it reported no step")
     )
     gpu: GpuStats | None = field(metadata=doc("its GPU's samples (see `ranks[].gpu`); null for a CPU rank"))
+    nic: str | None = field(
+        default=None,
+        metadata=doc(
+            "from the plan: the NIC its NCCL was given (`NCCL_IB_HCA` / `NCCL_SOCKET_IFNAME`) under "
+            "`runtime.nic_binding: nearest`; null otherwise"
+        ),
+    )
