@@ -160,3 +160,42 @@ def _read_until(proc: subprocess.Popen[str], text: str, deadline_s: float = 60) 
         if select.select([proc.stderr], [], [], 1.0)[0]:
             seen += proc.stderr.readline()
     return seen
+
+
+def test_a_node_with_another_nccl_and_an_extra_cuda_variable_is_refused_on_both(
+    two_namespaces: tuple[str, str], tmp_path: Path
+) -> None:
+    """Two hosts' launchers, one with a different NCCL wheel on its PYTHONPATH (real metadata, read
+    without importing anything) and CUDA_LAUNCH_BLOCKING=1: neither starts a worker; both name both."""
+    a, b = two_namespaces
+    config = tmp_path / "cluster.yaml"
+    config.write_text(
+        "cluster:\n  nodes:\n"
+        "    - {name: left, ip: 10.77.0.1, cpu_workers: 1}\n"
+        "    - {name: right, ip: 10.77.0.2, cpu_workers: 1}\n"
+        "runtime: {binding: none, master_port: 29613}\n"
+    )
+    wheel = tmp_path / "site" / "nvidia_nccl_cu12-2.27.3.dist-info"
+    wheel.mkdir(parents=True)
+    (wheel / "METADATA").write_text("Metadata-Version: 2.1\nName: nvidia-nccl-cu12\nVersion: 2.27.3\n")
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "NCCL_", "CUDA_"))}
+    envs = {
+        "left": {**base, "PYTHONPATH": str(ROOT)},
+        "right": {**base, "PYTHONPATH": f"{ROOT}{os.pathsep}{wheel.parent}", "CUDA_LAUNCH_BLOCKING": "1"},
+    }
+    worker = [sys.executable, str(ROOT / "tests" / "fake_worker.py"), "--ready-file", f"{tmp_path}/ready-{{rank}}"]
+    procs = {}
+    for ns, name in ((a, "left"), (b, "right")):
+        cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "openclaw_launch", "--config", str(config)]
+        cmd += ["--telemetry", "off", "--agent-timeout-s", "60", "--no-python", "--", *worker]
+        procs[name] = subprocess.Popen(
+            cmd, cwd=ROOT, env=envs[name], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+    outs = {n: p.communicate(timeout=90) for n, p in procs.items()}
+    for name, p in procs.items():
+        text = outs[name][0] + outs[name][1]
+        assert p.returncode == 2, text
+        assert "the nodes do not agree; started nothing on any node" in text
+        assert "node right: env.CUDA_LAUNCH_BLOCKING = '1', node left has <unset>" in text
+        assert "node right: version.nccl = '2.27.3', node left has <unset>" in text
+    assert not list(tmp_path.glob("ready-*"))
