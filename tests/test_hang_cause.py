@@ -89,6 +89,26 @@ def test_with_nccl_a_rank_blocked_in_backward_waits(backend: str, stuck: list[in
         assert verdict.cause.text == "rank 1 in its own code (phase other) while rank 0 waits in backward"
 
 
+@pytest.mark.parametrize("waiting_phase", [wire.BACKWARD, wire.DEVICE_WAIT])
+def test_with_nccl_ranks_waiting_on_the_gpu_name_the_rank_outside_as_the_cause(waiting_phase: str) -> None:
+    """NCCL: ranks 0 and 2 sit behind the all-reduce on their GPU streams (host side in DDP's backward,
+    or in ``.item()``/``synchronize``: ``device-wait``), rank 1 in its own code. Known from the
+    backend alone, before any batch listed the rank's wait phases; the same phase alone (every rank
+    in it) is everyone waiting, not a cause."""
+    w = HangWatch(2.0, [(0, 0, "n"), (1, 1, "n"), (2, 2, "n")])
+    w.reset(0.0)
+    for rank, phase in ((0, waiting_phase), (1, None), (2, waiting_phase)):
+        w.on_progress(_progress(rank, 5, phase, "nccl"), 0.0)
+    verdict = w.check(2.0)
+    assert verdict is not None and verdict.cause is not None
+    cause = verdict.cause
+    assert (cause.kind, cause.ranks, cause.waiting, cause.collective) == ("outside", (1,), (0, 2), waiting_phase)
+    assert cause.text == f"rank 1 in its own code (phase other) while ranks 0, 2 wait in {waiting_phase}"
+    assert [h.rank for h in verdict.stuck] == [1]
+    w.on_progress(_progress(1, 5, waiting_phase, "nccl"), 0.0)
+    assert w.check(2.0).cause.kind == "all-waiting"  # type: ignore[union-attr]
+
+
 def test_a_rank_that_never_reaches_init_is_a_start_up_hang(tmp_path: Path) -> None:
     """Rank 1 sleeps before init_process_group; rank 0 waits in it (the rendezvous): with a start-up
     allowance of 12 s (rank 0 must have imported torch and reached it by then) the job ends 124

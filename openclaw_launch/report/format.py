@@ -7,12 +7,12 @@ import statistics
 from openclaw_launch.report.model import JobReport, NodeReport, Report, StragglerEntry
 from openclaw_launch.report.rank import StepStatistics
 from openclaw_launch.stats.collect import OTHER
-from openclaw_launch.stats.phases import StepSplit, split
+from openclaw_launch.stats.phases import GPU_WORK, StepSplit, split
 from openclaw_launch.telemetry.wire import HOST, INPUT
 
 _SECTION_WORDS = {
     OTHER: "outside the hooked phases: the loop's own code",
-    "gpu": "its GPU work: not in its input stage",
+    GPU_WORK: "its GPU work: not in its input stage",
     INPUT: "the DataLoader",
     HOST: "before the forward: batches, copies, logging in the loop",
 }

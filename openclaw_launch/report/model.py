@@ -81,13 +81,15 @@ class StragglerEntry:
             'the measured phase carrying the excess: `input` (the DataLoader, `section("data")`), `host` (from '
             "the step boundary to the first forward: batches sliced in the loop, copies, logging), `forward`, "
             "`backward`, `optimizer`, a section name of the API, `other` (loop code outside every hooked phase) "
-            "or `gpu` (GPU work: the wait signal says it is late and its input stage does not)"
+            "or `gpu` (its GPU work: timed with CUDA events on every 5th step, or with the flight recorder "
+            "the wait signal says it is late and its input stage does not)"
         )
     )
     excess_s: float = field(
         metadata=doc(
             "per step, the straggler's time in `section` (for `input`/`host`: in the whole input/host stage) "
-            "over the median of the other ranks, as the median over 5-step windows (for `gpu`: how much longer "
+            "over the median of the other ranks, as the median over 5-step windows (for `gpu`: its GPU work "
+            "per sampled step over the others', or with the flight recorder and no GPU samples how much longer "
             "the others wait in NCCL than it does)"
         )
     )

@@ -9,7 +9,9 @@ For the verdict, each rank's steps are also cut into windows of ``WINDOW_STEPS``
 rank) and each window keeps the median of every phase, of the step (``STEP``), of the time not in
 wait phases (``OWN``) and of the input/host stage (``INPUT_STAGE``): medians resist the stalls a
 shared machine adds to single steps, and comparing ranks window by window cancels what every rank
-suffered at once. The last ``MAX_WINDOWS`` windows are kept.
+suffered at once. The last ``MAX_WINDOWS`` windows are kept. A window also holds the median of
+the rank's sampled GPU work (``GPU_BUSY``, CUDA events on every 5th step, telemetry/gpu_events.py)
+once a sample of it arrived, which may be a batch later than the window's steps.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ OTHER = "other"  # step time no phase claimed
 WINDOW_STEPS = 5
 MAX_WINDOWS = 1024
 # Keys of a window besides the phase names (which never start with "@").
-STEP, OWN, INPUT_STAGE = "@step", "@own", "@input"
+STEP, OWN, INPUT_STAGE, GPU_BUSY = "@step", "@own", "@input", "@gpu"
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,7 @@ class RankSummary:
     dropped_batches: int
     # (window number, {phase or STEP/OWN/INPUT_STAGE: median seconds per step}), oldest first
     windows: tuple[tuple[int, Mapping[str, float]], ...] = ()
+    gpu_busy_s: float | None = None  # mean GPU work of the sampled steps (CUDA events), when sampled
 
     def phase_mean(self, name: str) -> float:
         phase = self.phases.get(name)
@@ -83,6 +86,9 @@ class _RankStats:
     windows: deque[tuple[int, dict[str, float]]] = field(default_factory=lambda: deque(maxlen=MAX_WINDOWS))
     _open: list[dict[str, float]] = field(default_factory=list)  # the current window's steps
     _open_index: int = -1
+    gpu_busy: dict[int, list[float]] = field(default_factory=dict)  # window -> sampled GPU work, seconds
+    gpu_busy_total_s: float = 0.0
+    gpu_busy_count: int = 0
 
     def add(self, batch: wire.Batch) -> None:
         self.step_source = batch.step_source
@@ -103,6 +109,13 @@ class _RankStats:
             other = max(step_s - claimed, 0.0)
             self._phase(OTHER).add(other)
             self._window_step(step_s, {**phases, OTHER: other}, batch.sync_phases)
+        for step, seconds in batch.gpu_busy:
+            if step > WARMUP_STEPS:  # numbered as self.steps counts: the same window as the step's
+                self.gpu_busy.setdefault((step - WARMUP_STEPS - 1) // WINDOW_STEPS, []).append(seconds)
+                self.gpu_busy_total_s += seconds
+                self.gpu_busy_count += 1
+                if len(self.gpu_busy) > MAX_WINDOWS:
+                    del self.gpu_busy[next(iter(self.gpu_busy))]
         if batch.gpu_steps:
             self.gpu_steps += batch.gpu_steps
             self.gpu_sync_total_s += batch.gpu_sync_s
@@ -157,8 +170,17 @@ class _RankStats:
             gpu_late_s=self.gpu_late_total_s / self.gpu_steps if self.gpu_steps else None,
             step_source=self.step_source,
             dropped_batches=self.dropped_batches,
-            windows=(*self.windows, *self._full_open_window()),
+            windows=tuple(self._with_gpu(w) for w in (*self.windows, *self._full_open_window())),
+            gpu_busy_s=self.gpu_busy_total_s / self.gpu_busy_count if self.gpu_busy_count else None,
         )
+
+    def _with_gpu(self, window: tuple[int, dict[str, float]]) -> tuple[int, Mapping[str, float]]:
+        samples = self.gpu_busy.get(window[0])
+        if not samples:
+            return window
+        import statistics
+
+        return window[0], {**window[1], GPU_BUSY: statistics.median(samples)}
 
     def _full_open_window(self) -> list[tuple[int, dict[str, float]]]:
         """The window in progress, once it has all its steps (the next step has not come yet)."""

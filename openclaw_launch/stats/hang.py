@@ -13,8 +13,9 @@ The *cause* (``HangCause``) says who the others wait for: with torch's flight re
 that never entered the collective the others wait in (torch's analyser matches ranks by
 ``collective_seq_id``: the members without the newest number did not join it); else the ranks
 outside every waiting phase while the others wait in one. With NCCL a rank blocked in ``backward``
-waits on the GPU for DDP's all-reduce (enqueued, not waited for, by the CPU): it waits, it is not
-stuck; the backend is the script's own default group's, as the rank reports it.
+or in a host wait on the GPU (``device-wait``: ``.item()``, ``synchronize``) waits on its stream for
+the all-reduce (enqueued, not waited for, by the CPU): it waits, it is not stuck; the backend is the
+script's own default group's, as the rank reports it.
 
 Steps: a step ends at a boundary (``telemetry.step()``, ``optimizer.step()``) after the first, so
 a rank with N boundaries made N - 1 steps, the number the collector's batches count; the progress
@@ -38,7 +39,10 @@ MAX_STACK_BYTES = 256 << 10  # read of one rank's stack file
 NO_STEP_NOTICE_S = 30.0  # with no step from any rank this long (or the timeout, if longer): say why nothing fires
 EXCERPT_LINES = 40  # of a rank's stack, in the report and on the console
 WAIT_PHASES = frozenset({wire.COLLECTIVE, wire.SYNC, wire.RENDEZVOUS})
-GPU_WAIT_PHASES = frozenset({wire.BACKWARD})  # with NCCL: the CPU waits on the GPU's all-reduce here
+# With NCCL the CPU waits on its GPU's stream, behind the all-reduce there, in DDP's backward and in
+# the host's waits on the GPU (``.item()``, ``synchronize``, copies to host: ``device-wait``). Known
+# from the backend alone: a rank that hangs before its first batch (which lists its wait phases) came.
+GPU_WAIT_PHASES = frozenset({wire.BACKWARD, wire.DEVICE_WAIT})
 
 
 @dataclass

@@ -20,6 +20,9 @@ from openclaw_launch.telemetry import wire
 
 INPUT_PHASES = (wire.INPUT, wire.HOST)
 INPUT, WORK, WAIT = "input", "work", "wait"
+# The verdict's section for a rank slow in its GPU work (CUDA events on sampled steps, or the
+# flight recorder's wait): work, timed on the GPU rather than by a CPU phase.
+GPU_WORK = "gpu"
 
 
 def kind(phase: str, sync_phases: Collection[str]) -> str:

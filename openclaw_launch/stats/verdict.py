@@ -19,6 +19,12 @@ calls), the longest NCCL collective of each step (the first gradient bucket wait
 last rank is late; summing all collectives would also count later buckets spinning while their
 own rank still computes), else the CPU time of the phases that contain waiting (``sync``
 sections, blocking collectives, and ``backward`` under DDP, where gradients are all-reduced).
+
+GPU work the CPU cannot see (NCCL only enqueues; gloo on CUDA tensors waits in backward as long on
+the fast ranks as on the slow one) is timed on the GPU: CUDA events on every 5th step
+(telemetry/gpu_events.py) give each rank's GPU work per sampled step (collect's ``GPU_BUSY``).
+With samples from every rank it is a candidate phase (``GPU_WORK``), and names a rank by itself
+when no CPU signal does, by the same window rule.
 """
 
 from __future__ import annotations
@@ -30,8 +36,8 @@ from dataclasses import asdict, dataclass
 
 from openclaw_launch.config.defaults import STRAGGLER_THRESHOLD_PCT
 from openclaw_launch.stats import phases
-from openclaw_launch.stats.collect import INPUT_STAGE, OWN, STEP, RankSummary
-from openclaw_launch.stats.phases import INPUT_PHASES
+from openclaw_launch.stats.collect import GPU_BUSY, INPUT_STAGE, OWN, STEP, RankSummary
+from openclaw_launch.stats.phases import GPU_WORK, INPUT_PHASES
 from openclaw_launch.telemetry import wire
 
 MIN_STEPS = 5  # measured steps a rank needs before it is judged
@@ -125,19 +131,24 @@ def find_stragglers(
     # its own time or in one phase: the phase is measured directly, the own time loses a little of
     # the excess to the others' wake-up from waiting.
     if not (busy_excess.significant() and (busy_excess.reaches(floor_s) or phase_excess.reaches(floor_s))):
-        if source == "cpu-phases":
+        gpu_slow = _gpu_straggler(judged, floor_s)
+        if gpu_slow is not None:  # its GPU work, timed on the GPU, is longer: the CPU cannot see it
+            slow = gpu_slow
+            section, phase_excess = GPU_WORK, _gpu_excess(slow, judged)
+        elif source == "cpu-phases":
             return []  # the wait signal says nobody holds the others back
-        # No wait signal tells the ranks apart (GPU ranks without the flight recorder: the CPU
-        # does not wait in NCCL). Waiting for input is measured on the CPU and comes before the
-        # step's work, so a rank that waits longer for its data than the others still holds them back.
-        slow = max(judged, key=lambda r: _input_excess(r, judged).estimate_s)
-        busy_excess = _input_excess(slow, judged)
-        if not (busy_excess.significant() and busy_excess.reaches(floor_s)):
-            return []
-        section, phase_excess = _phase(slow, judged, use_gpu)
+        else:
+            # No wait signal tells the ranks apart (GPU ranks without the flight recorder: the CPU
+            # does not wait in NCCL). Waiting for input is measured on the CPU and comes before the
+            # step's work, so a rank that waits longer for its data than the others still holds them back.
+            slow = max(judged, key=lambda r: _input_excess(r, judged).estimate_s)
+            busy_excess = _input_excess(slow, judged)
+            if not (busy_excess.significant() and busy_excess.reaches(floor_s)):
+                return []
+            section, phase_excess = _phase(slow, judged, use_gpu)
     others = [r for r in judged if r is not slow]
-    if use_gpu and not (phase_excess.significant() and phase_excess.reaches(floor_s)):
-        section, phase_excess = "gpu", busy_excess  # not in its input: its GPU work (or launches)
+    if use_gpu and section != GPU_WORK and not (phase_excess.significant() and phase_excess.reaches(floor_s)):
+        section, phase_excess = GPU_WORK, busy_excess  # not in its input: its GPU work (or launches)
     if section == INPUT_STAGE:  # the input/host stage: name the part of it carrying more
         section = max(INPUT_PHASES, key=lambda p: excess(slow, others, p).estimate_s)
     facts_slow = facts.get(slow.rank, RankFacts(node="?"))
@@ -177,10 +188,13 @@ class Excess:
 
 
 def excess(rank: RankSummary, others: Sequence[RankSummary], key: str) -> Excess:
-    """``rank``'s excess in ``key`` (a phase, or collect's OWN / INPUT_STAGE) over ``others``. With
-    fewer than ``MIN_WINDOWS`` common windows: from the means, without an error."""
+    """``rank``'s excess in ``key`` (a phase, or collect's OWN / INPUT_STAGE / GPU_BUSY) over
+    ``others``. With fewer than ``MIN_WINDOWS`` common windows: from the means, without an error.
+    A phase a window lacks was 0 there; GPU_BUSY is compared only where every rank has a sample."""
     by_window = [dict(r.windows) for r in (rank, *others)]
     common = sorted(set.intersection(*(set(w) for w in by_window)))
+    if key == GPU_BUSY:
+        common = [k for k in common if all(key in w[k] for w in by_window)]
     if len(common) < MIN_WINDOWS:
         return Excess(_mean(rank, key) - statistics.median(_mean(o, key) for o in others), 0.0)
     mine, theirs = by_window[0], by_window[1:]
@@ -191,6 +205,8 @@ def excess(rank: RankSummary, others: Sequence[RankSummary], key: str) -> Excess
 
 
 def _mean(r: RankSummary, key: str) -> float:
+    if key == GPU_BUSY:
+        return r.gpu_busy_s or 0.0
     if key == INPUT_STAGE:
         return sum(r.phase_mean(p) for p in INPUT_PHASES)
     return r.step_mean_s - r.wait_s if key == OWN else r.phase_mean(key)
@@ -203,17 +219,33 @@ def _typical(r: RankSummary, key: str, default: float) -> float:
 
 
 def _phase(slow: RankSummary, judged: Sequence[RankSummary], use_gpu: bool) -> tuple[str, Excess]:
-    """The phase in which ``slow`` exceeds the others most: the input/host stage (as a whole) or a
-    work phase (with the flight recorder only the input/host stage: the CPU's view of GPU work is
-    launches)."""
+    """The phase in which ``slow`` exceeds the others most: the input/host stage (as a whole), a
+    work phase (not with the flight recorder: the CPU's view of GPU work is launches) or, with
+    sampled GPU work on every rank, its GPU work (``GPU_WORK``)."""
     others = [r for r in judged if r is not slow]
     sync = set().union(*(r.sync_phases for r in judged))
     candidates = {INPUT_STAGE: _input_excess(slow, judged)}
     if not use_gpu:
         work = sorted(p for p in slow.phases if phases.kind(p, sync) == phases.WORK)
         candidates.update({p: excess(slow, others, p) for p in work})
+    if all(r.gpu_busy_s is not None for r in judged):  # its GPU work, timed on the GPU
+        candidates[GPU_WORK] = _gpu_excess(slow, judged)
     section = max(candidates, key=lambda p: candidates[p].estimate_s)
     return section, candidates[section]
+
+
+def _gpu_excess(rank: RankSummary, ranks: Sequence[RankSummary]) -> Excess:
+    return excess(rank, [o for o in ranks if o is not rank], GPU_BUSY)
+
+
+def _gpu_straggler(judged: Sequence[RankSummary], floor_s: float) -> RankSummary | None:
+    """The rank whose GPU work (CUDA events on sampled steps) exceeds the others' significantly and
+    by about the threshold, when every rank has samples."""
+    if not all(r.gpu_busy_s is not None for r in judged):
+        return None
+    slow = max(judged, key=lambda r: _gpu_excess(r, judged).estimate_s)
+    found = _gpu_excess(slow, judged)
+    return slow if found.significant() and found.reaches(floor_s) else None
 
 
 def _input_excess(rank: RankSummary, ranks: Sequence[RankSummary]) -> Excess:

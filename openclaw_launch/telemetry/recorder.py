@@ -4,7 +4,8 @@ One per process, created on first use from the environment the launcher set. Pha
 belongs to the innermost active phase, so the phases of a step add up to at most the step. The time
 from a step boundary to the step's first phase that is not input (``wire.HOST``: batches sliced in
 the loop, host-to-device copies, logging) is a phase of its own; the DataLoader's time inside it
-stays ``input``. ``on_step`` (the torch hooks) arms a one-shot module forward pre-hook that ends it.
+stays ``input``. ``on_step`` (the torch hooks) arms a one-shot module forward pre-hook that ends it
+and hands over the GPU work of sampled steps (telemetry/gpu_events.py), sent with the batch.
 Calls from threads other than the one that created the recorder are ignored (the phase stack is
 the main loop's; DataLoader and autograd threads do not call these hooks).
 
@@ -62,7 +63,9 @@ class Recorder:
         self.step_source = "none"
         self.sync_phases: set[str] = {wire.SYNC, wire.COLLECTIVE}
         self._host_since: float | None = None  # the step's before-first-work time is running since
-        self.on_step: Callable[[], None] | None = None  # called at each boundary (arms the forward hook)
+        # Called at each boundary with the number the step now starting will have (arms the forward
+        # hook, reads the GPU sampler); what it returns are (step, GPU work seconds) samples to send.
+        self.on_step: Callable[[int], list[tuple[int, float]]] | None = None
         # Wall-clock (start, end) of recent steps, for attributing flight-recorder entries to steps.
         self.step_windows: deque[tuple[int, int]] = deque(maxlen=4096)
         self._last_wall_ns: int | None = None
@@ -102,9 +105,9 @@ class Recorder:
         self._phases = {}
         self._last_step = now
         self._host_since = None if self._stack else now  # a phase across the boundary is the step's work
-        if self.on_step is not None:
-            self.on_step()
         self._boundaries += 1
+        if self.on_step is not None:
+            self._batch.gpu_busy.extend(self.on_step(self._boundaries))
         if self._boundaries == 1 and self._progress_on:  # arms the launcher's hang watch at once: a rank
             self._send_progress()  # that freezes right after (holding the GIL) sends nothing more
         if now - self._last_flush >= FLUSH_INTERVAL_S or len(self._batch.steps) >= wire.MAX_BATCH_STEPS:
@@ -255,7 +258,7 @@ class Recorder:
             if read is not None:
                 batch.gpu_steps, batch.gpu_sync_s, batch.gpu_late_s = read.steps, read.sync_s, read.late_s
                 batch.gpu_collectives = read.collectives
-        if not batch.steps and not final and not batch.gpu_steps:
+        if not batch.steps and not final and not batch.gpu_steps and not batch.gpu_busy:
             return
         batch.step_source = self.step_source
         batch.sync_phases = tuple(sorted(self.sync_phases))

@@ -9,7 +9,8 @@ called from Python. Whether the CPU waits inside a collective (and inside DDP's 
 backend of the process group the script really uses (``blocks_host``), not the plan's: with NCCL the
 CPU only enqueues, so those calls are not waiting; the host waits for the GPU instead (synchronize,
 ``.item()``, copies to the host: ``wire.DEVICE_WAIT``, a wait phase) and, with ``--telemetry full``,
-the wait comes from torch's flight recorder (per-collective GPU durations, read at flush).
+the wait comes from torch's flight recorder (per-collective GPU durations, read at flush). On a
+sample of steps the same hooks time the rank's GPU work with CUDA events (``gpu_events``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
-from openclaw_launch.telemetry import recorder, wire
+from openclaw_launch.telemetry import gpu_events, recorder, wire
 
 _COLLECTIVES = (
     "all_reduce all_gather all_gather_into_tensor reduce_scatter reduce_scatter_tensor broadcast barrier "
@@ -143,8 +144,16 @@ def install(torch: ModuleType) -> None:
     from torch.utils.data.dataloader import _BaseDataLoaderIter
 
     _BaseDataLoaderIter.__next__ = _timed(rec, wire.INPUT, _BaseDataLoaderIter.__next__)  # type: ignore[method-assign]
-    torch.Tensor.backward = _timed(rec, wire.BACKWARD, torch.Tensor.backward)
-    rec.on_step = _first_forward(rec, torch)
+    sampler = gpu_events.GpuSampler(torch.cuda, torch.compiler.is_compiling)
+    timed_backward = _timed(rec, wire.BACKWARD, torch.Tensor.backward)
+
+    @functools.wraps(torch.Tensor.backward)
+    def backward(*args: Any, **kwargs: Any) -> Any:
+        sampler.mark(gpu_events.BACKWARD)
+        return timed_backward(*args, **kwargs)
+
+    torch.Tensor.backward = backward
+    rec.on_step = _first_forward(rec, torch, sampler)
 
     ddp_forward = DistributedDataParallel.forward
     dist = torch.distributed
@@ -170,8 +179,10 @@ def install(torch: ModuleType) -> None:
 
     def before_step(*_: Any) -> None:
         rec.enter(wire.OPTIMIZER)
+        sampler.mark(gpu_events.OPTIMIZER)
 
     def after_step(*_: Any) -> None:
+        sampler.mark(gpu_events.OPTIMIZER_END)
         rec.leave()
         rec.step("optimizer")
 
@@ -192,20 +203,25 @@ def install(torch: ModuleType) -> None:
             dist.init_process_group = _timed(rec, wire.RENDEZVOUS, init)
 
 
-def _first_forward(rec: recorder.Recorder, torch: ModuleType) -> Callable[[], None]:
+def _first_forward(
+    rec: recorder.Recorder, torch: ModuleType, sampler: gpu_events.GpuSampler
+) -> Callable[[int], list[tuple[int, float]]]:
     """At each step boundary: a global module forward pre-hook that fires once (the step's first
-    module call, DDP or not) and removes itself, ending the step's host time."""
+    module call, DDP or not) and removes itself, ending the step's host time (and starting a sampled
+    step's GPU work); and the GPU work of sampled steps the GPU has finished."""
     register = torch.nn.modules.module.register_module_forward_pre_hook
     handle: list[Any] = []
 
     def fired(*_: Any) -> None:
         while handle:
             handle.pop().remove()
+        sampler.mark(gpu_events.FORWARD)
         rec.work_started()
 
-    def arm() -> None:
+    def arm(step: int) -> list[tuple[int, float]]:
         if not handle:
             handle.append(register(fired))
+        return sampler.boundary(step)
 
     return arm
 

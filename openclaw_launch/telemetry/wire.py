@@ -59,6 +59,8 @@ class Batch:
     From NCCL's flight recorder, over ``gpu_steps`` steps (not necessarily these; it is read less
     often): ``gpu_sync_s`` the time in collectives, ``gpu_late_s`` the sum over steps of the
     longest collective of each step (a rank's first bucket waits as long as the last rank is late).
+    ``gpu_busy``: (step number, seconds) of the GPU work of sampled steps, timed with CUDA events
+    (telemetry/gpu_events.py); a step's sample may come in a later batch than the step.
     """
 
     rank: int
@@ -69,6 +71,7 @@ class Batch:
     gpu_sync_s: float = 0.0
     gpu_late_s: float = 0.0
     gpu_collectives: int = 0
+    gpu_busy: list[tuple[int, float]] = field(default_factory=list)
     dropped_batches: int = 0  # batches this rank could not send (launcher busy or gone)
     final: bool = False  # sent at the worker's exit
 
@@ -172,6 +175,7 @@ def encode(batch: Batch) -> bytes:
             "gpu_sync_s": round(batch.gpu_sync_s, 7),
             "gpu_late_s": round(batch.gpu_late_s, 7),
             "gpu_collectives": batch.gpu_collectives,
+            "gpu_busy": [[step, round(s, 7)] for step, s in batch.gpu_busy],
             "dropped": batch.dropped_batches,
             "final": batch.final,
         },
@@ -198,7 +202,7 @@ _PROGRESS_KEYS = frozenset(
 MAX_GROUPS = 64  # process groups in a progress datagram's "last"
 _BATCH_KEYS = frozenset(
     {"v", "rank", "steps", "step_source", "sync_phases", "gpu_steps", "gpu_sync_s", "gpu_late_s"}
-    | {"gpu_collectives", "dropped", "final"}
+    | {"gpu_collectives", "gpu_busy", "dropped", "final"}
 )
 STEP_SOURCES = ("none", "api", "optimizer")
 
@@ -329,6 +333,16 @@ def _batch(r: _Reader) -> Batch:
         gpu_sync_s=r.seconds("gpu_sync_s", 0.0),
         gpu_late_s=r.seconds("gpu_late_s", 0.0),
         gpu_collectives=r.count("gpu_collectives", 0),
+        gpu_busy=_gpu_busy(r),
         dropped_batches=r.count("dropped", 0),
         final=final,
     )
+
+
+def _gpu_busy(r: _Reader) -> list[tuple[int, float]]:
+    raw = r.raw.get("gpu_busy", [])
+    if not isinstance(raw, list) or len(raw) > MAX_BATCH_STEPS:
+        raise _Invalid("gpu_busy: not a list of at most MAX_BATCH_STEPS")
+    if not all(isinstance(item, list) and len(item) == 2 for item in raw):
+        raise _Invalid("gpu_busy: not [step, seconds]")
+    return [(_count("gpu_busy", step), _seconds("gpu_busy", seconds)) for step, seconds in raw]
