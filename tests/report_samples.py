@@ -9,12 +9,16 @@ from openclaw_launch.report.model import (
     DroppedDatagrams,
     Hang,
     HangRank,
-    NetworkExpectation,
     NodeReport,
-    PreflightTier,
-    PreflightVerdict,
     RunStatistics,
     StragglerEntry,
+)
+from openclaw_launch.report.preflight import (
+    NetworkExpectation,
+    PreflightDecision,
+    PreflightGemm,
+    PreflightTier,
+    PreflightVerdict,
 )
 from openclaw_launch.report.rank import GpuStats, RankEntry, RankOutcome, SectionTimes, StepStatistics, StepTimes
 
@@ -147,6 +151,33 @@ PREFLIGHT = PreflightVerdict(
     ),
     network=(
         NetworkExpectation(port="mlx5_0/1", rate="400 Gb/sec (4X NDR)", expected_busbw_gbps=40.0, measured=False),
+    ),
+    decision=PreflightDecision(
+        slow_pct=50.0,
+        nodes=("n0",),
+        rounds=0,
+        gemm=(
+            PreflightGemm(
+                node="n0",
+                rank=0,
+                local_rank=0,
+                gpu=None,
+                gpu_uuid=None,
+                device="cpu",
+                dtype="float32",
+                n=256,
+                tflops=0.1,
+                node_median_tflops=0.1,
+                job_median_tflops=0.1,
+                expected_tflops=None,
+                status="pass",
+                message="",
+            ),
+        ),
+        pairs=(),
+        excluded=(),
+        exclude_hostlist="",
+        unexplained=(),
     ),
     workers_exit_code=0,
     exit_code=0,

@@ -129,7 +129,7 @@ def test_record_round_trips_into_expectations() -> None:
     tiers = plan_tiers(plan, topo)
     per_rank = {r: {"tiers": {t.name: {"seconds": 0.004, "correct": True} for t in tiers}} for r in (0, 1)}
     results = [judge(t, per_rank, Expectation(None, ""), 2**30, 20) for t in tiers]
-    saved = json.loads(json.dumps(record(results, plan)))
+    saved = json.loads(json.dumps(record(results, plan, None)))
     floors, warnings = usable_floors(recorded_floors(saved), "rec.json", tiers, plan, 2**30)
     assert floors == {"nvlink:0,1": 268.44, "node": 268.44} and warnings == []
     exp = expectations(tiers, plan, topo, PreflightSettings(), floors, "rec.json")
@@ -162,7 +162,8 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_worker_times_sub_tiers_with_real_processes(tmp_path: Path) -> None:
-    """The worker under `run`: 3 gloo ranks, two 2-rank tiers and the node, each with right sums."""
+    """The worker under `run`: 3 gloo ranks, two 2-rank tiers and the node, each with right sums, and
+    the GEMM of the one rank the spec names."""
     spec = {
         "ranks": [0, 1, 2],
         "port": 0,
@@ -171,6 +172,11 @@ def test_worker_times_sub_tiers_with_real_processes(tmp_path: Path) -> None:
         "iters": 2,
         "warmup": 1,
         "tiers": [{"name": "a", "ranks": [0, 2]}, {"name": "b", "ranks": [1, 2]}, {"name": "node", "ranks": [0, 1, 2]}],
+        "node": "box",
+        "node_rank": 0,
+        "host": "box",
+        "job": False,
+        "gemm": {"n": 64, "reps": 2, "matmuls": 2, "ranks": {"0": {"gpu_index": None, "gpu_uuid": None}}},
     }
     from openclaw_launch.cli.torchrun_resolve import free_port
 
@@ -191,6 +197,9 @@ def test_worker_times_sub_tiers_with_real_processes(tmp_path: Path) -> None:
     assert sorted(docs[0]["tiers"]) == ["a", "node"] and sorted(docs[1]["tiers"]) == ["b", "node"]
     assert sorted(docs[2]["tiers"]) == ["a", "b", "node"]
     assert all(t["correct"] and t["seconds"] > 0 for d in docs.values() for t in d["tiers"].values())
+    world = docs[1]["world"]  # every rank's results, gathered: rank 0 alone ran the GEMM
+    assert [(e["rank"], e["gemm"] is not None) for e in world] == [(0, True), (1, False), (2, False)]
+    assert world[0]["gemm"]["tflops"] > 0 and world[0]["gemm"]["dtype"] == "float32"
 
 
 def test_preflight_cli_fails_below_expectation_then_records_and_expects(tmp_path: Path) -> None:

@@ -6,13 +6,16 @@ hostnames`` when it is on PATH (Slurm's own expansion, always right); finding th
 documented forms: comma-separated names, each with any number of bracketed ranges/lists, zero
 padding kept (``[08-10]`` is 08, 09, 10). No library fits: python-hostlist is GPL-2.0, ClusterShell is
 CeCILL-C (copyleft) and a large dependency, py-hostlist is an unmaintained 0.0.2.dev0.
+``compress_hostlist`` goes the other way, for ``preflight --exclude-file`` (``sbatch --exclude``).
 """
 
 from __future__ import annotations
 
 import itertools
+import re
 import shutil
 import subprocess
+from collections.abc import Sequence
 
 from openclaw_launch.errors import PlanError
 
@@ -94,3 +97,49 @@ def _ranges(body: str, whole: str) -> list[str]:
         width = len(lo) if lo.startswith("0") and len(lo) > 1 else 0
         out += [str(n).zfill(width) for n in range(a, b + 1)]
     return out
+
+
+def compress_hostlist(hosts: Sequence[str]) -> str:
+    """The Slurm hostlist of ``hosts`` (``node[01-03,07],login``), as ``sbatch --exclude`` takes it:
+    names that differ only in a trailing number share one bracket, zero padding kept; duplicates
+    dropped; sorted by prefix, then number. ``parse_hostlist`` of it gives the same set of names."""
+    plain: set[str] = set()
+    numbered: dict[tuple[str, int], set[int]] = {}  # (prefix, padded width or 0) -> numbers
+    padded: dict[str, set[int]] = {}
+    split = []
+    for host in dict.fromkeys(hosts):
+        m = re.fullmatch(r"(.*?)(\d+)", host)
+        if m is None:
+            plain.add(host)
+            continue
+        prefix, digits = m.groups()
+        split.append((prefix, digits))
+        if digits.startswith("0") and len(digits) > 1:
+            padded.setdefault(prefix, set()).add(len(digits))
+    for prefix, digits in split:
+        width = len(digits) if len(digits) in padded.get(prefix, set()) else 0
+        numbered.setdefault((prefix, width), set()).add(int(digits))
+    items = [(host, "") for host in plain]
+    for (prefix, width), numbers in numbered.items():
+        ranges = _ranges_of(sorted(numbers), width)
+        body = ranges[0] if len(ranges) == 1 and "-" not in ranges[0] else f"[{','.join(ranges)}]"
+        items.append((prefix, body))
+    return ",".join(prefix + body for prefix, body in sorted(items, key=lambda i: (i[0], _first(i[1]))))
+
+
+def _ranges_of(numbers: list[int], width: int) -> list[str]:
+    """Consecutive runs of sorted numbers as ``N`` or ``N-M``, each ``zfill(width)``."""
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    fmt = [(str(a).zfill(width), str(b).zfill(width)) for a, b in runs]
+    return [a if a == b else f"{a}-{b}" for a, b in fmt]
+
+
+def _first(body: str) -> int:
+    """The first number of a bracket body (sort key); 0 for a plain name."""
+    m = re.search(r"\d+", body)
+    return int(m.group()) if m else -1

@@ -58,6 +58,11 @@ def percent() -> click.FloatRange:
     return _FiniteRange(0, MAX_PERCENT)
 
 
+def slow_percent() -> click.FloatRange:
+    """``preflight --slow-pct``: above 0 and below 100 (0 would flag every GPU, 100 none)."""
+    return _FiniteRange(0, 100, min_open=True, max_open=True)
+
+
 def restarts() -> click.IntRange:
     return click.IntRange(0, MAX_RESTARTS)
 

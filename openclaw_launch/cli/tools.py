@@ -25,8 +25,10 @@ from openclaw_launch.cli.common import (
     warn,
     with_common,
 )
+from openclaw_launch.cli.option_types import slow_percent
 from openclaw_launch.cli.run_options import RunOptions, console_choices, startup_timeout_s, with_run_options
 from openclaw_launch.cli.torchrun_resolve import resolve
+from openclaw_launch.config.defaults import PREFLIGHT_SLOW_PCT
 from openclaw_launch.config.model import Config
 from openclaw_launch.config.reader import load_config
 from openclaw_launch.errors import OpenclawError
@@ -83,6 +85,25 @@ def plan(c: Common, r: RunOptions, as_json: bool, suggest_parallel: bool) -> Non
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False), help="Write the run report (with it).")
+@click.option(
+    "--slow-pct",
+    type=slow_percent(),
+    help="A GEMM or node pair this many percent below its reference is slow, its node excluded "
+    f"(default {PREFLIGHT_SLOW_PCT['gpu']:g} on GPUs, {PREFLIGHT_SLOW_PCT['cpu']:g} on CPU ranks).",
+)
+@click.option(
+    "--exclude-file",
+    "exclude_path",
+    type=click.Path(dir_okay=False),
+    help="Write the nodes to leave out here, as a Slurm hostlist for sbatch --exclude (exit 4 when any).",
+)
+@click.option(
+    "--scope",
+    type=click.Choice(["job", "node"]),
+    default="job",
+    show_default=True,
+    help="job: every node of the job at once (GEMMs compared, node pairs); node: this node alone.",
+)
 def preflight(
     c: Common,
     size_mib: int | None,
@@ -91,13 +112,29 @@ def preflight(
     expect_path: str | None,
     as_json: bool,
     report_path: str | None,
+    slow_pct: float | None,
+    exclude_path: str | None,
+    scope: str,
 ) -> None:
-    """Run the plan with an all-reduce probe: bandwidth per NVLink island and node vs expected."""
+    """Run the plan with a probe: all-reduce per NVLink island and node vs expected, a GEMM per GPU,
+    an all-reduce per node pair; name the nodes to exclude."""
     if c.script:
         raise click.UsageError(f"preflight runs its own worker; remove {c.script[0]!r} and what follows")
     from openclaw_launch.preflight.command import PreflightOptions
 
-    options = PreflightOptions(size_mib, iters, record_path, expect_path, as_json, report_path, c.tr.grace_period_s)
+    options = PreflightOptions(
+        size_mib,
+        iters,
+        record_path,
+        expect_path,
+        as_json,
+        report_path,
+        c.tr.grace_period_s,
+        slow_pct=slow_pct,
+        exclude_path=exclude_path,
+        scope=scope,
+        host_names=not c.config_path,
+    )
     try:
         code = probe_fabric(c, options)
     except OpenclawError as e:

@@ -29,6 +29,10 @@ STARTUP_TIMEOUT_FLOOR_S = 600.0
 AGENT_TIMEOUT_S = 300.0  # several nodes: how long the agents wait for every node
 KEEPALIVE_S = 15.0  # several nodes: a node silent this long is lost
 RDZV_PORT = 29400  # torchrun's rendezvous port when --rdzv-endpoint has none
+#: ``preflight --slow-pct``: a GEMM or a node pair this many % below its reference is slow and its node
+#: excluded (docs/preflight.md). CPU ranks (gloo) share cores, caches and the OS with the rest of the
+#: host, and loopback test nodes share one host, so their bar is wider.
+PREFLIGHT_SLOW_PCT: dict[str, float] = {"gpu": 10.0, "cpu": 50.0}
 
 
 @dataclass(frozen=True)

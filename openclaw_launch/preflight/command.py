@@ -15,20 +15,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from openclaw_launch.config.defaults import GRACE_PERIOD_S
+from openclaw_launch.config.defaults import GRACE_PERIOD_S, PREFLIGHT_SLOW_PCT
 from openclaw_launch.config.limits import MAX_RECORD_BYTES
 from openclaw_launch.config.model import PreflightSettings
 from openclaw_launch.errors import OpenclawError
 from openclaw_launch.files import check_output_path, write_atomic
 from openclaw_launch.plan.model import LaunchPlan
-from openclaw_launch.preflight.record import Recording, record, recorded_floors, usable_floors
+from openclaw_launch.preflight.decide import GEMM_MATMULS, GEMM_N, GEMM_REPS, Floors, decide, format_decision
+from openclaw_launch.preflight.decide import exit_code as decision_exit_code
+from openclaw_launch.preflight.record import Recording, decision_floors, record, recorded_floors, usable_floors
 from openclaw_launch.preflight.tiers import (
     DEFAULT_ITERS,
     PREFLIGHT_SCHEMA,
     WARMUP_ITERS,
     TierResult,
     default_size_bytes,
-    exit_code,
     expectations,
     format_line,
     judge,
@@ -36,7 +37,7 @@ from openclaw_launch.preflight.tiers import (
     plan_tiers,
 )
 from openclaw_launch.report.codec import from_json, to_json
-from openclaw_launch.report.model import NetworkExpectation, PreflightTier, PreflightVerdict
+from openclaw_launch.report.preflight import NetworkExpectation, PreflightDecision, PreflightTier, PreflightVerdict
 from openclaw_launch.topology.model import Topology
 
 WORKER_MODULE = "openclaw_launch.preflight.worker"
@@ -55,6 +56,10 @@ class PreflightOptions:
     report_path: str | None = None
     grace_period_s: float = GRACE_PERIOD_S
     timeout_s: float = 300.0  # a collective that hangs this long fails its worker
+    slow_pct: float | None = None  # None: PREFLIGHT_SLOW_PCT of the backend
+    exclude_path: str | None = None
+    scope: str = "job"  # "job": every node together (GEMMs compared, node pairs); "node": this one alone
+    host_names: bool = False  # the exclude list names hosts (no config: nodes are node0, node1, ...)
 
 
 def run_preflight(
@@ -65,7 +70,12 @@ def run_preflight(
 ) -> int:
     """The whole command; returns its exit code (docs/preflight.md). ``make_plan(script)`` plans
     ``python -m SCRIPT...`` as ``run`` would; ``read_topology(with_gpus)`` reads the same host."""
-    for option, path in (("--record", options.record_path), ("--report", options.report_path)):
+    outputs = (
+        ("--record", options.record_path),
+        ("--report", options.report_path),
+        ("--exclude-file", options.exclude_path),
+    )
+    for option, path in outputs:
         problem = check_output_path(path) if path else None
         if problem is not None:  # before minutes of measuring, not after
             raise OpenclawError(f"{option} {path}: {problem}")
@@ -81,8 +91,16 @@ def run_preflight(
         recorded, record_warnings = _compare(recording, options.expect_path or "", tiers, plan, size)
         expected = expectations(tiers, plan, topology, settings, recorded, options.expect_path or "")
         iters = options.iters or settings.iters or DEFAULT_ITERS
-        _write_spec(spec_path, plan, tiers, size, iters, options.timeout_s)
-        for w in (*plan.warnings, *record_warnings):
+        kind = "gpu" if plan.backend == "nccl" else "cpu"
+        slow_pct = options.slow_pct if options.slow_pct is not None else PREFLIGHT_SLOW_PCT[kind]
+        floors, floor_warnings = (
+            decision_floors(recording, options.expect_path or "", GEMM_N[kind], size)
+            if recording
+            else (Floors({}, {}), [])
+        )
+        job = options.scope == "job" and plan.nnodes > 1
+        _write_spec(spec_path, plan, tiers, size, iters, options, job)
+        for w in (*plan.warnings, *record_warnings, *floor_warnings):
             print(f"openclaw-launch: warning: {w}", file=sys.stderr)
         gpus = {r.rank: r.gpu_index for r in plan.ranks}
         results: list[TierResult] = []
@@ -102,16 +120,23 @@ def run_preflight(
                 )
                 for t in tiers
             ]
-            judged.append(_document(plan, topology, results, size, iters, launch_code))
+            world = next((d["world"] for d in per_rank.values() if d.get("world")), None)
+            decision = decide(world, size, iters, slow_pct, floors) if world else None
+            judged.append(_document(plan, topology, results, decision, size, iters, launch_code, job))
             return judged[-1]
 
-        launch_code = _launch(plan, options, verdict) if tiers else 0
+        launch_code = _launch(plan, options, verdict)
         doc = judged[-1] if judged else verdict(launch_code)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     _output(doc, results, options.as_json)
     if options.record_path:
-        _write(options.record_path, record(results, plan), doc.exit_code)
+        _write(
+            "--record", options.record_path, json.dumps(record(results, plan, doc.decision), indent=2), doc.exit_code
+        )
+    if options.exclude_path:  # also when nothing is excluded: a stale list must not stay behind
+        hosts = doc.decision.exclude_hostlist if doc.decision else ""
+        _write("--exclude-file", options.exclude_path, hosts, doc.exit_code)
     return doc.exit_code
 
 
@@ -138,8 +163,18 @@ def _compare(
         raise OpenclawError(f"--expect {source}: {e}") from None
 
 
-def _write_spec(path: Path, plan: LaunchPlan, tiers: list[Any], size: int, iters: int, timeout_s: float) -> None:
+def _write_spec(
+    path: Path, plan: LaunchPlan, tiers: list[Any], size: int, iters: int, options: PreflightOptions, job: bool
+) -> None:
+    import socket
+
     from openclaw_launch.cli.torchrun_resolve import free_port
+
+    kind = "gpu" if plan.backend == "nccl" else "cpu"
+    firsts: dict[str | None, Any] = {}
+    for r in plan.ranks:  # one GEMM per GPU (its first rank), one per CPU rank
+        firsts.setdefault(r.gpu_uuid or f"rank{r.rank}", r)
+    gemm_ranks = {str(r.rank): {"gpu_index": r.gpu_index, "gpu_uuid": r.gpu_uuid} for r in firsts.values()}
 
     spec = {
         "ranks": [r.rank for r in plan.ranks],
@@ -148,8 +183,13 @@ def _write_spec(path: Path, plan: LaunchPlan, tiers: list[Any], size: int, iters
         "size_bytes": size,
         "iters": iters,
         "warmup": WARMUP_ITERS,
-        "timeout_s": timeout_s,
+        "timeout_s": options.timeout_s,
         "tiers": [{"name": t.name, "ranks": list(t.ranks)} for t in tiers],
+        "node": plan.node,
+        "node_rank": plan.node_rank,
+        "host": socket.gethostname().split(".")[0] if options.host_names else plan.node,
+        "job": job,
+        "gemm": {"n": GEMM_N[kind], "reps": GEMM_REPS, "matmuls": GEMM_MATMULS, "ranks": gemm_ranks},
     }
     path.write_text(json.dumps(spec))
 
@@ -176,18 +216,33 @@ def _read_results(out_dir: Path) -> dict[int, dict[str, Any]]:
 
 
 def _document(
-    plan: LaunchPlan, topology: Topology, results: list[TierResult], size: int, iters: int, launch_code: int
+    plan: LaunchPlan,
+    topology: Topology,
+    results: list[TierResult],
+    decision: PreflightDecision | None,
+    size: int,
+    iters: int,
+    launch_code: int,
+    job: bool,
 ) -> PreflightVerdict:
-    code = exit_code(results) if launch_code == 0 else launch_code if launch_code >= 128 else WORKERS_FAILED
+    failed = any(r.status == "fail" for r in results)
+    code = (
+        decision_exit_code(failed, decision)
+        if launch_code == 0
+        else launch_code
+        if launch_code >= 128
+        else WORKERS_FAILED
+    )
     return PreflightVerdict(
         schema=PREFLIGHT_SCHEMA,
         node=plan.node,
         backend=plan.backend,
-        scope="node",  # tiers across nodes are not measured yet
+        scope="job" if job else "node",
         size_bytes=size,
         iters=iters,
         tiers=tuple(from_json(PreflightTier, r.to_json()) for r in results),
         network=tuple(from_json(NetworkExpectation, n) for n in network_expectations(topology)),
+        decision=decision,
         workers_exit_code=launch_code,
         exit_code=code,
     )
@@ -201,26 +256,33 @@ def _output(doc: PreflightVerdict, results: list[TierResult], as_json: bool) -> 
         print(format_line(r))
     if not results:
         print("INFO  node  one rank: nothing to all-reduce")
+    for line in format_decision(doc.decision) if doc.decision else ():
+        print(line)
     for n in doc.network:
         print(
             f"INFO  {n.port}  {n.rate}: expected busbw >= {n.expected_busbw_gbps:g} GB/s "
-            "(not measured: tiers across nodes are not run yet)"
+            "(not compared: node pairs are judged against each other and --expect)"
         )
     counts = {s: sum(r.status == s for r in results) for s in ("pass", "warn", "fail", "info")}
     tail = f"; the workers failed (exit {doc.workers_exit_code})" if doc.workers_exit_code else ""
+    if doc.decision is not None:
+        d = doc.decision
+        slow = sum(g.status != "pass" for g in d.gemm) + sum(p.status != "pass" for p in d.pairs)
+        out = f"exclude {d.exclude_hostlist}" if d.excluded else "nothing to exclude"
+        tail += f"; {len(d.gemm)} GEMMs and {len(d.pairs)} node pairs ({d.rounds} rounds), {slow} slow: {out}"
     print(
         f"preflight on {doc.node}: {counts['pass']} passed, {counts['warn']} warnings, "
         f"{counts['fail']} failed, {counts['info']} without expectation{tail}"
     )
 
 
-def _write(path: str, data: dict[str, Any], code: int) -> None:
-    """The recording, once measured: a failed write (a full disk) is said, the verdict's code stands."""
+def _write(option: str, path: str, text: str, code: int) -> None:
+    """An output, once measured: a failed write (a full disk) is said, the verdict's code stands."""
     try:
-        write_atomic(path, json.dumps(data, indent=2) + "\n")
+        write_atomic(path, text + "\n")
     except OSError as e:
         print(
-            f"openclaw-launch: error: --record {path}: cannot write it ({e.strerror or e}); "
+            f"openclaw-launch: error: {option} {path}: cannot write it ({e.strerror or e}); "
             f"the exit code {code} stands",
             file=sys.stderr,
         )

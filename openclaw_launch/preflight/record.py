@@ -6,11 +6,13 @@ compared with this run before anything is measured. Pure: the file is read by th
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from openclaw_launch.plan.model import LaunchPlan
-from openclaw_launch.preflight.tiers import Tier, TierResult
+from openclaw_launch.preflight.decide import Floors
+from openclaw_launch.preflight.tiers import RECORDED_MARGIN, Tier, TierResult
+from openclaw_launch.report.preflight import PreflightDecision
 
 RECORD_FORMAT = "openclaw-preflight-record/1"
 
@@ -20,9 +22,12 @@ def _tier_gpus(tier: Tier, plan: LaunchPlan) -> list[str]:
     return sorted({r.gpu_uuid for r in plan.ranks if r.rank in members and r.gpu_uuid})
 
 
-def record(results: Sequence[TierResult], plan: LaunchPlan) -> dict[str, Any]:
+def record(results: Sequence[TierResult], plan: LaunchPlan, decision: PreflightDecision | None) -> dict[str, Any]:
     """``--record FILE``: the measured bandwidths, for a later ``--expect FILE``, with what makes them
-    comparable: the message size, the ranks and the GPUs (by UUID) of each tier."""
+    comparable: the message size, the ranks and the GPUs (by UUID) of each tier; each GEMM's TFLOPS
+    (by GPU UUID, or node and local rank) with its size; each node pair's bandwidth with its size."""
+    gemm = decision.gemm if decision else ()
+    pairs = decision.pairs if decision else ()
     return {
         "format": RECORD_FORMAT,
         "node": plan.node,
@@ -36,6 +41,15 @@ def record(results: Sequence[TierResult], plan: LaunchPlan) -> dict[str, Any]:
             for r in results
             if r.busbw_gbps is not None
         },
+        "gemm": {
+            g.gpu_uuid or f"{g.node}/local_rank={g.local_rank}": {"tflops": g.tflops, "n": g.n, "dtype": g.dtype}
+            for g in gemm
+        },
+        "pairs": {
+            p.name: {"busbw_gbps": p.busbw_gbps, "size_bytes": p.size_bytes, "ranks": len(p.ranks)}
+            for p in pairs
+            if p.busbw_gbps is not None
+        },
     }
 
 
@@ -48,11 +62,19 @@ class RecordedTier:
 
 
 @dataclass(frozen=True)
+class RecordedGemm:
+    tflops: float
+    n: int | None
+
+
+@dataclass(frozen=True)
 class Recording:
-    """A ``--record`` file, its values checked."""
+    """A ``--record`` file, its values checked (``gemm`` and ``pairs``: none in older files)."""
 
     node: str | None
     tiers: Mapping[str, RecordedTier]
+    gemm: Mapping[str, RecordedGemm] = field(default_factory=dict)
+    pairs: Mapping[str, RecordedTier] = field(default_factory=dict)
 
 
 def _number(value: Any, integer: bool) -> bool:
@@ -78,8 +100,54 @@ def recorded_floors(data: Any) -> Recording:
             raise ValueError(f"tiers.{name}.gpus is not a list of GPU UUIDs")
         uuids = None if gpus is None else tuple(gpus)
         tiers[str(name)] = RecordedTier(float(entry["busbw_gbps"]), entry.get("size_bytes"), entry.get("ranks"), uuids)
+    gemm = {}
+    for key, entry in _section(data, "gemm").items():
+        if not _number(entry.get("tflops"), integer=False):
+            raise ValueError(f"gemm.{key}.tflops is {entry.get('tflops')!r}, not a throughput > 0 in TFLOPS")
+        if "n" in entry and not _number(entry["n"], integer=True):
+            raise ValueError(f"gemm.{key}.n is {entry['n']!r}, not a whole number > 0")
+        gemm[str(key)] = RecordedGemm(float(entry["tflops"]), entry.get("n"))
+    pairs = {}
+    for name, entry in _section(data, "pairs").items():
+        if not _number(entry.get("busbw_gbps"), integer=False):
+            raise ValueError(f"pairs.{name}.busbw_gbps is {entry.get('busbw_gbps')!r}, not a bandwidth > 0 in GB/s")
+        for key in ("size_bytes", "ranks"):
+            if key in entry and not _number(entry[key], integer=True):
+                raise ValueError(f"pairs.{name}.{key} is {entry[key]!r}, not a whole number > 0")
+        pairs[str(name)] = RecordedTier(float(entry["busbw_gbps"]), entry.get("size_bytes"), entry.get("ranks"), None)
     node = data.get("node")
-    return Recording(node if isinstance(node, str) else None, tiers)
+    return Recording(node if isinstance(node, str) else None, tiers, gemm, pairs)
+
+
+def _section(data: Mapping[str, Any], key: str) -> dict[str, dict[str, Any]]:
+    """``gemm`` or ``pairs`` of a recording: absent is empty; each entry an object."""
+    section = data.get(key, {})
+    if not isinstance(section, dict):
+        raise ValueError(f"{key} is not an object")
+    return {str(k): v if isinstance(v, dict) else {} for k, v in section.items()}
+
+
+def decision_floors(recording: Recording, source: str, gemm_n: int, size_bytes: int) -> tuple[Floors, list[str]]:
+    """``--expect``'s floors for the GEMMs and the node pairs (recorded x RECORDED_MARGIN), and a
+    warning for each recorded with another size (not used). Which GPUs and pairs this run has is
+    known once measured: a recorded one this run lacks is not used."""
+    warnings = []
+    gemm = {}
+    for key, g in recording.gemm.items():
+        if g.n is not None and g.n != gemm_n:
+            warnings.append(f"--expect {source}: GEMM {key} recorded with n={g.n}, this run uses n={gemm_n}; not used")
+        else:
+            gemm[key] = round(g.tflops * RECORDED_MARGIN, 4)
+    pairs = {}
+    for name, p in recording.pairs.items():
+        if p.size_bytes is not None and p.size_bytes != size_bytes:
+            warnings.append(
+                f"--expect {source}: {name} recorded with {p.size_bytes / 2**20:g} MiB all-reduces, this run uses "
+                f"{size_bytes / 2**20:g} MiB; not used"
+            )
+        else:
+            pairs[name] = round(p.busbw_gbps * RECORDED_MARGIN, 4)
+    return Floors(gemm, pairs), warnings
 
 
 def usable_floors(

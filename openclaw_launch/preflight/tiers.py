@@ -84,7 +84,7 @@ def _plan_gpus(plan: LaunchPlan, topology: Topology) -> list[GpuInfo]:
 
 def plan_tiers(plan: LaunchPlan, topology: Topology) -> list[Tier]:
     """Each NVLink island of two or more GPUs, then the whole node (when it has two ranks or more).
-    Only this node: tiers across nodes are not measured yet."""
+    Only this node: across nodes, the node pairs measure (decide.py)."""
     tiers: list[Tier] = []
     for island in nvlink_islands(plan, topology):
         if len(island) < 2:
@@ -194,7 +194,7 @@ def expectations(
 
 def network_expectations(topology: Topology) -> list[dict[str, Any]]:
     """Each active IB port's expected bus bandwidth (rate / 8 x EFFICIENCY["ib"]); reported only:
-    cross-node tiers are not measured yet."""
+    node pairs are judged against each other and ``--expect``."""
     out = []
     for p in topology.infiniband:
         rate = p.rate_gbps
@@ -281,11 +281,6 @@ def judge(
             "it (NCCL_P2P_DISABLE, NCCL_P2P_LEVEL, a PCIe path); run openclaw-launch validate"
         )
     return TierResult(tier, size_bytes, iters, seconds, correct, expected, status, msg, gpus)
-
-
-def exit_code(results: Sequence[TierResult]) -> int:
-    """0 when nothing failed (warnings and info included), 1 when a tier failed."""
-    return 1 if any(r.status == "fail" for r in results) else 0
 
 
 def format_line(r: TierResult) -> str:

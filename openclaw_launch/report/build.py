@@ -26,10 +26,10 @@ from openclaw_launch.report.model import (
     Hang,
     JobReport,
     NodeReport,
-    PreflightVerdict,
     RunStatistics,
     StragglerEntry,
 )
+from openclaw_launch.report.preflight import PreflightVerdict
 from openclaw_launch.report.rank import GpuStats, RankEntry, RankOutcome, SectionTimes, StepStatistics, StepTimes
 from openclaw_launch.run.results import JobResult, WorkerResult, signal_name
 from openclaw_launch.safe_read import InputFileError, parse_json, read_input

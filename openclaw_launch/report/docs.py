@@ -20,14 +20,20 @@ from openclaw_launch.report.model import (
     HangCause,
     HangRank,
     JobReport,
-    NetworkExpectation,
     NodeReport,
     NodeSummary,
-    PreflightTier,
-    PreflightVerdict,
     Report,
     RunStatistics,
     StragglerEntry,
+)
+from openclaw_launch.report.preflight import (
+    NetworkExpectation,
+    PreflightDecision,
+    PreflightExclusion,
+    PreflightGemm,
+    PreflightPair,
+    PreflightTier,
+    PreflightVerdict,
 )
 from openclaw_launch.report.rank import GpuStats, RankEntry, SectionTimes, StepStatistics, StepTimes
 
@@ -50,6 +56,10 @@ TABLES: dict[str, type] = {
     "preflight": PreflightVerdict,
     "preflight.tiers[]": PreflightTier,
     "preflight.network[]": NetworkExpectation,
+    "preflight.decision": PreflightDecision,
+    "preflight.decision.gemm[]": PreflightGemm,
+    "preflight.decision.pairs[]": PreflightPair,
+    "preflight.decision.excluded[]": PreflightExclusion,
     "job report": JobReport,
     "nodes[]": NodeSummary,
 }

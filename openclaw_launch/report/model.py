@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from openclaw_launch.report.codec import doc
+from openclaw_launch.report.preflight import PreflightVerdict
 from openclaw_launch.report.rank import RankEntry, RankOutcome
 
 SCHEMA = "openclaw-report/5"
@@ -188,50 +189,6 @@ class Hang:
     cause: HangCause | None = field(
         default=None, metadata=doc("whom the others wait for, and how that is known (see `hang.cause`)")
     )
-
-
-@dataclass(frozen=True)
-class PreflightTier:
-    name: str = field(metadata=doc("`nvlink:0,1` (host GPU indexes) or `node`"))
-    kind: str = field(metadata=doc("the tier's kind (docs/preflight.md)"))
-    ranks: tuple[int, ...] = field(metadata=doc("the global ranks taking part"))
-    gpus: tuple[int, ...] = field(metadata=doc("their host GPU indexes"))
-    size_bytes: int = field(metadata=doc("bytes per all-reduce"))
-    iters: int = field(metadata=doc("timed all-reduces"))
-    seconds: float | None = field(metadata=doc("per all-reduce, the slowest member's; null: not measured"))
-    algbw_gbps: float | None = field(metadata=doc("size / time, GB/s"))
-    busbw_gbps: float | None = field(metadata=doc("bus bandwidth (nccl-tests' `busbw`), GB/s"))
-    expected_busbw_gbps: float | None = field(metadata=doc("the floor it is judged against; null: none"))
-    expected_source: str = field(metadata=doc("how the floor was derived"))
-    correct: bool | None = field(metadata=doc("the sums came back right on every member"))
-    status: str = field(metadata=doc("`pass`, `warn`, `fail` or `info`"))
-    message: str = field(metadata=doc("why, for warn and fail"))
-
-
-@dataclass(frozen=True)
-class NetworkExpectation:
-    port: str = field(metadata=doc("InfiniBand `device/port`"))
-    rate: str | None = field(metadata=doc("its sysfs rate, e.g. `400 Gb/sec (4X NDR)`"))
-    expected_busbw_gbps: float = field(metadata=doc("rate / 8 x 0.8"))
-    measured: bool = field(metadata=doc("false: tiers across nodes are not run yet"))
-
-
-@dataclass(frozen=True)
-class PreflightVerdict:
-    """What ``preflight --json`` prints (docs/preflight.md)."""
-
-    schema: str = field(metadata=doc("`openclaw-preflight/1`"))
-    node: str = field(metadata=doc("the node probed"))
-    backend: str = field(metadata=doc("`nccl` or `gloo`"))
-    scope: str = field(metadata=doc("`node` (tiers across nodes are not measured yet)"))
-    size_bytes: int = field(metadata=doc("bytes per all-reduce"))
-    iters: int = field(metadata=doc("timed all-reduces per tier"))
-    tiers: tuple[PreflightTier, ...] = field(metadata=doc("one per tier (see `preflight.tiers[]`)"))
-    network: tuple[NetworkExpectation, ...] = field(
-        metadata=doc("each active InfiniBand port's expectation, reported only (see `preflight.network[]`)")
-    )
-    workers_exit_code: int = field(metadata=doc("the launcher's exit code for the probe's workers"))
-    exit_code: int = field(metadata=doc("preflight's exit code (docs/preflight.md)"))
 
 
 @dataclass(frozen=True)
