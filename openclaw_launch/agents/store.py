@@ -11,6 +11,7 @@ if the port is taken (another launcher on that host hosts it).
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 from collections.abc import Sequence
 from datetime import timedelta
@@ -77,10 +78,12 @@ def open_store(addr: str, port: int, host: bool | None, timeout_s: float) -> Age
 
 
 class AgentStore:
-    """Keys are namespaced; values are text. Blocking calls: use from one thread at a time."""
+    """Keys are namespaced (``PREFIX`` + ``scope`` + key; an elastic job's worlds each have a scope of
+    their own, agents/elastic.py); values are text. Blocking calls: use from one thread at a time."""
 
     def __init__(self, addr: str, port: int, is_host: bool, timeout_s: float) -> None:
         self.addr, self.port, self.is_host = addr, port, is_host
+        self.scope = ""
         tcp_store = import_tcpstore()
         try:
             self._store: Any = tcp_store(  # the host listens on every interface
@@ -104,25 +107,31 @@ class AgentStore:
                 "check --agent-port (or the --rdzv-endpoint port) and that the first node's launcher runs"
             ) from None
 
+    def within(self, scope: str) -> AgentStore:
+        """The same connection, keys under ``scope`` (one thread at a time still)."""
+        view = copy.copy(self)
+        view.scope = scope
+        return view
+
     def set_timeout(self, seconds: float) -> None:
         self._store.set_timeout(timedelta(seconds=seconds))
 
     def set(self, key: str, value: str) -> None:
-        self._store.set(PREFIX + key, value.encode())
+        self._store.set(PREFIX + self.scope + key, value.encode())
 
     def get(self, key: str) -> str:
-        return bytes(self._store.get(PREFIX + key)).decode()
+        return bytes(self._store.get(PREFIX + self.scope + key)).decode()
 
     def has(self, keys: Sequence[str]) -> bool:
-        return bool(self._store.check([PREFIX + k for k in keys]))
+        return bool(self._store.check([PREFIX + self.scope + k for k in keys]))
 
     def first(self, key: str, value: str) -> str:
         """Set ``key`` unless it is set; return what it holds now (the first writer wins)."""
-        return bytes(self._store.compare_set(PREFIX + key, "", value.encode())).decode()
+        return bytes(self._store.compare_set(PREFIX + self.scope + key, "", value.encode())).decode()
 
     def add(self, key: str, amount: int) -> int:
         """Add to a counter (created at 0); the new value: one number per caller, in call order."""
-        return int(self._store.add(PREFIX + key, amount))
+        return int(self._store.add(PREFIX + self.scope + key, amount))
 
     def get_many(self, keys: Sequence[str]) -> list[str]:
-        return [bytes(v).decode() for v in self._store.multi_get([PREFIX + k for k in keys])]
+        return [bytes(v).decode() for v in self._store.multi_get([PREFIX + self.scope + k for k in keys])]

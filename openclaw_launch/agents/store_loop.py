@@ -224,7 +224,7 @@ class _Loop:
         while not self.link.closed:
             for message in self.link.wait(None):
                 op = message["op"]
-                if op in ("arrive", "join"):
+                if op in ("arrive", "join", "elastic"):  # elastic: agents/elastic_agent.py
                     self._meeting(message)
                 elif op == "start":
                     self._start()

@@ -65,13 +65,16 @@ def plan_and_config(
     telemetry_mode: str = "off",
     hang_timeout_s: float | None = None,
     arrival: tuple[int, int] | None = None,
+    world_nodes: int | None = None,
+    context: RunContext | None = None,
 ) -> tuple[LaunchPlan, Config]:
     """The plan for the command line (``--config``, or this host as torchrun would see it), built
     once with the command's one ``RunContext``. ``at_run``: a launcher that will start it (``run``,
     ``preflight``), else what ``plan`` and ``run --dry-run`` show, with the placeholders of
     docs/plan-format.md for what only a running launcher knows. ``arrival``: node ranks by arrival
     (c10d without ``--node-rank``), the (node rank, MASTER_PORT) this launcher's rendezvous gave;
-    None there: node rank 0's plan, with ``NODE_RANK_PLACEHOLDER``'s warning."""
+    None there: node rank 0's plan, with ``NODE_RANK_PLACEHOLDER``'s warning. An elastic job's world:
+    ``world_nodes`` nodes, and the ``context`` of its first plan (the run id and directory stay)."""
     want = resolve(c.tr, with_config=bool(c.config_path))
     if want.by_arrival and at_run and arrival is None:  # preflight: its probe has no rendezvous
         raise click.UsageError(
@@ -96,7 +99,7 @@ def plan_and_config(
 
         # host_config makes this host's NVLinks the GPUs' peers, which only TP groups use
         topology = read_topology(c.topology_path, want.nproc_per_node != "cpu", (c.tp or 1) > 1)
-        config = host_config(topology, want.nproc_per_node, want.nnodes or 1)
+        config = host_config(topology, want.nproc_per_node, world_nodes or want.nnodes or 1)
         node_name = config.nodes[node_rank or 0].name
     if want.binding:
         config = dataclasses.replace(
@@ -120,7 +123,9 @@ def plan_and_config(
         parallel=ParallelSpec(c.tp, c.pp, c.dp, where={d: f"--{d}" for d in PARALLEL_DIMS if getattr(c, d)}),
         fallback_master_addr=_slurm_first_host() if len(config.nodes) > 1 else None,
     )
-    context = command_context(c, len(config.nodes), at_run, want.by_arrival, arrival[1] if arrival else None)
+    if context is None:  # elastic: the job's id is a several-node job's at every size (every node has the same)
+        nodes_for_id = want.elastic.max_nodes if want.elastic else len(config.nodes)
+        context = command_context(c, nodes_for_id, at_run, want.by_arrival, arrival[1] if arrival else None)
     return build_plan(config, topology, context, options), config
 
 

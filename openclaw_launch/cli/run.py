@@ -20,6 +20,7 @@ from openclaw_launch.cli.common import (
     warn,
     with_common,
 )
+from openclaw_launch.cli.elastic import arrive_elastic, check_standby, elastic_setup
 from openclaw_launch.cli.run_options import RunOptions, console_choices, startup_timeout_s, with_run_options
 from openclaw_launch.cli.torchrun_resolve import Resolved, resolve
 from openclaw_launch.config.model import Config
@@ -41,14 +42,17 @@ def run(c: Common, r: RunOptions) -> None:
 
     want = resolve(c.tr, with_config=bool(c.config_path))
     console = console_choices(r, c.tr.role, want.local_ranks_shown is not None, os.environ)
-    arrival = _arrive(want, r) if want.by_arrival and not r.dry_run else None
+    check_standby(want, r, c.tr.node_rank is not None)
+    elastic = arrive_elastic(want, r, c.tr.max_restarts) if want.elastic and not r.dry_run else None
+    arrival = _arrive(want, r) if want.by_arrival and not want.elastic and not r.dry_run else None
     try:
         plan, config = plan_and_config(
             c,
             at_run=not r.dry_run,
             telemetry_mode=r.telemetry,
             hang_timeout_s=r.hang_timeout_s,
-            arrival=(arrival.node_rank, arrival.master_port) if arrival else None,
+            arrival=(elastic[0].node_rank, elastic[0].master_port) if elastic else _rank_port(arrival),
+            world_nodes=elastic[0].nnodes if elastic else None,
         )
     except OpenclawError as e:
         fail(e)
@@ -81,7 +85,7 @@ def run(c: Common, r: RunOptions) -> None:
     options = SuperviseOptions(
         grace_period_s=c.tr.grace_period_s,
         kill_timeout_s=r.kill_timeout_s,
-        max_restarts=c.tr.max_restarts,
+        max_restarts=c.tr.max_restarts - (elastic[0].round if elastic else 0),  # a node taken in later: fewer left
         restart_backoff_s=r.restart_backoff_s,
         log_dir=log_dir,
         console_ranks=ranks_shown,
@@ -93,8 +97,11 @@ def run(c: Common, r: RunOptions) -> None:
     )
     try:
         agents = None
-        if plan.nnodes > 1:
+        if elastic:
+            agents = elastic_setup(c, want, r, plan, config, *elastic)
+        elif plan.nnodes > 1:
             agents = _agent_setup(plan, config, r, c.tr.max_restarts, arrival)
+        if agents is not None:
             agents = dataclasses.replace(agents, job_report_path=r.job_report_path or _job_report_path(r.report_path))
         stats = StatsOptions(
             interval_s=r.stats_interval_s,
@@ -216,6 +223,10 @@ def _arrive(want: Resolved, r: RunOptions) -> Any:
     where = f"{want.master_addr}:{want.master_port}"
     click.echo(f"openclaw-launch: node rank {answer.node_rank} of {want.nnodes} (by arrival at {where})", err=True)
     return answer
+
+
+def _rank_port(arrival: Any) -> tuple[int, int] | None:
+    return (arrival.node_rank, arrival.master_port) if arrival else None
 
 
 def _echo_err(text: str) -> None:

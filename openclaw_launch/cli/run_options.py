@@ -41,6 +41,7 @@ class RunOptions:
     agent_port: int | None
     agent_timeout_s: float
     keepalive_s: float
+    standby: bool
     job_report_path: str | None
     preflight_first: bool
     dry_run: bool
@@ -160,6 +161,13 @@ _run_options: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
         show_default=True,
         envvar="OPENCLAW_KEEPALIVE_S",
         help="Several nodes: a node silent this long is lost, and every other node stops its workers.",
+    ),
+    click.option(
+        "--standby",
+        is_flag=True,
+        envvar="OPENCLAW_STANDBY",
+        help="Elastic (--nnodes MIN:MAX): join the rendezvous but run no ranks until a node is lost, then take "
+        "its node rank (the world keeps its size); exits 0 if the job ends without it (docs/elastic.md).",
     ),
     click.option(
         "--job-report",

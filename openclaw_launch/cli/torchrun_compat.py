@@ -68,7 +68,8 @@ FLAGS: tuple[Flag, ...] = (
         ("--nnodes",),
         "Nodes in the job: N, or N:N. Without --config: N identical hosts, one launcher on each with "
         "--node-rank (or c10d: ranks by arrival); with --config it must equal the config's node count. "
-        "MIN:MAX (elastic) is refused.",
+        "MIN:MAX (elastic, c10d without --config): the job starts with MIN..MAX nodes and re-forms when "
+        "one is lost or arrives (docs/elastic.md).",
         env=_pet("nnodes"),
     ),
     Flag(
@@ -83,7 +84,7 @@ FLAGS: tuple[Flag, ...] = (
         _both("rdzv-backend"),
         "static (default) or c10d: one fixed world. c10d with several nodes and no --node-rank: the "
         "launchers' agents meet at --rdzv-endpoint and rank the nodes by arrival (the endpoint's host is "
-        "node 0). etcd and etcd-v2 (elastic membership) are refused.",
+        "node 0); with --nnodes MIN:MAX the agents' rendezvous re-forms the world. etcd and etcd-v2 are refused.",
         env=_pet("rdzv_backend"),
     ),
     Flag(
@@ -104,7 +105,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "rdzv_conf",
         _both("rdzv-conf"),
-        "KEY=VALUE,... rendezvous tuning: checked, no effect (no rendezvous runs).",
+        "KEY=VALUE,... rendezvous tuning: last_call_timeout=S (elastic: once MIN nodes are there, how long "
+        "the first world waits for more; default 30 as torchrun); other keys are checked, no effect.",
         env=_pet("rdzv_conf"),
     ),
     Flag(

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 
 import click
 
+from openclaw_launch.agents.membership import ElasticSpec
 from openclaw_launch.cli.torchrun_compat import TorchrunArgs
-from openclaw_launch.config.defaults import HANDLED_SIGNALS, RDZV_PORT
+from openclaw_launch.config.defaults import HANDLED_SIGNALS, LAST_CALL_TIMEOUT_S, RDZV_PORT
 from openclaw_launch.config.limits import MAX_PREFIX_LEN, MAX_RANKS_PER_NODE, MAX_WORLD_SIZE, host_problem
 from openclaw_launch.config.model import Config
 from openclaw_launch.plan.context import FREE_PORT
@@ -25,7 +26,8 @@ class Resolved:
     """What the torchrun flags ask of the planner and the supervisor."""
 
     nproc_per_node: int | str | None  # N, "gpu", "cpu", "auto", or None (our default)
-    nnodes: int | None  # None: not given
+    nnodes: int | None  # None: not given; elastic: MIN (what ``plan`` shows)
+    elastic: ElasticSpec | None  # --nnodes MIN:MAX with MIN < MAX (c10d, node ranks by the rendezvous)
     node_rank: int | None
     master_addr: str | None
     master_port: int | None  # FREE_PORT (0): a free port drawn at start (torchrun's port 0, --standalone)
@@ -54,8 +56,12 @@ def resolve(args: TorchrunArgs, with_config: bool) -> Resolved:
         raise _bad("--numa-binding", "core-complex is not a binding policy here; use node, socket or exclusive")
     if args.module and args.no_python and not args.run_path:
         raise _bad("--module", "-m and --no-python exclude each other")
-    _check_rdzv_conf(args.rdzv_conf)
-    nnodes = _nnodes(args.nnodes)
+    last_call_timeout_s = _rdzv_conf(args.rdzv_conf)
+    nodes_range = _nnodes(args.nnodes)
+    nnodes = nodes_range[0] if nodes_range else None
+    elastic = None
+    if nodes_range is not None and nodes_range[0] != nodes_range[1]:
+        elastic = ElasticSpec(nodes_range[0], nodes_range[1], last_call_timeout_s)
     backend = args.rdzv_backend or "static"
     if backend not in ("static", "c10d"):
         raise _bad(
@@ -65,7 +71,10 @@ def resolve(args: TorchrunArgs, with_config: bool) -> Resolved:
         )
     if args.standalone and (nnodes or 1) > 1:
         raise _bad("--standalone", f"is a single-node job, but --nnodes is {nnodes}")
-    by_arrival = backend == "c10d" and (nnodes or 1) > 1 and args.node_rank is None and not with_config
+    if elastic is not None:
+        _check_elastic(args, backend, with_config)
+    several = (nnodes or 1) > 1 or elastic is not None
+    by_arrival = backend == "c10d" and several and args.node_rank is None and not with_config
     if by_arrival and not args.rdzv_endpoint:
         raise _bad("--rdzv-endpoint", "c10d ranks the nodes at the rendezvous: give HEAD:PORT (the first node's host)")
     if args.node_rank is not None and nnodes is not None and args.node_rank >= nnodes:
@@ -90,6 +99,7 @@ def resolve(args: TorchrunArgs, with_config: bool) -> Resolved:
     return Resolved(
         nproc_per_node=_nproc(args.nproc_per_node),
         nnodes=nnodes,
+        elastic=elastic,
         node_rank=args.node_rank,
         master_addr=addr,
         master_port=port,
@@ -118,19 +128,36 @@ def _nproc(text: str | None) -> int | str | None:
     return n
 
 
-def _nnodes(text: str | None) -> int | None:
+def _nnodes(text: str | None) -> tuple[int, int] | None:
+    """``N``, ``N:N`` or ``MIN:MAX`` -> (MIN, MAX)."""
     if text is None:
         return None
     low, _, high = text.partition(":")
     try:
         lo, hi = int(low), int(high or low)
     except ValueError:
-        raise _bad("--nnodes", f"{text!r}: use N (or N:N)") from None
-    if lo != hi:
-        raise _bad("--nnodes", f"{text}: elastic membership (MIN:MAX) is not done here; use a fixed N")
-    if not 1 <= lo <= MAX_WORLD_SIZE:
-        raise _bad("--nnodes", f"{text}: use N 1..{MAX_WORLD_SIZE}")
-    return lo
+        raise _bad("--nnodes", f"{text!r}: use N, or MIN:MAX (elastic), in numbers") from None
+    if not (1 <= lo <= MAX_WORLD_SIZE and 1 <= hi <= MAX_WORLD_SIZE):
+        raise _bad("--nnodes", f"{text}: use N (or MIN:MAX) in 1..{MAX_WORLD_SIZE}")
+    if lo > hi:
+        raise _bad("--nnodes", f"{text}: MIN {lo} is above MAX {hi}; use MIN:MAX with MIN <= MAX")
+    return lo, hi
+
+
+def _check_elastic(args: TorchrunArgs, backend: str, with_config: bool) -> None:
+    """``--nnodes MIN:MAX`` runs on the agents' own rendezvous: torchrun's c10d line only."""
+    if with_config:
+        raise _bad(
+            "--nnodes",
+            f"{args.nnodes}: elastic membership is torchrun's command line here (c10d, no --config); with --config "
+            "give the config's node count",
+        )
+    if backend != "c10d":
+        raise _bad("--nnodes", f"{args.nnodes}: elastic membership needs --rdzv-backend c10d and --rdzv-endpoint")
+    if args.node_rank is not None:
+        raise _bad("--node-rank", f"{args.node_rank}: with --nnodes {args.nnodes} the rendezvous gives the node ranks")
+    if not args.rdzv_endpoint:
+        raise _bad("--rdzv-endpoint", "elastic membership meets at a rendezvous: give HEAD:PORT (the first node's host)")
 
 
 def _endpoint(text: str) -> tuple[str, int]:
@@ -157,10 +184,23 @@ def script_args(after_target: tuple[str, ...]) -> tuple[str, ...]:
     return after_target[1:] if after_target[:1] == ("--",) else after_target
 
 
-def _check_rdzv_conf(text: str | None) -> None:
+def _rdzv_conf(text: str | None) -> float:
+    """torchrun's ``--rdzv-conf KEY=VALUE,...``: ``last_call_timeout`` (seconds) is used (elastic:
+    how long the first world waits for more nodes once MIN are there); the other keys are checked
+    for their form only. Returns the last-call timeout."""
+    last_call_timeout_s = LAST_CALL_TIMEOUT_S
     for item in filter(None, (text or "").split(",")):
-        if "=" not in item:
+        key, eq, value = item.partition("=")
+        if not eq:
             raise _bad("--rdzv-conf", f"{item!r}: use KEY=VALUE,KEY=VALUE")
+        if key.strip() == "last_call_timeout":
+            try:
+                last_call_timeout_s = float(value)
+            except ValueError:
+                last_call_timeout_s = -1.0
+            if not 0 <= last_call_timeout_s <= 86400:
+                raise _bad("--rdzv-conf", f"last_call_timeout={value!r}: use seconds 0..86400")
+    return last_call_timeout_s
 
 
 def _streams(text: str | None, option: str) -> frozenset[tuple[int, str]]:

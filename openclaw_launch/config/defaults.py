@@ -28,6 +28,7 @@ STRAGGLER_THRESHOLD_PCT = 5.0  # of the median step
 STARTUP_TIMEOUT_FLOOR_S = 600.0
 AGENT_TIMEOUT_S = 300.0  # several nodes: how long the agents wait for every node
 KEEPALIVE_S = 15.0  # several nodes: a node silent this long is lost
+LAST_CALL_TIMEOUT_S = 30.0  # elastic: once MIN nodes are there, wait this long for more (torchrun's c10d default)
 RDZV_PORT = 29400  # torchrun's rendezvous port when --rdzv-endpoint has none
 #: ``preflight --slow-pct``: a GEMM or a node pair this many % below its reference is slow and its node
 #: excluded (docs/preflight.md). CPU ranks (gloo) share cores, caches and the OS with the rest of the
@@ -99,6 +100,12 @@ DEFAULTS: tuple[Default, ...] = (
     ),
     Default("--agent-timeout-s", _s(AGENT_TIMEOUT_S), "-", "several nodes: how long the agents wait for every node"),
     Default("--keepalive-s", _s(KEEPALIVE_S), "-", "several nodes: a node silent this long is lost"),
+    Default(
+        "--rdzv-conf last_call_timeout",
+        _s(LAST_CALL_TIMEOUT_S),
+        _s(LAST_CALL_TIMEOUT_S),
+        "elastic --nnodes MIN:MAX: once MIN nodes are there, how long the first world waits for more",
+    ),
     Default("--rdzv-endpoint", f"port {RDZV_PORT}", f"port {RDZV_PORT}", "the port (MASTER_PORT) when HOST has none"),
 )
 

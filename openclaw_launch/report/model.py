@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from openclaw_launch.report.codec import doc
+from openclaw_launch.report.membership import AttemptMembership
 from openclaw_launch.report.preflight import PreflightVerdict
 from openclaw_launch.report.rank import RankEntry, RankOutcome
 
@@ -205,6 +206,15 @@ class AttemptEntry:
             "the launcher's view of every rank (as in `ranks[]`, without the plan, statistics and GPU fields)",
             job="every node's ranks of that attempt, in rank order",
         )
+    )
+    membership: AttemptMembership | None = field(
+        default=None,
+        metadata=doc(
+            "an elastic job's (`--nnodes MIN:MAX`) world in that attempt (see `attempt_history[].membership`); "
+            "null: a fixed-size job",
+            job="null (each node's report has its own)",
+            legacy=None,
+        ),
     )
 
 

@@ -53,6 +53,7 @@ class AgentSetup:
     fingerprint: dict[str, str]
     job_report_path: str | None = None  # the first node writes the job's report here
     link: StoreLink | None = None  # node ranks by arrival: the helper that took this node's rank
+    make_agent: Callable[[Callable[[str], None]], Agent] | None = None  # elastic: agents/elastic_agent.py's
 
 
 def launch(
@@ -80,7 +81,8 @@ def launch(
         if agents is not None:
             from openclaw_launch.agents.fate import Agent
 
-            agent = Agent(plan, agents.options, lambda text: _say(options, text), agents.link)
+            say = functools.partial(_say, options)
+            agent = agents.make_agent(say) if agents.make_agent else Agent(plan, agents.options, say, agents.link)
             early = agent.join(
                 agents.fingerprint, lambda: next(iter(_forwarded(os_layer.drain_signals(), options)), None)
             )
@@ -95,7 +97,18 @@ def launch(
         from openclaw_launch.report.build import build_report, write_report  # after the job: start-up time
         from openclaw_launch.report.format import format_report
 
-        report = build_report(plan, result, statistics, code, console_dropped_lines=dropped, preflight=verdict)
+        report = build_report(
+            agent.plan if agent is not None else plan,  # an elastic job's: its last world's
+            result,
+            statistics,
+            code,
+            console_dropped_lines=dropped,
+            preflight=verdict,
+        )
+        if agents is not None and agents.make_agent is not None:
+            from openclaw_launch.agents.elastic_agent import with_memberships
+
+            report = with_memberships(report, agent)
         if report_path:
             try:
                 write_report(report_path, report)
@@ -140,7 +153,7 @@ def _job_report(
         except ReportShapeError as e:  # another version of openclaw-launch: that node counts as missing
             _say(options, f"openclaw-launch: warning: a node's report could not be read: {e}")
     fates = {attempt: fate.node for attempt, fate in agent.fates.items()}
-    job = merge_reports(payloads, agents.options.nodes, code, fates)
+    job = merge_reports(payloads, agent.opt.nodes, code, fates)  # elastic: the last world's
     if job.missing_nodes:
         _say(options, f"openclaw-launch: warning: no report from node(s) {', '.join(job.missing_nodes)}")
     _say(options, "job report (every node):\n" + format_report(job))

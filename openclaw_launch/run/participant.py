@@ -17,6 +17,8 @@ answer depends on another's or on its place in the list:
 - ``vote_restart(attempt, wish)``: after the attempt, given this node's wish (every stop reason
   restartable and attempts left). The job restarts iff the wish holds and no participant says no.
 - ``exempt_pids()``: processes never killed as leftovers (the MPS daemon).
+- ``attempt_ranks(n, ranks)``: the ranks attempt n starts, given the plan's (an elastic job's agent
+  gives its new world's, agents/elastic_agent.py); asked in list order, each gets the last answer.
 - ``on_spawn(rank, pid)``: the supervisor started ``pid`` as ``rank``: the only pid a participant
   may signal or believe for that rank (statistics: stats/inbox.py, hang: stats/hang_monitor.py).
 - ``end_attempt(n)``: attempt n's workers and their leftovers are gone.
@@ -31,6 +33,10 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from openclaw_launch.plan.model import RankPlan
 
 
 class StopKind(enum.Enum):
@@ -91,6 +97,9 @@ class Participant:
 
     def exempt_pids(self) -> Iterable[int]:
         return ()
+
+    def attempt_ranks(self, attempt: int, ranks: tuple[RankPlan, ...]) -> tuple[RankPlan, ...]:
+        return ranks
 
     def on_spawn(self, rank: int, pid: int) -> None:
         return None

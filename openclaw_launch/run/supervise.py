@@ -231,6 +231,8 @@ class _Supervisor:
         self.failure = None
         self.reasons, self._reported = [], set()
         ranks = self.plan.attempt_ranks(attempt)  # this attempt's restart count and error files
+        for p in self.participants:  # an elastic job's new world
+            ranks = p.attempt_ranks(attempt, ranks)
         logs = self.files.prepare(ranks, attempt)  # raises before any worker of the attempt starts
         for rank, rank_logs in zip(ranks, logs, strict=True):
             if self.state is State.STARTING:

@@ -1,0 +1,266 @@
+"""The node agent of an elastic job (``--nnodes MIN:MAX``): agents/fate.py's agent, one world at a
+time. Each attempt is one world (its number is the job's attempt, TORCHELASTIC_RESTART_COUNT); after
+a restartable end (a worker failure, a lost node, a node that arrived) every node of the world asks
+the rendezvous (agents/elastic.py) for the next world, builds its plan for it (``replan``: the pure
+plan for node rank k of n), meets the new world's nodes and starts its workers again.
+
+The helper's side is agents/store_loop.py's loop with one more op, ``elastic`` (the steps
+``arrive``, ``reform``, ``running``, ``done``), answered with ``arrived``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from openclaw_launch.agents.elastic import Rendezvous, world_scope
+from openclaw_launch.agents.fate import EXIT_NODE_LOST, Agent, AgentOptions, Fate, lost_fate
+from openclaw_launch.agents.membership import ElasticSpec
+from openclaw_launch.agents.store import AgentError
+from openclaw_launch.agents.store_loop import LoopOptions, LostFate, StoreLink, _Loop
+from openclaw_launch.plan.model import LaunchPlan, RankPlan
+from openclaw_launch.report.membership import AttemptMembership
+from openclaw_launch.report.model import NodeReport
+from openclaw_launch.run.helper import Helper, Link, Message
+from openclaw_launch.run.participant import StopKind, StopReason
+
+# Kinds of an attempt's fate after which an elastic job re-forms (restarts left): "reform" is the
+# rendezvous's own, a node that arrived while the world ran.
+_REFORMING_FATES = frozenset({StopKind.FAILURE.value, StopKind.LOST.value, "reform"})
+# A node's end outcome that does not stop the job from re-forming ("lost": the rendezvous ended a lost node's).
+_REFORMING_OUTCOMES = frozenset({"ok", "stopped", StopKind.FAILURE.value, StopKind.LOST.value})
+
+
+@dataclass(frozen=True)
+class World:
+    """This launcher's place in one world of the job."""
+
+    round: int  # the world's number: the job's attempt
+    node_rank: int
+    nnodes: int
+    master_port: int
+    tokens: tuple[str, ...]  # every node's launcher (host, pid, a random part) by node rank
+
+    @classmethod
+    def from_answer(cls, answer: Mapping[str, Any]) -> World:
+        return cls(answer["round"], answer["rank"], answer["nnodes"], answer["master_port"], tuple(answer["tokens"]))
+
+
+@dataclass(frozen=True)
+class NotNeeded:
+    """The job ended (or fell below MIN) while this launcher waited (a standby, or one too many)."""
+
+    text: str
+
+
+Replan = Callable[[int, int], tuple[LaunchPlan, tuple[str, ...], dict[str, str]]]  # (rank, n) -> plan, names, fp
+
+
+class ElasticLink(StoreLink):
+    """The launcher's side of the elastic helper."""
+
+    @classmethod
+    def start(cls, options: LoopOptions, lost_fate: LostFate) -> ElasticLink:
+        def main(link: Link) -> None:
+            _ElasticLoop(link, options, lost_fate).serve()
+
+        return cls(Helper.fork("openclaw-agent", main), options)
+
+    def step(
+        self, step: Mapping[str, Any], say: Callable[[str], None], interrupted: Callable[[], int | None]
+    ) -> Message | int:
+        """One membership step, answered when done (a signal's number if one stopped the wait)."""
+        return self._exchange({"op": "elastic", **step}, "arrived", say, interrupted)
+
+
+class _ElasticLoop(_Loop):
+    """The helper's loop, with the rendezvous: it opens the store, and every world's scope."""
+
+    rendezvous: Rendezvous | None = None
+
+    def _join(self, message: Message) -> None:
+        if message["op"] != "elastic":
+            super()._join(message)
+            return
+        step = message["step"]
+        if self.rendezvous is None:
+            store = self._open(None)
+            spec = ElasticSpec(**message["spec"])
+            self.rendezvous = Rendezvous(store, spec, message["max_restarts"], self.opt.join_timeout_s, self._say)
+            self._unscoped = store
+        rendezvous, store = self.rendezvous, self._unscoped
+        if step == "arrive":
+            rendezvous.register(message["token"], message["standby"], message["master_port"])
+            if store.is_host:
+                rendezvous.form_first()
+        elif step == "reform":
+            self._stop.set()  # this world's keep-alive loop and watchdog end; the next world's start anew
+            if self._thread is not None:
+                self._thread.join(timeout=self.opt.keepalive_s + 1)
+            self._stop.clear()
+            if store.is_host:
+                rendezvous.reform(set(message["lost_ranks"]))
+        elif step == "running":
+            rendezvous.names = self.nodes
+            rendezvous.running(rendezvous.round)
+        elif step == "done":
+            rendezvous.finish()
+        if step in ("running", "done"):
+            self._post({"ev": "arrived"})
+            return
+        world = rendezvous.await_world()
+        if "rank" in world:
+            self.store = store.within(world_scope(world["round"]))
+        self._post({"ev": "arrived", **world})
+
+
+def elastic_arrive(
+    options: AgentOptions,
+    spec: ElasticSpec,
+    standby: bool,
+    free_port: int,
+    say: Callable[[str], None],
+    interrupted: Callable[[], int | None],
+) -> tuple[World, ElasticLink] | NotNeeded | int:
+    """Join the rendezvous and wait for the first world that holds this launcher (a standby: until
+    it replaces a lost node). Returns the world and the helper, ``NotNeeded``, or a signal's number;
+    ``AgentError`` if refused."""
+    link = ElasticLink.start(options, lost_fate)
+    step = {"step": "arrive", "spec": dataclasses.asdict(spec), "max_restarts": options.max_restarts}
+    try:
+        answer = link.step(
+            {**step, "token": link.token, "standby": standby, "master_port": free_port}, say, interrupted
+        )
+    except BaseException:
+        link.close()
+        raise
+    if isinstance(answer, int) or "rank" not in answer:
+        link.close()
+        return answer if isinstance(answer, int) else NotNeeded(answer.get("closed", "the job ended"))
+    return World.from_answer(answer), link
+
+
+class ElasticAgent(Agent):
+    """agents/fate.py's agent, re-formed after every restartable attempt."""
+
+    def __init__(
+        self,
+        plan: LaunchPlan,
+        options: AgentOptions,
+        say: Callable[[str], None],
+        link: ElasticLink,
+        world: World,
+        replan: Replan,
+    ) -> None:
+        super().__init__(plan, options, say, link)
+        self.elastic_link, self.world, self.replan = link, world, replan
+        self.first_round = world.round  # a node taken in later starts at the job's attempt then
+        self.memberships: dict[int, World] = {}  # the job's attempt -> this node's world in it
+        self.world_sizes: dict[int, int] = {}  # world -> its WORLD_SIZE
+        self._no_world: StopReason | None = None  # this attempt found no next world: it ends the job
+        self._no_world_told = False
+
+    def start(self) -> None:
+        super().start()
+        self._step({"step": "running"})
+
+    def begin_attempt(self, attempt: int) -> None:
+        """Attempt 0 runs the first world; every later one (the job restarts) re-forms first."""
+        self._no_world = None
+        if attempt > 0:  # before the helper hears of the attempt: the last world's loop ends first
+            self._reform(self.fates.get(self.first_round + attempt - 1))
+        super().begin_attempt(self.first_round + attempt)
+        self.memberships[self.attempt] = self.world
+        self.world_sizes[self.world.round] = self.plan.world_size
+
+    def attempt_ranks(self, attempt: int, ranks: tuple[RankPlan, ...]) -> tuple[RankPlan, ...]:
+        """This world's plan, with the job's restart count; none when no world formed."""
+        return () if self._no_world is not None else self.plan.attempt_ranks(self.first_round + attempt)
+
+    def stop_reason(self) -> StopReason | None:
+        """A lost node or an arrival stops every node of the world, the first node too (restartable);
+        no next world ends the job as a lost node."""
+        if self._no_world is not None:
+            self._no_world_told = True
+            return self._no_world
+        fate = self.fates.get(self.attempt)
+        if fate is not None and fate.kind in (StopKind.LOST.value, "reform"):
+            kind = StopKind.LOST if fate.kind == StopKind.LOST.value else StopKind.REMOTE
+            return StopReason(kind, fate.code, fate.text, True, fate.node, fate.rank)
+        return super().stop_reason()
+
+    def holds_attempt(self) -> bool:
+        if self._no_world is not None:
+            return not self._no_world_told
+        return super().holds_attempt()
+
+    def vote_restart(self, attempt: int, wish: bool) -> bool:
+        """Restart (in a new world: ``begin_attempt`` forms it) iff this node wishes it, the fate
+        re-forms and no node vetoes."""
+        if self._no_world is not None:
+            return False
+        fate = self.fates.get(self.attempt)
+        vetoed = any(o not in _REFORMING_OUTCOMES for o in self.outcomes.get(self.attempt, ()))
+        return wish and fate is not None and fate.kind in _REFORMING_FATES and not vetoed
+
+    def _reform(self, before: Fate | None) -> None:
+        """The next world (without the previous attempt's lost node), its plan, its nodes met."""
+        names = self.opt.nodes
+        lost = (
+            [names.index(before.node)] if before and before.kind == StopKind.LOST.value and before.node in names else []
+        )
+        try:
+            answer = self._step({"step": "reform", "lost_ranks": lost})
+            if "rank" not in answer:
+                raise AgentError(answer.get("closed", "the job ended"))
+            self.world = World.from_answer(answer)
+            self.plan, nodes, fingerprint = self.replan(self.world.node_rank, self.world.nnodes)
+            self.me, self.name, self.is_host = self.plan.node_rank, self.plan.node, self.plan.node_rank == 0
+            self.opt = dataclasses.replace(self.opt, nodes=nodes)
+            self.lost_nodes = set()  # names are the new world's
+            self.join(fingerprint, _no_signal)
+        except AgentError as e:
+            text = f"no next world: {e}"
+            self.say(f"openclaw-launch: {text}")
+            self._no_world = StopReason(StopKind.LOST, EXIT_NODE_LOST, text, False, self.name)
+            self._no_world_told = False
+            return
+        self.say(
+            f"openclaw-launch: world {self.world.round}: node rank {self.world.node_rank} of {self.world.nnodes} "
+            f"(world size {self.plan.world_size})"
+        )
+        self.start()
+
+    def finish(self, payload: Mapping[str, Any]) -> list[Mapping[str, Any]] | None:
+        if self.is_host:  # standbys still waiting stop waiting
+            self._step({"step": "done"})
+        return super().finish(payload)
+
+    def _step(self, step: Mapping[str, Any]) -> Message:
+        answer = self.elastic_link.step(step, self.say, _no_signal)
+        assert not isinstance(answer, int)
+        return answer
+
+
+def _no_signal() -> int | None:
+    """Between attempts the supervisor sees the signals once the step is answered."""
+    return None
+
+
+def with_memberships(report: NodeReport, agent: Agent | None) -> NodeReport:
+    """Each attempt's world in the node's report (``attempt_history[].membership``)."""
+    if not isinstance(agent, ElasticAgent):
+        return report
+    history = []
+    for entry in report.attempt_history:
+        world = agent.memberships.get(agent.first_round + entry.attempt)
+        if world is not None:
+            size = agent.world_sizes.get(world.round, 0)
+            membership = AttemptMembership(
+                world.round, tuple(t.split(" #")[0] for t in world.tokens), world.node_rank, size
+            )
+            entry = dataclasses.replace(entry, membership=membership)
+        history.append(entry)
+    return dataclasses.replace(report, attempt_history=tuple(history))

@@ -1,0 +1,234 @@
+"""Elastic membership (``--nnodes MIN:MAX``, torchrun's c10d line) with real launchers on loopback
+and real gloo ranks (tests/elastic_worker.py): a node SIGKILLed (the survivor finishes in a world of
+one), a node that joins a running job (both finish in a world of two), a standby that takes a lost
+node's rank (the world keeps its size); the worlds in the report; bad input; the membership rules."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from openclaw_launch.agents.membership import ElasticSpec, Member, first_world, next_world, wants_growth
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKER = str(ROOT / "tests" / "elastic_worker.py")
+TIMEOUT_S = 120
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def elastic_line(port: int, nnodes: str = "1:2", last_call_s: float = 1.0) -> list[str]:
+    """torchrun's elastic line, verbatim but for the last-call wait (torchrun's default is 30 s)."""
+    line = ["--nnodes", nnodes, "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-id", "job7"]
+    return [*line, "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-conf", f"last_call_timeout={last_call_s:g}"]
+
+
+def launcher(args: Sequence[str], tmp_path: Path, name: str) -> subprocess.Popen[str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "SLURM", "TORCHELASTIC"))}
+    environ["PYTHONPATH"] = str(ROOT)
+    out = (tmp_path / f"{name}.out").open("w")
+    return subprocess.Popen(
+        [sys.executable, "-m", "openclaw_launch", *args],
+        cwd=ROOT,
+        env=environ,
+        stdout=out,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_listening(port: int, timeout_s: float = TIMEOUT_S) -> None:
+    """The first launcher hosts the rendezvous (torchrun's c10d rule: the first to listen)."""
+    import socket
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            assert time.monotonic() < deadline, "the first launcher never listened"
+            time.sleep(0.05)
+
+
+def wait_for(path: Path, text: str, timeout_s: float = TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while text not in (path.read_text() if path.exists() else ""):
+        assert time.monotonic() < deadline, f"{path.name} never said {text!r}: {path.read_text()}"
+        time.sleep(0.05)
+
+
+def ended(proc: subprocess.Popen[str]) -> tuple[int, str]:
+    _, stderr = proc.communicate(timeout=TIMEOUT_S)
+    return proc.returncode, stderr
+
+
+def worlds(report: Path) -> list[dict[str, object]]:
+    return [e["membership"] for e in json.loads(report.read_text())["attempt_history"]]
+
+
+def test_shrink_a_killed_node_leaves_a_world_of_one(tmp_path: Path) -> None:
+    port = free_port()
+    line = [*elastic_line(port, last_call_s=30), "--max-restarts", "3"]  # MAX arrives: no last-call wait
+    first = launcher([*line, "--report", str(tmp_path / "a.json"), WORKER, "--first-steps", "2000"], tmp_path, "a")
+    wait_listening(port)
+    second = launcher([*line, WORKER, "--first-steps", "2000"], tmp_path, "b")
+    wait_for(tmp_path / "b.out", "size 2")
+    second.send_signal(signal.SIGKILL)
+    second.wait(TIMEOUT_S)
+    code, stderr = ended(first)
+    out = (tmp_path / "a.out").read_text()
+    assert code == 0, stderr
+    assert "is lost" in stderr and "closed its link" in stderr
+    assert "size 1 nodes 1 group 0 restart 1" in out and "done rank 0 size 1 restart 1" in out
+    history = worlds(tmp_path / "a.json")
+    assert [(w["world"], w["world_size"], len(w["nodes"])) for w in history] == [(0, 2, 2), (1, 1, 1)]
+
+
+def test_grow_a_node_that_arrives_is_taken_in(tmp_path: Path) -> None:
+    port = free_port()
+    line = [*elastic_line(port, last_call_s=0.2), "--max-restarts", "2"]
+    first = launcher([*line, WORKER, "--want", "2"], tmp_path, "a")
+    wait_for(tmp_path / "a.out", "size 1 nodes 1")  # running alone: MIN is 1
+    second = launcher([*line, "--report", str(tmp_path / "b.json"), WORKER, "--want", "2"], tmp_path, "b")
+    (code_a, err_a), (code_b, err_b) = ended(first), ended(second)
+    assert (code_a, code_b) == (0, 0), err_a + err_b
+    assert "a node joined" in err_a
+    assert "done rank 0 size 2 restart 1" in (tmp_path / "a.out").read_text()
+    assert "done rank 1 size 2 restart 1" in (tmp_path / "b.out").read_text()
+    # taken in at the job's attempt 1: its only attempt is world 1, TORCHELASTIC_RESTART_COUNT 1
+    assert [(w["world"], w["node_rank"], w["world_size"]) for w in worlds(tmp_path / "b.json")] == [(1, 1, 2)]
+
+
+def test_a_standby_takes_the_lost_nodes_rank(tmp_path: Path) -> None:
+    port = free_port()
+    line = [*elastic_line(port, last_call_s=30), "--max-restarts", "2"]  # MAX arrives: no last-call wait
+    first = launcher([*line, "--report", str(tmp_path / "a.json"), WORKER, "--first-steps", "2000"], tmp_path, "a")
+    wait_listening(port)
+    standby = launcher([*line, "--standby", WORKER, "--first-steps", "2000"], tmp_path, "s")
+    second = launcher([*line, WORKER, "--first-steps", "2000"], tmp_path, "b")
+    wait_for(tmp_path / "b.out", "size 2")
+    assert (tmp_path / "s.out").read_text() == ""  # a standby runs no ranks
+    second.send_signal(signal.SIGKILL)
+    second.wait(TIMEOUT_S)
+    (code_a, err_a), (code_s, err_s) = ended(first), ended(standby)
+    assert (code_a, code_s) == (0, 0), err_a + err_s
+    assert "world rank 1 size 2 nodes 2 group 1 restart 1" in (tmp_path / "s.out").read_text()
+    history = worlds(tmp_path / "a.json")
+    assert [(w["world"], w["world_size"]) for w in history] == [(0, 2), (1, 2)]
+    assert history[0]["nodes"][1] != history[1]["nodes"][1]  # rank 1 is another launcher: the standby
+
+
+def test_a_standby_not_needed_exits_0_when_the_job_ends(tmp_path: Path) -> None:
+    port = free_port()
+    first = launcher([*elastic_line(port, last_call_s=0), WORKER, "--steps", "40"], tmp_path, "a")
+    wait_listening(port)
+    standby = launcher([*elastic_line(port), "--standby", WORKER], tmp_path, "s")
+    (code_a, err_a), (code_s, err_s) = ended(first), ended(standby)
+    assert (code_a, code_s) == (0, 0), err_a + err_s
+    assert "ran no ranks" in err_s and (tmp_path / "s.out").read_text() == ""
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--nnodes", "3:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:9"], "--nnodes"),
+        (["--nnodes", "0:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:9"], "--nnodes"),
+        (["--nnodes", "a:b", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:9"], "--nnodes"),
+        (["--nnodes", "1:2"], "--nnodes"),  # static: no rendezvous
+        (["--nnodes", "1:2", "--rdzv-backend", "c10d"], "--rdzv-endpoint"),
+        (["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:9", "--node-rank", "1"], "--node-rank"),
+        (
+            [
+                "--nnodes",
+                "1:2",
+                "--rdzv-backend",
+                "c10d",
+                "--rdzv-endpoint",
+                "h:9",
+                "--rdzv-conf",
+                "last_call_timeout=x",
+            ],
+            "--rdzv-conf",
+        ),
+        (["--nnodes", "2", "--node-rank", "1", "--standby"], "--standby"),
+        (["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:9", "--standby"], "--standby"),
+        (["--nnodes", "1:1", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:9", "--standby"], "--standby"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_bad_input_exits_2_naming_the_option(tmp_path: Path, args: list[str], says: str) -> None:
+    marker = tmp_path / "started"
+    proc = subprocess.run(
+        [sys.executable, "-m", "openclaw_launch", *args, "--no-python", "touch", str(marker)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert says in proc.stderr and "Traceback" not in proc.stderr
+    assert not marker.exists()
+
+
+def test_bad_config_line_with_elastic_nnodes() -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "openclaw_launch",
+            "--config",
+            str(ROOT / "configs" / "h200x2.yaml"),
+            "--nnodes",
+            "1:2",
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            "h:9",
+            "--no-python",
+            "true",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert proc.returncode == 2 and "--nnodes" in proc.stderr and "Traceback" not in proc.stderr
+
+
+SPEC = ElasticSpec(min_nodes=1, max_nodes=3, last_call_timeout_s=0)
+
+
+def test_first_world_is_the_active_members_by_arrival_up_to_max() -> None:
+    members = [
+        Member(0, "a", False),
+        Member(1, "s", True),
+        Member(2, "b", False),
+        Member(3, "c", False),
+        Member(4, "d", False),
+    ]
+    assert first_world(members, SPEC) == (0, 2, 3)
+
+
+def test_a_standby_takes_the_lost_rank_else_the_ranks_close_up() -> None:
+    standby, late = Member(5, "s", True), Member(6, "late", False)
+    assert next_world((0, 1, 2), {1}, [standby], SPEC) == (0, 5, 2)  # same size, rank 1 kept
+    assert next_world((0, 1, 2), {1}, [], SPEC) == (0, 2)  # ranks 0..n-1
+    assert next_world((0, 1), set(), [late, standby], SPEC) == (0, 1, 6)  # a standby waits while nobody is lost
+    assert next_world((0, 1, 2), set(), [late], SPEC) == (0, 1, 2)  # at MAX: the late one waits
+    assert wants_growth((0, 1), [late], SPEC) and not wants_growth((0, 1), [standby], SPEC)
+    assert not wants_growth((0, 1, 2), [late], SPEC)
