@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# Diagnosis at the default level (`--telemetry hooks`), issue 17, on the lent 1-GPU H200 host, from the
+# repo root:   bash benchmarks/gpu/diagnosis_default.sh
+# Two ranks share the GPU under the launcher's own MPS daemon (procs_per_gpu 2, gloo), running
+# benchmarks/gpu/diagnosis_train.py (GPT 4x512, batches sliced in the loop, no openclaw code):
+#   slow-gpu    rank 1 does ~SLOW_GPU_MS of extra GPU matmuls per step -> rank 1, compute, section gpu
+#   slow-input  rank 1 sleeps SLOW_INPUT_MS in its in-loop get_batch     -> rank 1, input (host)
+#   hang        rank 1 sleeps an hour in Python at step 20               -> exit 124, cause: rank 1
+#   overhead    hooks vs off, interleaved, REPS reps: rank 0's median step, off / hooks
+# $OUT/summary.txt: one line per case, PASS/FAIL, the verdict line and the numbers; reports and
+# consoles beside it. A run starts only while one as long as the previous still fits in BUDGET_S
+# (145 s; the lead's lease: 150 s in all) and is killed when the budget is spent (then SKIP/FAIL lines). NVLink multicast stays off; no GPU setting is changed; MPS daemons the
+# runs leave behind (a launcher killed by its timeout) are ended by pid at the end.
+# CPU=1 (or no GPU): the same cases with CPU workers and no MPS, the script's own check on a CPU box
+# (the slow-gpu case then does CPU matmuls in the forward: expected section forward, not gpu).
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+cd "$(dirname "$0")/../.."
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+OUT=${OUT:-/tmp/openclaw-out}; mkdir -p "$OUT"
+STEPS=${STEPS:-150}; REPS=${REPS:-3}; BUDGET_S=${BUDGET_S:-145}
+SLOW_GPU_MS=${SLOW_GPU_MS:-20}; SLOW_INPUT_MS=${SLOW_INPUT_MS:-20}
+PY=${PYTHON:-python3}
+L="$PY -m openclaw_launch"
+T=benchmarks/gpu/diagnosis_train.py
+W=$(mktemp -d /tmp/diagnosis.XXXXXX)
+START=$SECONDS
+mps_pids() { pgrep -f 'nvidia-cuda-mps' 2> /dev/null | sort || true; }
+MPS_BEFORE=$(mps_pids)
+cleanup() {
+  for pid in $(comm -13 <(echo "$MPS_BEFORE") <(mps_pids)); do kill "$pid" 2> /dev/null; done
+  rm -rf "$W"
+}
+trap cleanup EXIT
+GPU=0
+if [ "${CPU:-0}" != 1 ] && ls /proc/driver/nvidia/gpus/*/information > /dev/null 2>&1 && command -v nvidia-smi > /dev/null; then
+  GPU=1
+fi
+if [ "$GPU" = 1 ]; then
+  timeout 20 $L discover --node-name gpuhost --ip 127.0.0.1 > "$W/host.yaml" 2> "$OUT/discover.err"
+  { cat "$W/host.yaml"
+    echo "runtime:"
+    echo "  procs_per_gpu: 2"
+    echo "  enable_mps: true"
+    echo "  mps_max_clients_per_gpu: 2"
+    echo "  nccl_env: {NCCL_NVLS_ENABLE: \"0\"}"
+    echo "  env: {TORCH_SYMM_MEM_DISABLE_MULTICAST: \"1\", NVSHMEM_DISABLE_NVLS: \"1\"}"
+  } > "$OUT/mps2.yaml"
+  JOB=(--config "$OUT/mps2.yaml"); DEVICE=cuda; GPU_SECTION=gpu
+else
+  JOB=(--nproc-per-node 2); DEVICE=cpu; GPU_SECTION=forward
+fi
+: > "$OUT/summary.txt"
+say() { echo "$*" | tee -a "$OUT/summary.txt"; }
+LAST_RUN_S=15  # a run's expected length: the previous run's
+left_s() { echo $((BUDGET_S - (SECONDS - START))); }
+in_budget() {  # a run starts only when one as long as the last fits in what is left
+  [ "$(left_s)" -ge "$LAST_RUN_S" ] || { say "SKIP $1: $(left_s) s of the ${BUDGET_S} s budget left"; return 1; }
+}
+bounded() {  # every run ends within the budget, whatever it does
+  local limit; limit=$(left_s); [ "$limit" -gt 60 ] && limit=60; [ "$limit" -lt 1 ] && limit=1
+  local began=$SECONDS; timeout -k 3 "$limit" "$@"; local rc=$?; LAST_RUN_S=$((SECONDS - began + 1)); return $rc
+}
+run_case() {  # name, launcher options ... -- script options ...
+  local name=$1; shift
+  local opts=() ; while [ "$1" != -- ]; do opts+=("$1"); shift; done; shift
+  bounded $L "${JOBS[@]}" "${opts[@]}" --report "$OUT/$name.json" --console-ranks 0 \
+    "$T" --device "$DEVICE" --steps "$STEPS" "$@" > "$OUT/$name.txt" 2>&1
+  echo $? > "$W/$name.rc"
+}
+JOBS=("${JOB[@]}")
+judge() {  # name, expected exit code, expected rank, phase, section (or "hang")
+  "$PY" - "$OUT/$1.json" "$OUT/$1.txt" "$(cat "$W/$1.rc" 2> /dev/null || echo none)" "$@" <<'PY'
+import json, re, sys
+report_path, console_path, rc, name, want_rc, want_rank, want_phase, want_section = sys.argv[1:]
+console = open(console_path, errors="replace").read()
+step = re.findall(r"rank 0: median step ([0-9.]+) ms", console)
+numbers = f"exit {rc}, rank 0 median step {step[-1] if step else '?'} ms"
+try:
+    report = json.load(open(report_path))
+except (OSError, ValueError) as exc:
+    print(f"FAIL {name}: no report ({exc.__class__.__name__}); {numbers}")
+    sys.exit(0)
+if want_section == "hang":
+    cause = (report.get("hang") or {}).get("cause") or {}
+    line = next((l for l in console.splitlines() if "hang: cause:" in l), "(no cause line)")
+    ok = rc == want_rc and cause.get("ranks") == [int(want_rank)]
+    print(f"{'PASS' if ok else 'FAIL'} {name}: {line.strip()}; kind {cause.get('kind')}; {numbers}")
+    sys.exit(0)
+found = report.get("stragglers") or []
+line = next((l for l in console.splitlines() if "straggler:" in l), "(no verdict)")
+top = found[0] if found else {}
+ok = rc == want_rc and (top.get("rank"), top.get("phase"), top.get("section")) == (int(want_rank), want_phase, want_section)
+if want_section == "host" and top.get("section") == "input":
+    ok = ok or (rc == want_rc and top.get("rank") == int(want_rank) and top.get("phase") == "input")
+print(f"{'PASS' if ok else 'FAIL'} {name}: {line.strip()}; excess {top.get('excess_pct')} %; {numbers}")
+PY
+}
+say "== $(date -u +%FT%TZ) $(hostname), gpu=$GPU, steps=$STEPS, reps=$REPS"
+if in_budget slow-gpu; then
+  run_case slow-gpu -- --slow-gpu-ms "$SLOW_GPU_MS"
+  judge slow-gpu 0 1 compute "$GPU_SECTION" | tee -a "$OUT/summary.txt"
+fi
+if in_budget slow-input; then
+  run_case slow-input -- --slow-input-ms "$SLOW_INPUT_MS"
+  judge slow-input 0 1 input host | tee -a "$OUT/summary.txt"
+fi
+if in_budget hang; then
+  run_case hang --hang-timeout-s 3 -- --hang-at-step 20
+  judge hang 124 1 - hang | tee -a "$OUT/summary.txt"
+fi
+declare -A MEDIANS=([hooks]="" [off]="")
+for rep in $(seq "$REPS"); do
+  for mode in hooks off; do
+    in_budget "overhead rep $rep $mode" || break 2
+    bounded $L "${JOBS[@]}" --telemetry "$mode" --console-ranks 0 "$T" --device "$DEVICE" --steps "$STEPS" \
+      > "$OUT/overhead-$mode-$rep.txt" 2>&1
+    MEDIANS[$mode]+="$(grep -oP 'rank 0: median step \K[0-9.]+' "$OUT/overhead-$mode-$rep.txt" | tail -1) "
+  done
+done
+"$PY" - "${MEDIANS[hooks]}" "${MEDIANS[off]}" <<'PY' | tee -a "$OUT/summary.txt"
+import statistics, sys
+hooks, off = ([float(x) for x in arg.split()] for arg in sys.argv[1:])
+if not hooks or not off:
+    print(f"FAIL overhead: no pair of runs (hooks {hooks}, off {off})")
+else:
+    ratio = statistics.median(off) / statistics.median(hooks)
+    verdict = "PASS" if ratio >= 0.995 else "FAIL"
+    print(f"{verdict} overhead: throughput hooks / off {ratio:.4f} (goal >= 0.995); median step ms hooks {hooks} off {off}")
+PY
+left=$(comm -13 <(echo "$MPS_BEFORE") <(mps_pids) | tr '\n' ' ')
+say "MPS processes left by the runs (ended now): ${left:-none}; wall $((SECONDS - START)) s"
