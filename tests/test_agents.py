@@ -18,7 +18,7 @@ from supervise_driver import make_plan
 
 from openclaw_launch.agents.fingerprint import Differences, differences, fingerprint, warn_only_table_markdown
 from openclaw_launch.agents.hostlist import expand_hostlist, parse_hostlist
-from openclaw_launch.agents.versions import node_versions
+from openclaw_launch.agents.versions import nccl_version, node_versions, torch_versions
 from openclaw_launch.config.model import Config, NodeSpec, Runtime
 from openclaw_launch.config.reader import load_config
 from openclaw_launch.errors import PlanError
@@ -215,3 +215,26 @@ def test_the_store_host_is_the_endpoints_machine_by_torchruns_rule() -> None:
     for addr in ["localhost", "127.0.0.1", "127.0.1.1", "::1", socket.gethostname(), *ours[:1]]:
         assert is_this_host(addr), addr
     assert not is_this_host("192.0.2.1")  # TEST-NET-1: never an address of this host
+
+
+def test_versions_are_read_from_the_files_never_by_importing_torch(tmp_path: Path) -> None:
+    """A CUDA build's torch/version.py text and a bundled libnccl name; in a fresh interpreter,
+    reading every version leaves torch unimported."""
+    torch_dir = tmp_path / "torch"
+    (torch_dir / "lib").mkdir(parents=True)
+    (torch_dir / "version.py").write_text(
+        "from typing import Optional\n__version__ = '2.8.0+cu128'\ndebug = False\ncuda: Optional[str] = '12.8'\n"
+    )
+    (torch_dir / "lib" / "libnccl.so.2.26.2").write_text("")
+    assert torch_versions(torch_dir) == {"torch": "2.8.0+cu128", "torch_cuda": "12.8"}
+    assert nccl_version(torch_dir) == "2.26.2" and torch_versions(tmp_path / "none") == {
+        "torch": "<unset>",
+        "torch_cuda": "<unset>",
+    }
+    code = (
+        "import sys; from pathlib import Path; from openclaw_launch.agents.versions import node_versions; "
+        "v = node_versions(Path('/'), lambda: 'x'); print(v['torch'] != '<unset>', 'torch' in sys.modules)"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert out.stdout.split() == ["True", "False"], out.stderr
