@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from openclaw_launch.agents.elastic_agent import ElasticLink, World
     from openclaw_launch.plan.model import LaunchPlan
     from openclaw_launch.run.launch import AgentSetup
-    from openclaw_launch.topology.live import HOST_ROOT
 
 
 def check_standby(want: Resolved, r: RunOptions, node_rank_given: bool) -> None:

@@ -157,7 +157,9 @@ def _check_elastic(args: TorchrunArgs, backend: str, with_config: bool) -> None:
     if args.node_rank is not None:
         raise _bad("--node-rank", f"{args.node_rank}: with --nnodes {args.nnodes} the rendezvous gives the node ranks")
     if not args.rdzv_endpoint:
-        raise _bad("--rdzv-endpoint", "elastic membership meets at a rendezvous: give HEAD:PORT (the first node's host)")
+        raise _bad(
+            "--rdzv-endpoint", "elastic membership meets at a rendezvous: give HEAD:PORT (the first node's host)"
+        )
 
 
 def _endpoint(text: str) -> tuple[str, int]:

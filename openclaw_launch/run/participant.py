@@ -18,7 +18,7 @@ answer depends on another's or on its place in the list:
   restartable and attempts left). The job restarts iff the wish holds and no participant says no.
 - ``exempt_pids()``: processes never killed as leftovers (the MPS daemon).
 - ``attempt_ranks(n, ranks)``: the ranks attempt n starts, given the plan's (an elastic job's agent
-  gives its new world's, agents/elastic_agent.py); asked in list order, each gets the last answer.
+  gives its new world's, agents/elastic_agent.py); the first answer other than the plan's counts.
 - ``on_spawn(rank, pid)``: the supervisor started ``pid`` as ``rank``: the only pid a participant
   may signal or believe for that rank (statistics: stats/inbox.py, hang: stats/hang_monitor.py).
 - ``end_attempt(n)``: attempt n's workers and their leftovers are gone.

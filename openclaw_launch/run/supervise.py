@@ -231,8 +231,7 @@ class _Supervisor:
         self.failure = None
         self.reasons, self._reported = [], set()
         ranks = self.plan.attempt_ranks(attempt)  # this attempt's restart count and error files
-        for p in self.participants:  # an elastic job's new world
-            ranks = p.attempt_ranks(attempt, ranks)
+        ranks = next((r for p in self.participants if (r := p.attempt_ranks(attempt, ranks)) is not ranks), ranks)
         logs = self.files.prepare(ranks, attempt)  # raises before any worker of the attempt starts
         for rank, rank_logs in zip(ranks, logs, strict=True):
             if self.state is State.STARTING:
