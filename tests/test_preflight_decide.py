@@ -152,11 +152,11 @@ def _config(tmp_path: Path, nodes: int) -> Path:
 
 def _launchers(cfg: Path, tmp_path: Path, slowed: str, extra: tuple[str, ...] = ()) -> dict[str, Any]:
     """One `openclaw-launch preflight --node N` per config node, at once, as srun would start them;
-    ``slowed``'s workers take 4 times as long (the test hook)."""
+    ``slowed``'s workers take 8 times as long (the test hook)."""
     port, names = str(_free_port()), [f"n{k:02d}" for k in range(1, 4)]
     procs = {}
     for node in names:
-        env = {**os.environ, SLOWDOWN_VAR: "4" if node == slowed else "1"}
+        env = {**os.environ, SLOWDOWN_VAR: "8" if node == slowed else "1"}
         args = ["preflight", "--config", str(cfg), "--node", node, "--master-port", port, "--json", *extra]
         args += ["--exclude-file", str(tmp_path / f"exclude-{node}")]
         procs[node] = subprocess.Popen(

@@ -189,7 +189,7 @@ def _write_spec(
         "node_rank": plan.node_rank,
         "host": socket.gethostname().split(".")[0] if options.host_names else plan.node,
         "job": job,
-        "gemm": {"n": GEMM_N[kind], "reps": GEMM_REPS, "matmuls": GEMM_MATMULS, "ranks": gemm_ranks},
+        "gemm": {"n": GEMM_N[kind], "reps": GEMM_REPS[kind], "matmuls": GEMM_MATMULS[kind], "ranks": gemm_ranks},
     }
     path.write_text(json.dumps(spec))
 

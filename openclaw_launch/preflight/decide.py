@@ -26,10 +26,12 @@ from openclaw_launch.report.preflight import PreflightDecision, PreflightExclusi
 #: failed". 0, 1, 2 and 3 are docs/preflight.md's others; 128+N a signal.
 EXCLUDED_SOME = 4
 #: The GEMM: n x n by n x n, bf16 on GPUs (an H200 does one n=8192 product in about 2 ms), float32
-#: on CPU ranks; the best of GEMM_REPS repetitions of GEMM_MATMULS products.
+#: on CPU ranks; the best of GEMM_REPS repetitions of GEMM_MATMULS products. A CPU repetition is one
+#: product (well under a scheduler slice), so a host busy with other work still shows, in one of
+#: many repetitions, what the rank's cores do when it runs.
 GEMM_N: Mapping[str, int] = {"gpu": 8192, "cpu": 256}
-GEMM_REPS = 10
-GEMM_MATMULS = 10
+GEMM_REPS: Mapping[str, int] = {"gpu": 10, "cpu": 50}
+GEMM_MATMULS: Mapping[str, int] = {"gpu": 10, "cpu": 1}
 
 
 @dataclass(frozen=True)

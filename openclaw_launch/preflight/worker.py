@@ -85,7 +85,8 @@ def _gemm(
         dist.all_reduce(fence)
         if mine is not None and turn in (None, dist.get_rank()):
             result = {**time_gemm(torch, device, gemm["n"], gemm["reps"], gemm["matmuls"], factor), **mine}
-            result["device"] = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+            cpu = f"cpu x{torch.get_num_threads()} threads"  # CPU ranks compare with ranks of as many threads
+            result["device"] = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu
     dist.all_reduce(fence)
     return result
 
