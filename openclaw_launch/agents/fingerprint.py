@@ -77,6 +77,8 @@ WARN_ONLY: tuple[WarnOnly, ...] = (
     WarnOnly("env.NVSHMEM_DEBUG", "NVSHMEM's log level"),
     WarnOnly("env.NVSHMEM_DEBUG_FILE", "where NVSHMEM's log goes"),
     WarnOnly("env.OMP_*", "CPU threads per rank: a node may be slower, results are the same"),
+    WarnOnly("gpu.models", "NCCL runs across GPU models; the job steps at the slowest GPU's pace"),
+    WarnOnly("gpu.order", "which host GPUs the local ranks use; the UUIDs are the config's, compared as config"),
 )
 
 
