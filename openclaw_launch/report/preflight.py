@@ -42,7 +42,9 @@ class PreflightGemm:
     local_rank: int = field(metadata=doc("its local rank"))
     gpu: int | None = field(metadata=doc("host GPU index; null: a CPU rank (float32 on its CPU set)"))
     gpu_uuid: str | None = field(metadata=doc("the GPU's UUID; null: a CPU rank"))
-    device: str = field(metadata=doc("the GPU's name, or `cpu xN threads`: GEMMs are compared with those of the same device"))
+    device: str = field(
+        metadata=doc("the GPU's name, or `cpu xN threads`: GEMMs are compared with those of the same device")
+    )
     dtype: str = field(metadata=doc("`bfloat16` (GPU) or `float32` (CPU)"))
     n: int = field(metadata=doc("matrix side: n x n times n x n"))
     tflops: float = field(metadata=doc("the best repetition's 2 n^3 / time, in 1e12 floating-point operations/s"))
