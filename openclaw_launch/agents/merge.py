@@ -104,7 +104,8 @@ def merge_reports(
 
 
 def _attempts(reports: Sequence[NodeReport], fate_nodes: Mapping[int, str]) -> tuple[AttemptEntry, ...]:
-    """Per attempt, every node's ranks in rank order; the root cause from the node of its fate."""
+    """Per attempt, every node's ranks in rank order; the root cause and the failure from the node of
+    its fate (a node's own failure over another's `remote` view of it)."""
     by_attempt: dict[int, list[AttemptEntry]] = {}
     for rep in reports:
         for entry in rep.attempt_history:
@@ -116,5 +117,7 @@ def _attempts(reports: Sequence[NodeReport], fate_nodes: Mapping[int, str]) -> t
             (e.root_cause for e in entries if e.root_cause is not None and e.root_cause.node == fate_node), None
         )
         ranks = tuple(sorted((r for e in entries for r in e.ranks), key=lambda r: r.rank))
-        out.append(AttemptEntry(attempt=attempt, root_cause=root, ranks=ranks))
+        failures = [e.failure for e in entries if e.failure is not None and e.failure.failure_class != "remote"]
+        failure = next((f for f in failures if f.node == fate_node), failures[0] if failures else None)
+        out.append(AttemptEntry(attempt=attempt, root_cause=root, ranks=ranks, failure=failure))
     return tuple(out)

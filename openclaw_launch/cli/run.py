@@ -118,6 +118,7 @@ def run(c: Common, r: RunOptions) -> None:
             parent_error_file=os.environ.get("TORCHELASTIC_ERROR_FILE"),
             stats=stats,
             agents=agents,
+            exit_code_classes=r.exit_code_classes,
         )
     except OpenclawError as e:
         fail(e)

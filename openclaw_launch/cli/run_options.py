@@ -44,6 +44,7 @@ class RunOptions:
     standby: bool
     job_report_path: str | None
     preflight_first: bool
+    exit_code_classes: bool
     dry_run: bool
 
 
@@ -182,6 +183,14 @@ _run_options: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
         is_flag=True,
         help="First run `preflight` with this plan (config preflight: settings); a failing tier or probe starts "
         "nothing and exits with preflight's code (docs/preflight.md); a warning starts the job.",
+    ),
+    click.option(
+        "--exit-code-classes",
+        is_flag=True,
+        envvar="OPENCLAW_EXIT_CODE_CLASSES",
+        help="A failed job exits 75 when a restart can help (a node, GPU or the fabric failed, a hang: requeue) "
+        "and 70 when not (the script failed: do not requeue), by the failure class, instead of the worker's "
+        "code; for a Slurm --requeue script (docs/failures.md).",
     ),
     click.option("--dry-run", is_flag=True, help="Print the plan and start nothing (`plan` never starts anything)."),
 ]

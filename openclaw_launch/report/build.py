@@ -17,6 +17,7 @@ from openclaw_launch.config.limits import MAX_REPORT_BYTES
 from openclaw_launch.errors import OpenclawError
 from openclaw_launch.files import write_atomic
 from openclaw_launch.report.codec import ReportShapeError, from_json, to_json
+from openclaw_launch.report.failure import AttemptFailure
 from openclaw_launch.report.model import (
     JOB_SCOPE,
     LEGACY_SCHEMAS,
@@ -31,6 +32,7 @@ from openclaw_launch.report.model import (
 )
 from openclaw_launch.report.preflight import PreflightVerdict
 from openclaw_launch.report.rank import GpuStats, RankEntry, RankOutcome, SectionTimes, StepStatistics, StepTimes
+from openclaw_launch.run.failure_class import Failure
 from openclaw_launch.run.results import JobResult, WorkerResult, signal_name
 from openclaw_launch.safe_read import InputFileError, parse_json, read_input
 from openclaw_launch.stats.collect import RankSummary
@@ -157,10 +159,12 @@ def build_report(
     exit_code: int,
     console_dropped_lines: int = 0,
     preflight: PreflightVerdict | None = None,
+    failures: Mapping[int, Failure] | None = None,
 ) -> NodeReport:
     """The node's report. ``statistics``: what the statistics session found (stats/session.py), None
     with telemetry off; ``exit_code``: the launcher's, decided before (several nodes: the job's);
-    ``preflight``: the verdict of ``openclaw-launch preflight``."""
+    ``preflight``: the verdict of ``openclaw-launch preflight``; ``failures``: each attempt's
+    classified failure (run/failure_policy.py)."""
     planned = {r.rank: r for r in plan.ranks}
     last = result.results[-1] if result.results else ()
     stats = statistics or {}
@@ -201,6 +205,7 @@ def build_report(
                 attempt=n,
                 root_cause=rank_outcome(cause) if (cause := _root_cause(result, n)) is not None else None,
                 ranks=tuple(rank_outcome(w) for w in results),
+                failure=attempt_failure(f) if (f := (failures or {}).get(n)) is not None else None,
             )
             for n, results in enumerate(result.results)
         ),
@@ -227,6 +232,10 @@ def build_report(
         containment=result.containment or CONTAINMENT,
         preflight=preflight,
     )
+
+
+def attempt_failure(f: Failure) -> AttemptFailure:
+    return AttemptFailure(f.name, f.restart_helps, f.detail, f.rank, f.node, f.storm)
 
 
 def _root_cause(result: JobResult, attempt: int) -> WorkerResult | None:

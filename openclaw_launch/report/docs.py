@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from openclaw_launch.report.codec import DOC, JOB_DOC, LEGACY, hints, type_name
+from openclaw_launch.report.failure import AttemptFailure
 from openclaw_launch.report.membership import AttemptMembership
 from openclaw_launch.report.model import (
     AttemptEntry,
@@ -50,6 +51,7 @@ TABLES: dict[str, type] = {
     "hang.cause": HangCause,
     "attempt_history[]": AttemptEntry,
     "attempt_history[].membership": AttemptMembership,
+    "attempt_history[].failure": AttemptFailure,
     "ranks[]": RankEntry,
     "ranks[].statistics": StepStatistics,
     "step_time_s": StepTimes,

@@ -47,7 +47,7 @@ def format_report(report: NodeReport | JobReport) -> str:
         )
         if r.binding_warning:
             lines.append(f"     ! {r.binding_warning}")
-    return "\n".join(lines + _hang_lines(report) + _verdict_lines(report))
+    return "\n".join(lines + _failure_lines(report) + _hang_lines(report) + _verdict_lines(report))
 
 
 def format_verdict(s: StragglerEntry, median_step_s: float) -> str:
@@ -74,6 +74,22 @@ def _step_columns(stats: StepStatistics | None) -> str:
         f"{stats.steps:>6} {1000 * step.p50:>7.1f} {1000 * step.p90:>7.1f} "
         f"{100 * input_share:>5.0f}% {100 * work_share:>5.0f}% {100 * wait_share:>5.0f}%"
     )
+
+
+def _failure_lines(report: Report) -> list[str]:
+    """Per failed attempt: its failure class and evidence, whether a restart can help (docs/failures.md)."""
+    lines = []
+    for entry in report.attempt_history:
+        f = entry.failure
+        if f is None:
+            continue
+        whose = f"rank {f.rank} on node {f.node}" if f.rank is not None else f"node {f.node}"
+        helps = "a restart can help" if f.restart_helps else "a restart cannot help"
+        storm = "; restart storm: as the attempt before, before the first step: no restart" if f.storm else ""
+        lines.append(
+            f"attempt {entry.attempt + 1}: failure class {f.failure_class} ({f.detail}), {whose}: {helps}{storm}"
+        )
+    return lines
 
 
 def _hang_lines(report: Report) -> list[str]:

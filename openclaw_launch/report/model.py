@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from openclaw_launch.report.codec import doc
+from openclaw_launch.report.failure import AttemptFailure
 from openclaw_launch.report.membership import AttemptMembership
 from openclaw_launch.report.preflight import PreflightVerdict
 from openclaw_launch.report.rank import RankEntry, RankOutcome
@@ -206,6 +207,15 @@ class AttemptEntry:
             "the launcher's view of every rank (as in `ranks[]`, without the plan, statistics and GPU fields)",
             job="every node's ranks of that attempt, in rank order",
         )
+    )
+    failure: AttemptFailure | None = field(
+        default=None,
+        metadata=doc(
+            "why the attempt stopped, classified (see `attempt_history[].failure`); null when it succeeded or "
+            "a signal stopped it",
+            job="the failure of that attempt's fate, from its node",
+            legacy=None,
+        ),
     )
     membership: AttemptMembership | None = field(
         default=None,

@@ -73,6 +73,22 @@ def own_cgroup_dir(mountinfo: str, proc_cgroup: str) -> str | None:
     return None
 
 
+def own_dir(mountinfo: str = MOUNTINFO, proc_cgroup: str = PROC_CGROUP) -> str | None:
+    """This process's cgroup v2 directory, from the files (None: no cgroup2, cgroup1 only)."""
+    info, cg = _read(mountinfo), _read(proc_cgroup)
+    return own_cgroup_dir(info, cg) if info is not None and cg is not None else None
+
+
+def oom_kills(directory: str) -> int | None:
+    """``oom_kill`` of ``directory``'s ``memory.events``: processes of its whole subtree the OOM
+    killer ended; None where the memory controller is not enabled there."""
+    for line in (_read(os.path.join(directory, "memory.events")) or "").splitlines():
+        key, _, value = line.partition(" ")
+        if key == "oom_kill" and value.strip().isdigit():
+            return int(value)
+    return None
+
+
 def _relative(path: str, root: str) -> str | None:
     if root == "/":
         return path.lstrip("/")
@@ -211,13 +227,9 @@ def create(
     the probe that joins it (``JobCgroup.joinable``: read once the workers are spawned); None
     wherever no cgroup can be made (no cgroup2 mount, cgroup1 only, read-only, not permitted, a
     kernel before 5.14). A cgroup that no process may join is empty: its removal is all it costs."""
+    root = root or own_dir(mountinfo, proc_cgroup)
     if root is None:
-        info, cg = _read(mountinfo), _read(proc_cgroup)
-        if info is None or cg is None:
-            return None
-        root = own_cgroup_dir(info, cg)
-        if root is None:
-            return None
+        return None
     path = os.path.join(root, name)
     try:
         os.mkdir(path)

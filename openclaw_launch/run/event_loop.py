@@ -21,6 +21,7 @@ from openclaw_launch.run.terminal import RESIZE_SIGNAL, LauncherTerminal, Termin
 from openclaw_launch.run.worker_output import WorkerStream
 
 _MAX_DRAIN = 16 << 20  # bytes read from a pipe after its worker is gone, at most
+_MAX_PENDING = 1 << 20  # bytes read from each pipe when a worker failed, before it is judged
 _CONSOLE_RETRY_S = 0.05  # a console that did not take everything is retried this often
 
 
@@ -123,6 +124,15 @@ class EventLoop:
                 stream.feed(data)
                 left -= len(data)
             self._close(stream)
+
+    def read_pending(self) -> None:
+        """What every pipe holds now (at most ``_MAX_PENDING`` bytes each), without blocking or closing
+        one: all a worker wrote before its exit was seen, for its stderr tail."""
+        for stream in list(self.streams.values()):
+            left = _MAX_PENDING
+            while left > 0 and (data := self.os.read_fd(stream.fd)):
+                stream.feed(data)
+                left -= len(data)
 
     def _read(self, stream: WorkerStream) -> None:
         data = self.os.read_fd(stream.fd)

@@ -26,6 +26,7 @@ from openclaw_launch.files import write_atomic
 from openclaw_launch.plan.model import LaunchPlan
 from openclaw_launch.run import cgroup, console
 from openclaw_launch.run.errorfile import write_parent_error_file
+from openclaw_launch.run.failure_policy import FailurePolicy
 from openclaw_launch.run.guard import Guardian
 from openclaw_launch.run.osproc import RealOs
 from openclaw_launch.run.participant import Participant
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from openclaw_launch.agents.fate import Agent, AgentOptions
     from openclaw_launch.agents.store_loop import StoreLink
     from openclaw_launch.report.model import NodeReport, PreflightVerdict
+    from openclaw_launch.run.failure_class import Failure
     from openclaw_launch.run.mps.daemon import MpsDaemon
     from openclaw_launch.stats.session import StatsSession
 
@@ -64,12 +66,14 @@ def launch(
     stats: StatsOptions | None = None,
     agents: AgentSetup | None = None,
     preflight: Callable[[int], PreflightVerdict] | None = None,
+    exit_code_classes: bool = False,
 ) -> int:
     """Run the plan; return the launcher's exit code. ``parent_error_file``: the launcher's own
     TORCHELASTIC_ERROR_FILE, which receives a failed job's root cause as torchrun writes it.
     ``agents``: a multi-node job (openclaw_launch/agents): meet the other nodes first, share their fate.
     ``preflight``: judges the workers' measurements once they ended (given the exit code); its verdict
-    goes into the report."""
+    goes into the report. ``exit_code_classes``: a failed job exits 70 or 75 by its failure class
+    (run/exit_codes.py), not with the worker's code."""
     hint = f"{options.log_dir}/{plan.run_id}" if options.log_dir else None
     out, err = console.wrap(options.stdout or sys.stdout, hint), console.wrap(options.stderr or sys.stderr, hint)
     options = dataclasses.replace(options, stdout=out, stderr=err)  # never blocks supervision
@@ -89,7 +93,9 @@ def launch(
             if early is not None:
                 return _not_started(early, options).exit_code
             agent.start()
-        result, statistics = _run(plan, options, os_layer, parent_error_file, stats or StatsOptions(), agent)
+        result, statistics, failures = _run(
+            plan, options, os_layer, parent_error_file, stats or StatsOptions(), agent, exit_code_classes
+        )
         result = _with_late_signal(result, _forwarded(os_layer.drain_signals(), options), options)
         dropped = console.dropped_lines(out) + console.dropped_lines(err)
         code = result.exit_code  # with agents: the job's fate, the same on every node (supervise.py)
@@ -104,6 +110,7 @@ def launch(
             code,
             console_dropped_lines=dropped,
             preflight=verdict,
+            failures=failures,
         )
         if agents is not None and agents.make_agent is not None:
             from openclaw_launch.agents.elastic_agent import with_memberships
@@ -198,8 +205,10 @@ def _run(
     parent_error_file: str | None,
     stats: StatsOptions,
     agent: Agent | None = None,
-) -> tuple[JobResult, dict[str, Any] | None]:
-    """Set everything up, supervise, tear everything down (in reverse order, whatever happens)."""
+    exit_code_classes: bool = False,
+) -> tuple[JobResult, dict[str, Any] | None, dict[int, Failure]]:
+    """Set everything up, supervise, tear everything down (in reverse order, whatever happens).
+    Returns the job's result, its statistics and each attempt's classified failure."""
     run_dir = _make_run_dir(Path(plan.run_dir.path))  # the plan's paths (plan/context.py); it adds nothing to a rank
     session: StatsSession | None = None
     with contextlib.ExitStack() as undo:
@@ -228,10 +237,11 @@ def _run(
                 "--hang-timeout-s, --metrics-port and --stats-file are off",
             )
         early = _forwarded(os_layer.drain_signals(), options)
+        policy = _failure_policy(plan, options, session, job_cgroup)
         if early:  # e.g. Ctrl-C while the MPS daemon started: start no worker at all
             result = _not_started(early[0], options)
         else:
-            participants: list[Participant] = [_ReportModules(len(plan.ranks))]
+            participants: list[Participant] = [_ReportModules(len(plan.ranks)), policy]
             if daemon is not None and daemon.pid is not None:
                 participants.append(_MpsParticipant(daemon.pid))
             if job_cgroup is not None:
@@ -246,10 +256,30 @@ def _run(
         joined = job_cgroup if job_cgroup is not None and job_cgroup.joinable() else None  # probed beside the spawn
         containment = f"cgroup2:{joined.path}+{CONTAINMENT}" if joined is not None else CONTAINMENT
         result = dataclasses.replace(result, containment=containment)
+        if exit_code_classes:  # 70 / 75 by the last attempt's failure class (docs/failures.md)
+            code = policy.exit_code(result.exit_code, result.attempts, result.signal_received)
+            result = dataclasses.replace(result, exit_code=code)
         if parent_error_file and result.exit_code != 0:  # before the workers' files go with run_dir
             write_parent_error_file(parent_error_file, result, lambda msg: _say(options, msg))
         statistics = session.finish(binding_warnings(result)) if session is not None else None
-    return result, statistics
+    return result, statistics, policy.failures
+
+
+def _failure_policy(
+    plan: LaunchPlan, options: SuperviseOptions, session: StatsSession | None, job_cgroup: cgroup.JobCgroup | None
+) -> FailurePolicy:
+    """Classification and the restart-storm rule, with the evidence this node has: each rank's steps
+    and the GPUs' NVML events (statistics), the OOM kills of the job's cgroup (or the launcher's own)."""
+    dirs = (job_cgroup.path if job_cgroup is not None else None, cgroup.own_dir())
+    oom_dir = next((d for d in dirs if d is not None and cgroup.oom_kills(d) is not None), None)
+    return FailurePolicy(
+        {r.rank: r.gpu_uuid for r in plan.ranks},
+        options.max_restarts,
+        functools.partial(_say, options),
+        steps_of=session.steps_of if session is not None else None,
+        oom_kills=functools.partial(cgroup.oom_kills, oom_dir) if oom_dir is not None else None,
+        gpu_events=session.gpu_events if session is not None else None,
+    )
 
 
 def _job_cgroup(

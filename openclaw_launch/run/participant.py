@@ -1,7 +1,7 @@
 """The attempt contract: the one interface every part taking part in supervision implements.
 
 The supervisor (``run/supervise.py``) holds a list of participants (statistics session, hang
-watch, node agent, MPS daemon, job cgroup) and asks each the same questions; no participant's
+watch, node agent, MPS daemon, job cgroup, failure policy) and asks each the same questions; no participant's
 answer depends on another's or on its place in the list:
 
 - ``begin_attempt(n)``: attempt n starts; forget everything of the previous one (a stopped
@@ -35,6 +35,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from openclaw_launch.run.failure_class import Evidence
+
 if TYPE_CHECKING:
     from openclaw_launch.plan.model import RankPlan
 
@@ -45,6 +47,7 @@ class StopKind(enum.Enum):
     HANG = "hang"  # --hang-timeout-s fired on this node (stats/hang_monitor.py)
     LOST = "lost"  # a node of the job, or the first node's store, is gone (agents)
     REMOTE = "remote"  # another node stopped first: the job's fate (agents/fate.py)
+    STORM = "storm"  # the same failure before any step twice in a row (run/failure_policy.py): no restart
 
 
 @dataclass(frozen=True)
@@ -54,9 +57,10 @@ class StopReason:
     kind: StopKind
     exit_code: int
     text: str  # what the user is told (a remote reason: the other node's text)
-    restartable: bool  # a failure is; a signal, a hang or a lost node never is
+    restartable: bool  # a failure is; a signal, a hang, a lost node or a restart storm never is
     node: str | None = None  # whose stop it is (a remote or lost reason: the other node)
     rank: int | None = None  # the failed or stuck rank, where there is one
+    evidence: Evidence | None = None  # a failed worker's: what classifies it (run/failure_class.py)
 
     @property
     def job_wide(self) -> bool:

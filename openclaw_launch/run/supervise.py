@@ -330,10 +330,11 @@ class _Supervisor:
 
     def _failed(self, w: WorkerRecord) -> None:
         self.failure = w
+        self.loop.read_pending()  # its last words (a traceback, NCCL's) into its tail before it is judged
         result = w.result(None, None)
         code = result.code if result.code is not None else 1
-        text = format_root_cause(result, self.opt.error_files_kept)
-        self._stop_for(StopReason(StopKind.FAILURE, code, text, True, w.rank.node, w.rank.rank))
+        text, evidence = format_root_cause(result, self.opt.error_files_kept), w.evidence(self.os.read_error_file)
+        self._stop_for(StopReason(StopKind.FAILURE, code, text, True, w.rank.node, w.rank.rank, evidence))
 
     def _on_reaped(self, reaped: Reaped) -> None:
         w = self.live.pop(reaped.pid, None)
@@ -380,9 +381,7 @@ class _Supervisor:
         return exempt
 
     def _guardian_lost(self) -> str | None:
-        if self.guardian is None:
-            return None
-        lost = self.guardian.lost
+        lost = self.guardian.lost if self.guardian is not None else None
         if lost is not None and not self._guardian_warned:
             self._guardian_warned = True
             self._console_err(

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, BinaryIO
 
 from openclaw_launch.errors import LaunchError
+from openclaw_launch.run.failure_class import Evidence
 from openclaw_launch.run.osproc import OsLayer, Reaped
 from openclaw_launch.run.results import WorkerResult, read_error_file
 from openclaw_launch.topology.cpulist import format_cpulist, parse_cpulist
@@ -66,6 +67,17 @@ class WorkerRecord:
             error_file=error_file if error else None,
             error=error,
             wall_s=self.wall_s,
+        )
+
+    def evidence(self, read_file: Callable[[str], str | None]) -> Evidence:
+        """What classifies its failure (run/failure_class.py): how it ended, its error file, its last stderr lines."""
+        path = self.rank.env.get("TORCHELASTIC_ERROR_FILE")
+        return Evidence(
+            exit_code=self.exit_code,
+            signal=self.signal,
+            error_file=read_file(path) if path else None,
+            stderr_tail=tuple(self.tail),
+            not_started=self.pid is None,
         )
 
     def ended(self, reaped: Reaped, now_s: float, monotonic_s: float) -> None:

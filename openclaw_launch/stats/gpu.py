@@ -37,8 +37,13 @@ _MEAN_KEYS = (
 )
 
 
+Event = dict[str, Any]  # an NVML event: {"kind": "xid" | "ecc", "uuid": ..., "code": XID number or 0}
+MAX_EVENTS = 64  # kept per job (the first ones: what a failure is classified by)
+
+
 class SampleSource(Protocol):
     def sample(self, uuid: str, with_pcie: bool) -> Sample | None: ...
+    def events(self) -> list[Event]: ...  # XID / uncorrectable ECC events since the last call, never waiting
     def close(self) -> None: ...
 
 
@@ -53,6 +58,38 @@ class PynvmlSource:
         self._handles = {u: pynvml.nvmlDeviceGetHandleByUUID(u) for u in uuids}
         self._gpm_previous: dict[str, Any] = {}
         self._gpm = {u: self._gpm_supported(h) for u, h in self._handles.items()}
+        self._event_set = self._register_events()
+
+    def _register_events(self) -> Any:
+        """An NVML event set for XIDs and double-bit ECC errors on every GPU (None: not supported)."""
+        nvml = self._nvml
+        try:
+            event_set = nvml.nvmlEventSetCreate()
+        except Exception:
+            return None
+        wanted = nvml.nvmlEventTypeXidCriticalError | nvml.nvmlEventTypeDoubleBitEccError
+        for handle in self._handles.values():
+            with contextlib.suppress(Exception):  # a GPU without these events, or not permitted
+                nvml.nvmlDeviceRegisterEvents(handle, wanted, event_set)
+        return event_set
+
+    def events(self) -> list[Event]:
+        nvml, out = self._nvml, list[Event]()
+        while self._event_set is not None and len(out) < MAX_EVENTS:
+            try:
+                data = nvml.nvmlEventSetWait_v2(self._event_set, 0)
+            except Exception:  # NVML_ERROR_TIMEOUT: none pending
+                break
+            uuid = nvml.nvmlDeviceGetUUID(data.device)
+            xid = bool(data.eventType & nvml.nvmlEventTypeXidCriticalError)
+            out.append(
+                {
+                    "kind": "xid" if xid else "ecc",
+                    "uuid": uuid.decode() if isinstance(uuid, bytes) else str(uuid),
+                    "code": int(data.eventData) if xid else 0,
+                }
+            )
+        return out
 
     def _gpm_supported(self, handle: Any) -> bool:
         try:
@@ -108,19 +145,29 @@ class PynvmlSource:
         for sample in self._gpm_previous.values():
             with contextlib.suppress(Exception):
                 self._nvml.nvmlGpmSampleFree(sample)
+        if self._event_set is not None:
+            with contextlib.suppress(Exception):
+                self._nvml.nvmlEventSetFree(self._event_set)
         self._nvml.nvmlShutdown()
 
 
 class RecordedSource:
-    """Samples recorded on a real machine (``{uuid: [sample, ...]}``), replayed in a loop."""
+    """Samples recorded on a real machine (``{uuid: [sample, ...]}``), replayed in a loop; its
+    ``events`` (``[{"kind", "uuid", "code"}]``, an XID the recording saw) are delivered once."""
 
-    def __init__(self, samples: Mapping[str, Sequence[Sample]]) -> None:
+    def __init__(self, samples: Mapping[str, Sequence[Sample]], events: Sequence[Event] = ()) -> None:
         self._samples = samples
         self._next: dict[str, int] = {}
+        self._events = list(events)
 
     @classmethod
     def load(cls, path: Path) -> RecordedSource:
-        return cls(json.loads(path.read_text())["samples"])
+        data = json.loads(path.read_text())
+        return cls(data["samples"], data.get("events", ()))
+
+    def events(self) -> list[Event]:
+        out, self._events = self._events, []
+        return out
 
     def sample(self, uuid: str, with_pcie: bool) -> Sample | None:
         recorded = self._samples.get(uuid)
@@ -190,6 +237,7 @@ class GpuSampler:
         self._pcie_every = pcie_every
         self._summaries = {u: GpuSummary() for u in self._uuids}
         self._latest: dict[str, Sample] = {}  # the last sample per GPU (the live metrics)
+        self._events: list[Event] = []  # NVML events, the first MAX_EVENTS of the job
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="openclaw-gpu-sampler", daemon=True)
@@ -210,6 +258,9 @@ class GpuSampler:
                             self._summaries[uuid].add(sample)
                             self._latest[uuid] = {**self._latest.get(uuid, {}), **sample}
                 tick += 1
+                new = self._source.events()
+                with self._lock:
+                    self._events += new[: MAX_EVENTS - len(self._events)]
                 if self._on_round is not None:
                     self._on_round(self)
                 if self._stop.wait(self._interval_s):
@@ -230,3 +281,7 @@ class GpuSampler:
     def summaries(self) -> dict[str, dict[str, object]]:
         with self._lock:
             return {u: s.to_json() for u, s in self._summaries.items()}
+
+    def events(self) -> list[Event]:
+        with self._lock:
+            return list(self._events)

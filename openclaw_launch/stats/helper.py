@@ -8,8 +8,9 @@ Messages, one JSON object per line:
 - launcher -> helper: ``publish`` (the endpoint's snapshot), ``append`` (a stats-file line),
   ``finish`` (stop sampling, write what is queued, answer ``done``, exit).
 - helper -> launcher: ``gpus`` after every round of samples (the latest sample and the running
-  summary per GPU), ``gpu_error`` (NVML did not start), ``stats_file_error`` (the first line that
-  could not be written: a full disk), ``done`` (the final summaries and errors).
+  summary per GPU, the NVML events seen so far: XID, uncorrectable ECC), ``gpu_error`` (NVML did
+  not start), ``stats_file_error`` (the first line that could not be written: a full disk),
+  ``done`` (the final summaries and errors).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import socket
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from openclaw_launch.run.failure_class import GpuEvent
 from openclaw_launch.run.helper import Helper, Link, Message
 
 if TYPE_CHECKING:
@@ -36,6 +38,7 @@ class StatsHelper:
         self._on_warning = on_warning
         self.latest: dict[str, Sample] = {}  # the last sample per GPU
         self.summaries: dict[str, dict[str, object]] = {}  # the running summary per GPU
+        self.gpu_events: list[GpuEvent] = []  # NVML events (XID, ECC), oldest first (bounded by the sampler)
         self.gpu_error: str | None = None  # why GPU sampling is off or stopped
         self.stats_file_error: str | None = None
         self.stats_file_dropped = 0
@@ -102,6 +105,7 @@ class StatsHelper:
         if op in ("gpus", "done"):
             self.latest = message["latest"]
             self.summaries = message["summaries"]
+            self.gpu_events = [GpuEvent(str(e["kind"]), str(e["uuid"]), int(e["code"])) for e in message["events"]]
         if op == "gpu_error":
             self.gpu_error = message["text"]
             self._on_warning(message["text"])
@@ -153,6 +157,7 @@ def _serve(
                 "op": "done",
                 "latest": sampler.latest() if sampler is not None else {},
                 "summaries": sampler.summaries() if sampler is not None else {},
+                "events": sampler.events() if sampler is not None else [],
                 "gpu_error": sampler.error if sampler is not None else None,
                 "stats_file_error": writer.error if writer is not None else None,
                 "stats_file_dropped": writer.dropped if writer is not None else 0,
@@ -168,7 +173,8 @@ def _start_sampler(
     from openclaw_launch.stats.gpu import GpuSampler
 
     def send(sampler: GpuSampler) -> None:
-        link.send({"op": "gpus", "latest": sampler.latest(), "summaries": sampler.summaries()})
+        summaries, events = sampler.summaries(), sampler.events()
+        link.send({"op": "gpus", "latest": sampler.latest(), "summaries": summaries, "events": events})
 
     try:
         return GpuSampler(gpu_source(uuids), uuids, on_round=send).start()

@@ -18,6 +18,7 @@ from openclaw_launch.telemetry import wire
 
 if TYPE_CHECKING:
     from openclaw_launch.plan.model import LaunchPlan
+    from openclaw_launch.run.failure_class import GpuEvent
     from openclaw_launch.stats import verdict
     from openclaw_launch.stats.gpu import SampleSource
     from openclaw_launch.stats.hang_monitor import HangMonitor
@@ -171,6 +172,18 @@ class StatsSession(Participant):
         else:
             text += "; no straggler"
         return text
+
+    def steps_of(self, rank: int) -> int:
+        """Steps ``rank`` made in this attempt, with what its socket holds now (the failure policy's)."""
+        self.drain()
+        return next((s.steps for s in self.collector.summaries() if s.rank == rank), 0)
+
+    def gpu_events(self) -> list[GpuEvent]:
+        """Every NVML event (XID, uncorrectable ECC) the helper has delivered so far, oldest first."""
+        if self.helper is None:
+            return []
+        self.helper.drain()
+        return self.helper.gpu_events
 
     # ---- at the end ------------------------------------------------------------------------------
 
