@@ -234,3 +234,12 @@ def test_run_gives_each_worker_its_nic_and_the_report_reads_it_back(tmp_path: Pa
     given = [Path(str(seen).format(rank=r)).read_text() for r in range(8)]
     assert given == [f"=mlx5_{r}" for r in range(8)]
     assert [r["nic"] for r in json.loads(report.read_text())["ranks"]] == [f"mlx5_{r}" for r in range(8)]
+
+
+def test_a_nic_variable_given_by_hand_is_replaced_per_rank_with_a_warning(tmp_path: Path) -> None:
+    topology = _host(_tree("dgx_a100_nics"))
+    config = load_config(str(_config(tmp_path, topology)))
+    options = PlanOptions(entry=Entry("script", "t.py"), node="host", numactl=None, base_env={"NCCL_IB_HCA": "mlx5_9"})
+    plan = build_plan(config, topology, run_context("nic", "/tmp", None), options)
+    assert [r.env["NCCL_IB_HCA"] for r in plan.ranks] == [f"=mlx5_{i}" for i in range(8)]
+    assert "runtime.nic_binding: nearest sets NCCL_IB_HCA per rank; the value given for it is not used" in plan.warnings
