@@ -196,6 +196,22 @@ def test_loopback_nodes_with_one_slowed_name_and_exclude_it(tmp_path: Path) -> N
         assert [p["status"] for p in d["pairs"] if p["name"] == "pair:n01,n03"] == ["pass"]
 
 
+def test_scope_node_measures_one_node_of_a_multinode_plan_alone(tmp_path: Path) -> None:
+    """`--scope node`: no other launcher is waited for; the node's GEMM only, no pairs, exit 0."""
+    p = subprocess.run(
+        [sys.executable, "-m", "openclaw_launch", "preflight", "--config", str(_config(tmp_path, 2))]
+        + ["--node", "n02", "--scope", "node", "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    doc = json.loads(p.stdout)
+    assert doc["scope"] == "node" and doc["decision"]["nodes"] == ["n02"] and doc["decision"]["pairs"] == []
+    assert [g["node"] for g in doc["decision"]["gemm"]] == ["n02"]
+
+
 @pytest.mark.parametrize("value", ["0", "100", "-5", "nan", "inf", "many"])
 def test_bad_slow_pct_is_exit_2_naming_the_option(value: str) -> None:
     p = subprocess.run(
