@@ -1,10 +1,10 @@
 """An elastic job's rank (tests/test_elastic.py, benchmarks/elastic_reform.py): joins the gloo world
 from torchrun's variables and all-reduces once per step until ``--steps`` steps are done
-(``--first-steps`` in the first world: one held running until a node is killed) and the world holds
-``--want`` nodes (a grow test waits for the second node). Prints the world it runs in
-(``WORLD_SIZE``, nodes, ``GROUP_RANK``, ``TORCHELASTIC_RESTART_COUNT``), when its process started
-(before torch is imported: where the launcher's part of a re-forming ends) and when it joined the
-world, then ``done`` at the end.
+(``--first-steps`` in the first world: one held running until a node is killed), the world holds
+``--want`` nodes (a grow test waits for the second node) and the file ``--until`` names exists.
+Prints the world it runs in (``WORLD_SIZE``, nodes, ``GROUP_RANK``, ``TORCHELASTIC_RESTART_COUNT``),
+when its process started (before torch is imported: where the launcher's part of a re-forming ends)
+and when it joined the world, then ``done`` at the end.
 
 Leaves with os._exit (tests/allreduce_worker.py says why).
 """
@@ -26,6 +26,7 @@ parser.add_argument("--want", type=int, default=1, help="run until the world has
 parser.add_argument("--steps", type=int, default=3)
 parser.add_argument("--first-steps", type=int, help="steps in the first world (restart 0): default --steps")
 parser.add_argument("--step-s", type=float, default=0.05)
+parser.add_argument("--until", help="and until this file exists (a world of one rank only)")
 args = parser.parse_args()
 
 nodes = int(os.environ["GROUP_WORLD_SIZE"])
@@ -38,7 +39,7 @@ print(
 )
 steps = args.first_steps if args.first_steps is not None and restart == "0" else args.steps
 step = 0
-while step < steps or nodes < args.want:
+while step < steps or nodes < args.want or (args.until and not os.path.exists(args.until)):
     t = torch.tensor([1.0])
     dist.all_reduce(t)
     step += 1

@@ -40,15 +40,12 @@ def elastic_line(port: int, nnodes: str = "1:2", last_call_s: float = 1.0) -> li
 def launcher(args: Sequence[str], tmp_path: Path, name: str) -> subprocess.Popen[str]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "SLURM", "TORCHELASTIC"))}
     environ["PYTHONPATH"] = str(ROOT)
-    out = (tmp_path / f"{name}.out").open("w")
-    return subprocess.Popen(
-        [sys.executable, "-m", "openclaw_launch", *args],
-        cwd=ROOT,
-        env=environ,
-        stdout=out,
-        stderr=subprocess.PIPE,
-        text=True,
+    out, err = (tmp_path / f"{name}.out").open("w"), (tmp_path / f"{name}.err").open("w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "openclaw_launch", *args], cwd=ROOT, env=environ, stdout=out, stderr=err, text=True
     )
+    proc.args = str(tmp_path / f"{name}.err")  # where ``ended`` reads its stderr
+    return proc
 
 
 def wait_listening(port: int, timeout_s: float = TIMEOUT_S) -> None:
@@ -73,8 +70,8 @@ def wait_for(path: Path, text: str, timeout_s: float = TIMEOUT_S) -> None:
 
 
 def ended(proc: subprocess.Popen[str]) -> tuple[int, str]:
-    _, stderr = proc.communicate(timeout=TIMEOUT_S)
-    return proc.returncode, stderr
+    code = proc.wait(timeout=TIMEOUT_S)
+    return code, Path(str(proc.args)).read_text()
 
 
 def worlds(report: Path) -> list[dict[str, object]]:
@@ -135,9 +132,12 @@ def test_a_standby_takes_the_lost_nodes_rank(tmp_path: Path) -> None:
 
 def test_a_standby_not_needed_exits_0_when_the_job_ends(tmp_path: Path) -> None:
     port = free_port()
-    first = launcher([*elastic_line(port, last_call_s=0), WORKER, "--steps", "40"], tmp_path, "a")
+    go = tmp_path / "go"
+    first = launcher([*elastic_line(port, last_call_s=0), WORKER, "--until", str(go)], tmp_path, "a")
     wait_listening(port)
     standby = launcher([*elastic_line(port), "--standby", WORKER], tmp_path, "s")
+    wait_for(tmp_path / "a.err", "standby")  # it joined while the job ran
+    go.touch()  # the job ends
     (code_a, err_a), (code_s, err_s) = ended(first), ended(standby)
     assert (code_a, code_s) == (0, 0), err_a + err_s
     assert "ran no ranks" in err_s and (tmp_path / "s.out").read_text() == ""

@@ -14,7 +14,8 @@ world. A cut link without a close is found by the keep-alives (``--keepalive-s``
 Keys (``store.PREFIX`` + ``el/`` + ...): ``spec`` (the host's MIN:MAX), ``count`` (member ids by
 arrival), ``m/<id>`` (a member: its token and standby flag), ``master_port`` (node rank 0's free
 port), ``live_port`` (the first node's liveness port), ``w/<n>`` (world n: member ids and tokens
-by node rank, or why there is none), ``round`` (the newest world's n), ``done`` (the job ended).
+by node rank, or why there is none), ``round`` (the newest world's n), ``done`` (the job ended) and
+``bye/<id>`` (a waiting member saw it).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from openclaw_launch.agents.membership import ElasticSpec, Member, first_world, 
 from openclaw_launch.agents.store import AgentError, AgentStore
 
 _POLL_S = 0.05
+_BYE_WAIT_S = 5.0  # at the end, how long the first node waits for the waiting members to see it
 _SCOPE = "el/"
 
 
@@ -140,6 +142,7 @@ class Rendezvous:
         store = self.store
         while True:
             if store.has(["done"]):
+                store.set(f"bye/{self.member_id}", "1")
                 return {"done": True}
             newest = int(store.get("round")) if store.has(["round"]) else -1
             if newest > self.round:
@@ -181,9 +184,15 @@ class Rendezvous:
             self._maybe_grow(self._fate_store())
 
     def finish(self) -> None:
-        """The job ended: waiting members (standbys) stop waiting."""
+        """The job ended: waiting members (standbys) stop waiting; the store stays up until each has
+        seen it (at most ``_BYE_WAIT_S``)."""
+        with self._lock:
+            waiting = [f"bye/{i}" for i in self._members if i not in self._world]
         with contextlib.suppress(Exception):
             self.store.set("done", "1")
+            until = time.monotonic() + _BYE_WAIT_S
+            while waiting and not self.store.has(waiting) and time.monotonic() < until:
+                time.sleep(_POLL_S)
 
     def _publish(self, world: tuple[int, ...]) -> None:
         """World ``round + 1`` (under the lock)."""
@@ -234,6 +243,8 @@ class Rendezvous:
         with self._lock:
             record = json.loads(self._fate_store().within(_SCOPE).get(f"m/{member_id}"))
             self._members[member_id] = Member(member_id, record["token"], record["standby"])
+            if record["standby"]:
+                self.say(f"standby {record['token'].split(' #')[0]} joined: it runs no ranks until a node is lost")
             if self._running:
                 self._maybe_grow(self._fate_store())
 
