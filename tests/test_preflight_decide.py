@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -52,6 +53,23 @@ def test_rounds_meet_every_pair_once_disjoint_per_round(n: int) -> None:
 def test_compressed_hostlist_expands_back(hosts: list[str], text: str) -> None:
     assert compress_hostlist(hosts) == text
     assert sorted(parse_hostlist(text)) == sorted(set(hosts))
+
+
+@pytest.mark.skipif(shutil.which("scontrol") is None, reason="needs Slurm's scontrol")
+def test_compressed_hostlist_is_slurms_own(tmp_path: Path) -> None:
+    """The same text as `scontrol show hostlistsorted` (a local operation; it wants a slurm.conf)."""
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=t\nSlurmctldHost=localhost\nNodeName=localhost\nPartitionName=p Nodes=localhost\n")
+    for hosts in (["node07", "node01", "node03", "node02"], ["n10", "n08", "login", "n09"], ["x9", "x11", "x10"]):
+        slurm = subprocess.run(
+            ["scontrol", "show", "hostlistsorted", ",".join(hosts)],
+            env={**os.environ, "SLURM_CONF": str(conf)},
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        assert slurm.returncode == 0, slurm.stderr
+        assert compress_hostlist(hosts) == slurm.stdout.strip()
 
 
 def _world(

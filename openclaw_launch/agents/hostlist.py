@@ -6,7 +6,8 @@ hostnames`` when it is on PATH (Slurm's own expansion, always right); finding th
 documented forms: comma-separated names, each with any number of bracketed ranges/lists, zero
 padding kept (``[08-10]`` is 08, 09, 10). No library fits: python-hostlist is GPL-2.0, ClusterShell is
 CeCILL-C (copyleft) and a large dependency, py-hostlist is an unmaintained 0.0.2.dev0.
-``compress_hostlist`` goes the other way, for ``preflight --exclude-file`` (``sbatch --exclude``).
+``compress_hostlist`` goes the other way, for ``preflight --exclude-file`` (``sbatch --exclude``),
+pure: the same text as ``scontrol show hostlistsorted`` (a test compares them), duplicates dropped.
 """
 
 from __future__ import annotations
