@@ -146,16 +146,18 @@ def _check_command(command: str, path: str) -> None:
     executable), as a shell does; numactl would exit 1 for it in every rank."""
     import shutil
 
+    from openclaw_launch.run import exit_codes
+
     found = shutil.which(command, path=path) if "/" not in command else command
     if found is None or not os.path.exists(found):
         click.echo(
             f"openclaw-launch: error: --no-python {command}: command not found (not a file, nor on the workers' PATH)",
             err=True,
         )
-        sys.exit(127)
+        sys.exit(exit_codes.NOT_FOUND)
     if os.path.isdir(found) or not os.access(found, os.X_OK):
         click.echo(f"openclaw-launch: error: --no-python {command}: not executable (chmod +x it)", err=True)
-        sys.exit(126)
+        sys.exit(exit_codes.NOT_EXECUTABLE)
 
 
 def _check_metrics_extra() -> None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, BinaryIO
 
 from openclaw_launch.errors import LaunchError
+from openclaw_launch.run import exit_codes
 from openclaw_launch.run.failure_class import Evidence
 from openclaw_launch.run.osproc import OsLayer, Reaped
 from openclaw_launch.run.results import WorkerResult, read_error_file
@@ -93,7 +94,7 @@ class WorkerRecord:
     def not_started(self, exc: OSError, now_s: float) -> None:
         """The spawn failed: 127 (not found) or 126 (not executable), as a shell says."""
         self.finished, self.end_s, self.wall_s = True, now_s, 0.0
-        self.exit_code = 127 if isinstance(exc, FileNotFoundError) else 126
+        self.exit_code = exit_codes.NOT_FOUND if isinstance(exc, FileNotFoundError) else exit_codes.NOT_EXECUTABLE
         self.tail.append(f"openclaw-launch: could not start {self.rank.argv[0]!r}: {exc}")
 
     def still_numactl(self, proc_comm: Callable[[int], str | None]) -> bool:

@@ -29,9 +29,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sized
 from dataclasses import dataclass, field
 
+from openclaw_launch.run import exit_codes
 from openclaw_launch.telemetry import wire
 
-HANG_EXIT_CODE = 124  # as timeout(1): the job was stopped because it made no progress
+HANG_EXIT_CODE = exit_codes.HANG  # 124, as timeout(1): the job was stopped because it made no progress
 CHECK_INTERVAL_S = 0.25  # how often the supervisor asks
 SIGNAL_WAIT_S = 1.0  # faulthandler writes at once; the console and the file get this long
 PY_SPY_TIMEOUT_S = 10.0  # py-spy on a process in a bad state may be slow: never longer than this
