@@ -10,11 +10,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from openclaw_launch.run.exit_codes import BAD_INPUT
+
 
 class OpenclawError(Exception):
     """Base of every error the launcher reports to the user."""
 
-    exit_code: int = 2
+    exit_code: int = BAD_INPUT
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import click
 from openclaw_launch.cli.common import fail
 from openclaw_launch.cli.torchrun_resolve import misspelled_command
 from openclaw_launch.errors import OpenclawError
+from openclaw_launch.run.exit_codes import BAD_INPUT
 
 SUBCOMMANDS = ("run", "plan", "preflight", "discover", "validate", "report", "compare", "install-torchrun-shim")
 
@@ -150,10 +151,10 @@ def _main() -> None:
     except click.UsageError as e:
         if type(e).__name__ == "NoArgsIsHelpError":  # bare command: its help (click >= 8.2)
             click.echo(e.format_message(), err=True)
-            sys.exit(2)
+            sys.exit(BAD_INPUT)
         hint = f" (see openclaw-launch {e.ctx.info_name} --help)" if e.ctx and e.ctx.parent else ""
         click.echo(f"openclaw-launch: error: {e.format_message()}{hint}", err=True)
-        sys.exit(2)
+        sys.exit(BAD_INPUT)
     except click.ClickException as e:
         click.echo(f"openclaw-launch: error: {e.format_message()}", err=True)
         sys.exit(e.exit_code)
