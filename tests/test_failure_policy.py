@@ -86,6 +86,17 @@ def test_the_exception_type_comes_from_the_error_file(tmp_path: Path) -> None:
     )
 
 
+def test_torchs_own_record_error_file_names_a_cuda_oom(tmp_path: Path) -> None:
+    """torch's ``@record`` writes the error file (``OutOfMemoryError: ...``); raised by hand on a CPU rank."""
+    script = (
+        "import torch\nfrom torch.distributed.elastic.multiprocessing.errors import record\n\n\n@record\n"
+        "def main():\n    raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 80.00 GiB')\n\n\nmain()\n"
+    )
+    proc, report = launch(tmp_path, script)
+    assert proc.returncode == 1, proc.stderr
+    assert classes(report) == ["cuda-oom"] and report["attempt_history"][0]["failure"]["detail"] == "OutOfMemoryError"
+
+
 def test_nccl_text_in_the_error_file_is_a_fabric_failure_and_requeues(tmp_path: Path) -> None:
     message = "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, ncclSystemError"
     proc, report = launch(tmp_path, error_file_script(message), "--exit-code-classes")
