@@ -182,3 +182,10 @@ def test_a_storm_on_one_node_stops_every_node_after_two_attempts(tmp_path: Path)
     job = json.loads((tmp_path / "job.json").read_text())
     assert [a["failure"]["failure_class"] for a in job["attempt_history"]] == ["exception", "exception"]
     assert job["attempt_history"][1]["failure"]["storm"] and job["attempt_history"][1]["failure"]["node"] == "node1"
+
+
+def test_a_hang_is_classified_and_exits_75_with_exit_code_classes(tmp_path: Path) -> None:
+    script = "import time\nfrom openclaw_launch import telemetry\ntelemetry.step()\ntelemetry.step()\ntime.sleep(60)\n"
+    proc, report = launch(tmp_path, script, "--hang-timeout-s", "2", "--grace-period-s", "1", "--exit-code-classes")
+    assert proc.returncode == REQUEUE and report["hang"] is not None, proc.stderr
+    assert classes(report) == ["hang"] and report["attempt_history"][0]["failure"]["restart_helps"]
