@@ -56,6 +56,11 @@ def record(message: str) -> str:
             "nccl",
             "Watchdog caught collective operation timeout",
         ),
+        (
+            Evidence(exit_code=1, error_file=record("torch.distributed.DistNetworkError: Connection reset by peer")),
+            "nccl",
+            "torch.distributed.DistNetworkError",
+        ),
         (Evidence(signal=signal.SIGKILL, oom_kills=1), "host-oom", None),
         (Evidence(signal=signal.SIGKILL), "killed", "SIGKILL"),
         (Evidence(signal=signal.SIGSEGV), "crash", "SIGSEGV"),

@@ -34,7 +34,8 @@ CLASSES: tuple[FailureClass, ...] = (
         "nccl",
         True,
         "NCCL's text in the rank's error file or last stderr lines (`NCCL error`, `ncclSystemError`, "
-        "`ncclRemoteError`, `Watchdog caught collective operation timeout`, ...): a peer or the fabric failed",
+        "`ncclRemoteError`, `Watchdog caught collective operation timeout`, ...), or torch.distributed's "
+        "`DistBackendError` / `DistNetworkError`: a peer or the fabric failed",
     ),
     FailureClass(
         "killed", True, "killed by a signal from outside (SIGKILL without an OOM kill in the cgroup, SIGTERM, ...)"
@@ -73,6 +74,9 @@ NCCL_MARKERS = (
     "ncclInvalidUsage",
     "Watchdog caught collective operation timeout",
     "NCCL communicator was aborted",
+)
+FABRIC_TYPES = frozenset(
+    {"torch.distributed.DistBackendError", "torch.distributed.DistNetworkError", "DistBackendError", "DistNetworkError"}
 )
 CUDA_OOM_TYPES = frozenset({"OutOfMemoryError", "torch.OutOfMemoryError", "torch.cuda.OutOfMemoryError"})
 CUDA_OOM_TEXT = "CUDA out of memory"
@@ -166,8 +170,9 @@ def classify(e: Evidence, rank: int | None = None, node: str | None = None) -> F
     if found in CUDA_OOM_TYPES or CUDA_OOM_TEXT in text:
         return Failure("cuda-oom", found or CUDA_OOM_TEXT, rank, node)
     marker = next((m for m in NCCL_MARKERS if m in text), None)
-    if marker is not None:
-        return Failure("nccl", marker if found is None else f"{found}: {marker}", rank, node)
+    if marker is not None or found in FABRIC_TYPES:
+        detail = found if marker is None else marker if found is None else f"{found}: {marker}"
+        return Failure("nccl", detail or "", rank, node)
     if found is not None:
         return Failure("exception", found, rank, node)
     if e.not_started:
