@@ -6,6 +6,10 @@ points: its own time (``OWN``: the step minus its wait phases) is the longest. T
 input/host stage (``input`` + ``host``) or the work phase in which it exceeds the others most
 (stats/phases.py says which phase is which).
 
+The threshold is a slowdown of the job: a rank is a straggler when it makes the step at least
+``threshold_pct`` % longer than the others' pace (the step less its excess), an excess of
+``threshold_pct / (100 + threshold_pct)`` of the step (``slowdown_floor_s``).
+
 Every comparison is made window by window (collect.py: 5-step windows by step number, the same
 steps on every rank, each a median): the excess is the median over the common windows of (the
 rank's value - the other ranks' median), with the standard error of that median from the windows'
@@ -117,7 +121,7 @@ def find_stragglers(
     median_step = statistics.median(_typical(r, STEP, r.step_mean_s) for r in judged)
     if median_step <= 0:
         return []
-    floor_s = threshold_pct / 100 * median_step
+    floor_s = slowdown_floor_s(threshold_pct, median_step)
 
     def own_excess(r: RankSummary) -> Excess:
         if use_gpu:  # the flight recorder's wait is per run, not per window
@@ -168,6 +172,12 @@ def find_stragglers(
             hints=tuple(_hints(slow, section, facts_slow, [facts.get(o.rank) for o in others])),
         )
     ]
+
+
+def slowdown_floor_s(threshold_pct: float, step_s: float) -> float:
+    """The excess per step that makes a job of ``step_s`` steps ``threshold_pct`` % slower than the
+    others' pace (``step_s`` - excess): a 5 % slowdown is 5/105 of the step it produces."""
+    return threshold_pct / (100 + threshold_pct) * step_s
 
 
 @dataclass(frozen=True)

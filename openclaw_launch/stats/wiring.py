@@ -26,7 +26,7 @@ class StatsOptions:
     """Per-step statistics and the straggler verdict (on when the plan has a telemetry socket)."""
 
     interval_s: float = defaults.STATS_INTERVAL_S  # the live one-line summary; 0 = none
-    threshold_pct: float = defaults.STRAGGLER_THRESHOLD_PCT  # a straggler is busy this much longer than the others
+    threshold_pct: float = defaults.STRAGGLER_THRESHOLD_PCT  # a straggler slows the step this much
     sample_gpus: bool = True  # NVML sampling of the plan's GPUs
     hang_timeout_s: float | None = None  # --hang-timeout-s (openclaw_launch/stats/hang.py); None = off
     startup_timeout_s: float | None = None  # --startup-timeout-s, resolved (defaults.startup_timeout_s)
