@@ -207,13 +207,14 @@ print("cuda initialised:", torch.cuda.is_initialized())
 """
 
 
-def test_a_cpu_rank_sends_no_gpu_samples_and_never_initialises_cuda(tmp_path: Path) -> None:
+def _run_rank(tmp_path: Path, code: str) -> list[wire.Batch]:
+    """Runs ``code`` as rank 0's script under the bootstrap (the zero-code hooks) and returns the
+    batches it sent."""
     script = tmp_path / "loop.py"
-    script.write_text(_LOOP)
+    script.write_text(code)
     path = str(tmp_path / "t.sock")
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sock.bind(wire.rank_address(path, 0))
-    sock.settimeout(5)
     try:
         env = {**os.environ, wire.SOCKET_ENV: path, "RANK": "0", "PYTHONPATH": str(Path(__file__).parent.parent)}
         env.pop(wire.PROGRESS_ENV, None)
@@ -222,15 +223,72 @@ def test_a_cpu_rank_sends_no_gpu_samples_and_never_initialises_cuda(tmp_path: Pa
             capture_output=True, text=True, timeout=60, env=env,
         )  # fmt: skip
         assert run.returncode == 0, run.stderr
-        assert "cuda initialised: False" in run.stdout
-        batches: list[Any] = []
+        print(run.stdout)
+        batches: list[wire.Batch] = []
         sock.settimeout(0.5)
         while True:
             try:
-                batches.append(wire.decode(sock.recv(65536)))
+                batch = wire.decode(sock.recv(65536))
             except TimeoutError:
                 break
+            assert batch is not None
+            batches.append(batch)
     finally:
         sock.close()
-    assert sum(len(b.steps) for b in batches if b) == 11  # the hooks ran: 12 optimizer steps, 11 steps
-    assert all(b is not None and b.gpu_busy == [] for b in batches)
+    return batches
+
+
+def test_a_cpu_rank_sends_no_gpu_samples_and_never_initialises_cuda(tmp_path: Path, capsys: Any) -> None:
+    batches = _run_rank(tmp_path, _LOOP)
+    assert "cuda initialised: False" in capsys.readouterr().out
+    assert sum(len(b.steps) for b in batches) == 11  # the hooks ran: 12 optimizer steps, 11 steps
+    assert all(b.gpu_busy == [] for b in batches)
+
+
+_FAKE_CUDA_LOOP = """
+import time
+import torch
+
+class HostEvent:  # torch.cuda.Event's test double: the host's clock (CUDA is absent here)
+    def __init__(self, enable_timing=False):
+        self.at = None
+    def record(self):
+        self.at = time.perf_counter()
+    def query(self):
+        return self.at is not None
+    def elapsed_time(self, end):
+        return 1000 * (end.at - self.at)
+
+torch.cuda.Event = HostEvent
+torch.cuda.is_initialized = lambda: True
+torch.cuda.is_current_stream_capturing = lambda: False
+
+class Slow(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+    def forward(self, x):
+        time.sleep(0.02)
+        return self.lin(x)
+
+model = Slow()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for i in range(22):  # iteration i > 0 is step number i (the first optimizer.step() starts step 1)
+    x = torch.randn(4, 8)
+    loss = model(x).sum()
+    time.sleep(0.03)  # between the forward and the backward: part of the timed span
+    opt.zero_grad()
+    loss.backward()
+    time.sleep(0.15 if i % 5 == 0 else 0.0)  # between backward and optimizer.step(): not timed
+    opt.step()
+"""
+
+
+def test_the_hooks_time_forward_to_backward_and_the_optimizer_step_of_every_fifth_step(tmp_path: Path) -> None:
+    """The real hooks in a real rank, torch.cuda's clock replaced by the host's: samples for steps
+    5, 10, 15, 20, each the forward-to-backward span (20 + 30 ms of sleeps) plus the optimizer step,
+    without the 150 ms between the backward and the optimizer step."""
+    batches = _run_rank(tmp_path, _FAKE_CUDA_LOOP)
+    samples = [sample for b in batches for sample in b.gpu_busy]
+    assert [step for step, _ in samples] == [5, 10, 15, 20]
+    assert all(0.05 <= seconds < 0.15 for _, seconds in samples), samples
