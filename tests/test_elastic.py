@@ -31,19 +31,19 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def elastic_line(port: int, nnodes: str = "1:2", last_call_s: float = 1.0) -> list[str]:
+def elastic_line(port: int, nnodes: str = "1:2", last_call_s: float = 1.0, conf: str | None = None) -> list[str]:
     """torchrun's elastic line, verbatim but for the last-call wait (torchrun's default is 30 s)."""
     line = ["--nnodes", nnodes, "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-id", "job7"]
-    return [*line, "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-conf", f"last_call_timeout={last_call_s:g}"]
+    conf = conf or f"last_call_timeout={last_call_s:g}"
+    return [*line, "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-conf", conf]
 
 
-def launcher(args: Sequence[str], tmp_path: Path, name: str) -> subprocess.Popen[str]:
+def launcher(args: Sequence[str], tmp_path: Path, name: str, which: str = "openclaw") -> subprocess.Popen[str]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "SLURM", "TORCHELASTIC"))}
     environ["PYTHONPATH"] = str(ROOT)
     out, err = (tmp_path / f"{name}.out").open("w"), (tmp_path / f"{name}.err").open("w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "openclaw_launch", *args], cwd=ROOT, env=environ, stdout=out, stderr=err, text=True
-    )
+    head = [sys.executable, "-m", "openclaw_launch"] if which == "openclaw" else ["torchrun"]
+    proc = subprocess.Popen([*head, *args], cwd=ROOT, env=environ, stdout=out, stderr=err, text=True)
     proc.args = str(tmp_path / f"{name}.err")  # where ``ended`` reads its stderr
     return proc
 
@@ -79,21 +79,24 @@ def worlds(report: Path) -> list[dict[str, object]]:
 
 
 def test_shrink_a_killed_node_leaves_a_world_of_one(tmp_path: Path) -> None:
+    """torchrun completes the same line (the node killed with its workers: a killed torchrun agent
+    leaves them running) in 45-50 s with its defaults: benchmarks/elastic_reform.py, RESULTS.md."""
     port = free_port()
-    line = [*elastic_line(port, last_call_s=30), "--max-restarts", "3"]  # MAX arrives: no last-call wait
+    line = [*elastic_line(port), "--max-restarts", "3"]
     first = launcher([*line, "--report", str(tmp_path / "a.json"), WORKER, "--first-steps", "2000"], tmp_path, "a")
     wait_listening(port)
     second = launcher([*line, WORKER, "--first-steps", "2000"], tmp_path, "b")
     wait_for(tmp_path / "b.out", "size 2")
-    second.send_signal(signal.SIGKILL)
+    second.send_signal(signal.SIGKILL)  # the launcher only: its guardian kills its workers
     second.wait(TIMEOUT_S)
     code, stderr = ended(first)
     out = (tmp_path / "a.out").read_text()
     assert code == 0, stderr
     assert "is lost" in stderr and "closed its link" in stderr
-    assert "size 1 nodes 1 group 0 restart 1" in out and "done rank 0 size 1 restart 1" in out
+    assert "size 1 nodes 1 group 0 restart" in out and "done rank 0 size 1 restart" in out
+    assert out.count("size 2 nodes 2") == 1  # one world of two (maybe after one of one: MIN is 1), then of one
     history = worlds(tmp_path / "a.json")
-    assert [(w["world"], w["world_size"], len(w["nodes"])) for w in history] == [(0, 2, 2), (1, 1, 1)]
+    assert [(w["world_size"], len(w["nodes"])) for w in history[-2:]] == [(2, 2), (1, 1)]
 
 
 def test_grow_a_node_that_arrives_is_taken_in(tmp_path: Path) -> None:
