@@ -13,8 +13,12 @@ SIGKILLed at once (a node that dies takes its workers with it). Per run:
   it includes the worker's own ``import torch``, seconds on a loaded 2-core box);
 - ``exit``: the survivor's exit code, and ``end_s``: the kill -> it exited.
 
-``python benchmarks/elastic_reform.py [--runs N] [--launchers ours,torchrun] [--timeout-s S]``
-prints one line per run and the medians; a run that does not finish in ``--timeout-s`` says so.
+``--scenario grow``: a second node joins a running world of one (``last_call_timeout=1``); per
+run ``joined_s``, its start -> both nodes' workers in the world of two, and the exit codes.
+
+``python benchmarks/elastic_reform.py [--scenario shrink|grow] [--runs N] [--launchers ours,torchrun]
+[--timeout-s S]`` prints one line per run and the medians; a run that does not finish in
+``--timeout-s`` says so.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = str(ROOT / "tests" / "elastic_worker.py")
+WORKER_ARGS = ("--first-steps", "100000", "--steps", "3")
 _NEW_WORLD = re.compile(r"size 1 nodes 1 group 0 restart (\d+) started ([\d.]+) at ([\d.]+)")
 
 
@@ -47,7 +52,7 @@ def command(which: str, port: int) -> list[str]:
     line = ["--nnodes", "1:2", "--nproc-per-node", "1", "--rdzv-backend", "c10d"]
     line += ["--rdzv-endpoint", f"127.0.0.1:{port}", "--max-restarts", "3"]
     head = [sys.executable, "-m", "openclaw_launch"] if which == "ours" else ["torchrun"]
-    return [*head, *line, WORKER, "--first-steps", "100000", "--steps", "3"]
+    return [*head, *line, WORKER, *WORKER_ARGS]
 
 
 def descendants(pid: int) -> list[int]:
@@ -128,11 +133,44 @@ def one_run(which: str, timeout_s: float, workdir: Path) -> dict[str, object]:
                 proc.wait()
 
 
+def grow_run(which: str, timeout_s: float, workdir: Path) -> dict[str, object]:
+    """A second node joins a running world of one (``last_call_timeout=1``): its start -> both
+    nodes' workers in the world of two (``joined_s``), and both exit codes."""
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    line = [*command(which, port)[: -len(WORKER_ARGS) - 1], "--rdzv-conf", "last_call_timeout=1"]
+    outs = [workdir / f"grow-{which}-{k}.out" for k in (0, 1)]
+    procs: list[subprocess.Popen[bytes]] = []
+    result: dict[str, object] = {"launcher": which, "scenario": "grow"}
+    try:
+        for k, out in enumerate(outs):
+            if k == 1 and not wait_text(outs[0], "size 1 nodes 1", timeout_s):
+                result["error"] = "the first node never ran alone"
+                return result
+            started = time.time()
+            with out.open("w") as f, (workdir / f"grow-{which}-{k}.err").open("w") as err:
+                procs.append(subprocess.Popen([*line, WORKER, "--want", "2"], cwd=ROOT, env=env, stdout=f, stderr=err))
+        if not wait_text(outs[0], "size 2", timeout_s) or not wait_text(outs[1], "size 2", timeout_s):
+            codes = [p.wait(timeout=timeout_s) if p.poll() is None else p.returncode for p in procs]
+            result["error"] = f"no world of two within {timeout_s:g} s; exit codes {codes}"
+            return result
+        joined = max(float(m.group(1)) for o in outs for m in re.finditer(r"size 2 .* at ([\d.]+)", o.read_text()))
+        result["joined_s"] = joined - started
+        result["exit"] = [p.wait(timeout=timeout_s) for p in procs]
+        return result
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                kill_node(proc.pid)
+                proc.wait()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--launchers", default="ours,torchrun")
     parser.add_argument("--timeout-s", type=float, default=90.0)
+    parser.add_argument("--scenario", choices=("shrink", "grow"), default="shrink")
     args = parser.parse_args()
     with open("/proc/loadavg") as f:
         print(f"load average at start: {f.read().split()[0]}")
@@ -140,10 +178,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for run in range(args.runs):
             for which in args.launchers.split(","):
-                r = one_run(which, args.timeout_s, Path(tmp))
+                r = (one_run if args.scenario == "shrink" else grow_run)(which, args.timeout_s, Path(tmp))
                 results.setdefault(which, []).append(r)
                 print(f"run {run} {r}", flush=True)
     for which, runs in results.items():
+        if args.scenario == "grow":
+            joined = [float(str(r["joined_s"])) for r in runs if "joined_s" in r]
+            median = f"; median joined_s {statistics.median(joined):.2f}" if joined else ""
+            print(f"{which}: {len(joined)}/{len(runs)} grew to a world of two{median}")
+            continue
         done = [r for r in runs if "spawn_s" in r]
         if not done:
             print(f"{which}: no run re-formed")

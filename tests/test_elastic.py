@@ -147,6 +147,26 @@ def test_a_standby_not_needed_exits_0_when_the_job_ends(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("host_nnodes", "joiner_nnodes", "says"),
+    [("1:2", "2", "is elastic (--nnodes 1:2)"), ("2", "1:2", "is not elastic")],
+)
+def test_a_launcher_of_the_other_kind_is_refused(
+    tmp_path: Path, host_nnodes: str, joiner_nnodes: str, says: str
+) -> None:
+    """An elastic launcher at a fixed-size job's rendezvous, or the other way round: exit 2, the
+    waiting first node untouched."""
+    port = free_port()
+    host = launcher([*elastic_line(port, nnodes=host_nnodes, last_call_s=60), WORKER], tmp_path, "a")
+    wait_listening(port)
+    joiner = launcher([*elastic_line(port, nnodes=joiner_nnodes), WORKER], tmp_path, "b")
+    code, stderr = ended(joiner)
+    assert code == 2 and says in stderr, stderr
+    assert host.poll() is None
+    host.send_signal(signal.SIGTERM)
+    host.wait(TIMEOUT_S)
+
+
+@pytest.mark.parametrize(
     ("args", "says"),
     [
         (["--nnodes", "3:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:9"], "--nnodes"),

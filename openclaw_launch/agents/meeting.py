@@ -37,6 +37,11 @@ def arrive(store: AgentStore, nnodes: int, token: str, master_port: int) -> tupl
         rank = 0
         store.set("master_port", str(master_port))
     else:
+        if store.has(["el/spec"]):  # agents/elastic.py's: its first node runs --nnodes MIN:MAX
+            raise AgentError(
+                f"the job at {store.addr}:{store.port} is elastic (--nnodes {store.get('el/spec')}): give every "
+                "node the same --nnodes; started nothing"
+            )
         rank = store.add("arrivals", 1)
         if rank >= nnodes:
             raise AgentError(
