@@ -29,10 +29,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from openclaw_launch.agents.fate import EXIT_NODE_LOST, Fate
 from openclaw_launch.agents.meeting import WAIT_NOTE_S
 from openclaw_launch.agents.membership import ElasticSpec, Member, first_world, next_world, wants_growth
 from openclaw_launch.agents.store import AgentError, AgentStore
 
+REFORM = "reform"  # the fate of a world that takes in a node that arrived (agents/fate.py's Fate.kind)
 _POLL_S = 0.05
 _BYE_WAIT_S = 5.0  # at the end, how long the first node waits for the waiting members to see it
 _SCOPE = "el/"
@@ -67,6 +69,7 @@ class Rendezvous:
         self._world: tuple[int, ...] = ()
         self._running = False
         self._keep: socket.socket | None = None  # a member's liveness connection, open while it lives
+        self._own: AgentStore | None = None
 
     # ---- arrival ---------------------------------------------------------------------------------
 
@@ -209,9 +212,9 @@ class Rendezvous:
         return int(listener.getsockname()[1])
 
     def _fate_store(self) -> AgentStore:
-        if not hasattr(self, "_own"):
-            base = self.store
-            self._own = AgentStore(base.addr, base.port, False, self.timeout_s)
+        """(Under the lock.) The first node's own client for the liveness thread, in this world's scope."""
+        if self._own is None:
+            self._own = AgentStore(self.store.addr, self.store.port, False, self.timeout_s)
         return self._own.within(world_scope(self.round))
 
     def _watch(self, listener: socket.socket) -> None:
@@ -254,8 +257,8 @@ class Rendezvous:
         if not (self._running and self.round < self.max_restarts and wants_growth(self._world, waiting, self.spec)):
             return
         text = f"a node joined (--nnodes {self.spec.text}, {len(self._world)} running): re-forming the world"
-        fate = {"kind": "reform", "node": self.names[0] if self.names else "", "rank": None, "code": 1, "text": text}
-        store.first(f"fate/{self.round}", json.dumps(fate))
+        fate = Fate(REFORM, self.names[0] if self.names else "", None, EXIT_NODE_LOST, text)
+        store.first(f"fate/{self.round}", fate.to_json())
 
     def _on_gone(self, member_id: int) -> None:
         with self._lock:
@@ -269,6 +272,5 @@ class Rendezvous:
                 return
             name = self.names[rank] if rank < len(self.names) else f"node rank {rank}"
             text = f"node {name} is lost (its launcher {member.token.split(' #')[0]} closed its link to the first node)"
-            fate = {"kind": "lost", "node": name, "rank": None, "code": 1, "text": text}
-            store.first(f"fate/{self.round}", json.dumps(fate))
+            store.first(f"fate/{self.round}", Fate("lost", name, None, EXIT_NODE_LOST, text).to_json())
             store.set(f"end/{self.round}/{rank}", "lost")  # no node waits for its end

@@ -15,10 +15,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from openclaw_launch.agents.elastic import Rendezvous, world_scope
+from openclaw_launch.agents.elastic import REFORM, Rendezvous, world_scope
 from openclaw_launch.agents.fate import EXIT_NODE_LOST, Agent, AgentOptions, Fate, lost_fate
 from openclaw_launch.agents.membership import ElasticSpec
-from openclaw_launch.agents.store import AgentError
+from openclaw_launch.agents.store import AgentError, AgentStore
 from openclaw_launch.agents.store_loop import LoopOptions, LostFate, StoreLink, _Loop
 from openclaw_launch.plan.model import LaunchPlan, RankPlan
 from openclaw_launch.report.membership import AttemptMembership
@@ -26,9 +26,9 @@ from openclaw_launch.report.model import NodeReport
 from openclaw_launch.run.helper import Helper, Link, Message
 from openclaw_launch.run.participant import StopKind, StopReason
 
-# Kinds of an attempt's fate after which an elastic job re-forms (restarts left): "reform" is the
+# Kinds of an attempt's fate after which an elastic job re-forms (restarts left): REFORM is the
 # rendezvous's own, a node that arrived while the world ran.
-_REFORMING_FATES = frozenset({StopKind.FAILURE.value, StopKind.LOST.value, "reform"})
+_REFORMING_FATES = frozenset({StopKind.FAILURE.value, StopKind.LOST.value, REFORM})
 # A node's end outcome that does not stop the job from re-forming ("lost": the rendezvous ended a lost node's).
 _REFORMING_OUTCOMES = frozenset({"ok", "stopped", StopKind.FAILURE.value, StopKind.LOST.value})
 
@@ -78,18 +78,22 @@ class ElasticLink(StoreLink):
 class _ElasticLoop(_Loop):
     """The helper's loop, with the rendezvous: it opens the store, and every world's scope."""
 
-    rendezvous: Rendezvous | None = None
+    def __init__(self, link: Link, options: LoopOptions, lost_fate: LostFate) -> None:
+        super().__init__(link, options, lost_fate)
+        self.rendezvous: Rendezvous | None = None
+        self._unscoped: AgentStore | None = None  # the store of every world's keys and the rendezvous's
 
     def _join(self, message: Message) -> None:
         if message["op"] != "elastic":
             super()._join(message)
             return
         step = message["step"]
-        if self.rendezvous is None:
-            store = self._open(None)
+        if self.rendezvous is None or self._unscoped is None:
+            self._unscoped = self._open(None)
             spec = ElasticSpec(**message["spec"])
-            self.rendezvous = Rendezvous(store, spec, message["max_restarts"], self.opt.join_timeout_s, self._say)
-            self._unscoped = store
+            self.rendezvous = Rendezvous(
+                self._unscoped, spec, message["max_restarts"], self.opt.join_timeout_s, self._say
+            )
         rendezvous, store = self.rendezvous, self._unscoped
         if step == "arrive":
             rendezvous.register(message["token"], message["standby"], message["master_port"])
@@ -186,7 +190,7 @@ class ElasticAgent(Agent):
             self._no_world_told = True
             return self._no_world
         fate = self.fates.get(self.attempt)
-        if fate is not None and fate.kind in (StopKind.LOST.value, "reform"):
+        if fate is not None and fate.kind in (StopKind.LOST.value, REFORM):
             kind = StopKind.LOST if fate.kind == StopKind.LOST.value else StopKind.REMOTE
             return StopReason(kind, fate.code, fate.text, True, fate.node, fate.rank)
         return super().stop_reason()
