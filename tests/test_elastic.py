@@ -5,6 +5,7 @@ node's rank (the world keeps its size); the worlds in the report; bad input; the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -97,6 +98,45 @@ def test_shrink_a_killed_node_leaves_a_world_of_one(tmp_path: Path) -> None:
     assert out.count("size 2 nodes 2") == 1  # one world of two (maybe after one of one: MIN is 1), then of one
     history = worlds(tmp_path / "a.json")
     assert [(w["world_size"], len(w["nodes"])) for w in history[-2:]] == [(2, 2), (1, 1)]
+
+
+def tree(pid: int) -> list[int]:
+    """``pid`` and every process under it."""
+    out, todo = [pid], [pid]
+    while todo:
+        for task in Path(f"/proc/{todo.pop()}/task").glob("*"):
+            try:
+                children = [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                continue
+            out += children
+            todo += children
+    return out
+
+
+def test_shrink_a_node_that_stops_answering_is_lost_after_the_keepalive(tmp_path: Path) -> None:
+    """A cut link closes nothing: the frozen node (SIGSTOP, every process of it) is lost after
+    --keepalive-s, and is not taken back in at a later re-forming."""
+    port = free_port()
+    line = [*elastic_line(port), "--max-restarts", "3", "--keepalive-s", "2"]
+    first = launcher([*line, "--report", str(tmp_path / "a.json"), WORKER, "--first-steps", "2000"], tmp_path, "a")
+    wait_listening(port)
+    second = launcher([*line, WORKER, "--first-steps", "2000"], tmp_path, "b")
+    wait_for(tmp_path / "b.out", "size 2")
+    frozen = tree(second.pid)
+    for pid in frozen:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        code, stderr = ended(first)
+    finally:
+        for pid in frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        second.wait(TIMEOUT_S)
+    assert code == 0, stderr
+    assert "no keep-alive" in stderr
+    assert "done rank 0 size 1 restart" in (tmp_path / "a.out").read_text()
+    assert [w["world_size"] for w in worlds(tmp_path / "a.json")][-2:] == [2, 1]
 
 
 def test_grow_a_node_that_arrives_is_taken_in(tmp_path: Path) -> None:

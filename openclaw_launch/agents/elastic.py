@@ -168,7 +168,8 @@ class Rendezvous:
         ``lost_ranks``, the fate's lost node), the standbys and the members that arrived."""
         with self._lock:
             self._running = False
-            gone = self._dead | {self._world[r] for r in lost_ranks if r < len(self._world)}
+            self._dead |= {self._world[r] for r in lost_ranks if r < len(self._world)}  # for good: a cut link
+            gone = self._dead
             waiting = [self._members[i] for i in sorted(self._members) if i not in self._world and i not in gone]
             world = next_world(self._world, gone, waiting, self.spec)
             if len(world) < self.spec.min_nodes:
@@ -253,7 +254,7 @@ class Rendezvous:
 
     def _maybe_grow(self, store: AgentStore) -> None:
         """(Under the lock.) A member waits to run ranks and the world has room: re-form."""
-        waiting = [self._members[i] for i in sorted(self._members) if i not in self._world]
+        waiting = [self._members[i] for i in sorted(self._members) if i not in self._world and i not in self._dead]
         if not (self._running and self.round < self.max_restarts and wants_growth(self._world, waiting, self.spec)):
             return
         text = f"a node joined (--nnodes {self.spec.text}, {len(self._world)} running): re-forming the world"
