@@ -6,6 +6,9 @@
 #     (stats/gpu.py PynvmlSource), and a poll returns at once (no XID is expected on a healthy host).
 # Writes $OUT/summary.json (and the job's report and console log); prints the summary.
 set -u
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+cd "$(dirname "$0")/../.."
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}  # the device host runs the carried tree, not an install
 OUT=${OUT:-/tmp/failure-classes-gpu}
 mkdir -p "$OUT"
 cat >"$OUT/oom.py" <<'EOF'
@@ -13,10 +16,10 @@ import torch
 
 torch.empty(1 << 50, dtype=torch.uint8, device="cuda")  # 1 PiB: CUDA out of memory
 EOF
-openclaw-launch --nproc-per-node 1 --max-restarts 3 --restart-backoff-s 0.1 --exit-code-classes \
+python3 -m openclaw_launch --nproc-per-node 1 --max-restarts 3 --restart-backoff-s 0.1 --exit-code-classes \
   --report "$OUT/oom.json" "$OUT/oom.py" >"$OUT/oom.log" 2>&1
 code=$?
-python - "$OUT" "$code" <<'EOF'
+python3 - "$OUT" "$code" <<'EOF'
 import json
 import sys
 import time
