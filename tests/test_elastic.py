@@ -100,6 +100,21 @@ def test_shrink_a_killed_node_leaves_a_world_of_one(tmp_path: Path) -> None:
     assert [(w["world_size"], len(w["nodes"])) for w in history[-2:]] == [(2, 2), (1, 1)]
 
 
+def test_fewer_than_min_left_ends_the_job_as_a_lost_node(tmp_path: Path) -> None:
+    port = free_port()
+    line = [*elastic_line(port, nnodes="2:3", last_call_s=0), "--max-restarts", "3"]
+    first = launcher([*line, WORKER, "--first-steps", "2000"], tmp_path, "a")
+    wait_listening(port)
+    second = launcher([*line, WORKER, "--first-steps", "2000"], tmp_path, "b")
+    wait_for(tmp_path / "b.out", "size 2")
+    second.send_signal(signal.SIGKILL)
+    second.wait(TIMEOUT_S)
+    code, stderr = ended(first)
+    assert code == 1, stderr
+    assert "no next world: 1 node(s) left, fewer than MIN (--nnodes 2:3)" in stderr
+    assert "size 1" not in (tmp_path / "a.out").read_text()
+
+
 def tree(pid: int) -> list[int]:
     """``pid`` and every process under it."""
     out, todo = [pid], [pid]

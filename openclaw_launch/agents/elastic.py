@@ -181,8 +181,8 @@ class Rendezvous:
                 return
             self._publish(world)
 
-    def running(self, round_number: int) -> None:
-        """World ``round_number``'s workers start: from now on a loss or an arrival stops them."""
+    def running(self) -> None:
+        """The newest world's workers start: from now on a loss or an arrival stops them."""
         with self._lock:
             self._running = True
             self._maybe_grow(self._fate_store())
@@ -191,7 +191,7 @@ class Rendezvous:
         """The job ended: waiting members (standbys) stop waiting; the store stays up until each has
         seen it (at most ``_BYE_WAIT_S``)."""
         with self._lock:
-            waiting = [f"bye/{i}" for i in self._members if i not in self._world]
+            waiting = [f"bye/{i}" for i in self._members if i not in self._world and i not in self._dead]
         with contextlib.suppress(Exception):
             self.store.set("done", "1")
             until = time.monotonic() + _BYE_WAIT_S

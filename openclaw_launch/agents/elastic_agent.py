@@ -11,7 +11,7 @@ The helper's side is agents/store_loop.py's loop with one more op, ``elastic`` (
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,12 +24,13 @@ from openclaw_launch.plan.model import LaunchPlan, RankPlan
 from openclaw_launch.report.membership import AttemptMembership
 from openclaw_launch.report.model import NodeReport
 from openclaw_launch.run.helper import Helper, Link, Message
-from openclaw_launch.run.participant import StopKind, StopReason
+from openclaw_launch.run.participant import StopKind, StopReason, Timer
 
 # Kinds of an attempt's fate after which an elastic job re-forms (restarts left): REFORM is the
 # rendezvous's own, a node that arrived while the world ran.
 _REFORMING_FATES = frozenset({StopKind.FAILURE.value, StopKind.LOST.value, REFORM})
 # A node's end outcome that does not stop the job from re-forming ("lost": the rendezvous ended a lost node's).
+_NO_WORLD_TICK_S = 0.05
 _REFORMING_OUTCOMES = frozenset({"ok", "stopped", StopKind.FAILURE.value, StopKind.LOST.value})
 
 
@@ -108,7 +109,7 @@ class _ElasticLoop(_Loop):
                 rendezvous.reform(set(message["lost_ranks"]))
         elif step == "running":
             rendezvous.names = self.nodes
-            rendezvous.running(rendezvous.round)
+            rendezvous.running()
         elif step == "done":
             rendezvous.finish()
         if step in ("running", "done"):
@@ -195,6 +196,10 @@ class ElasticAgent(Agent):
             return StopReason(kind, fate.code, fate.text, True, fate.node, fate.rank)
         return super().stop_reason()
 
+    def timers(self) -> Sequence[Timer]:
+        """With no next world the attempt starts no worker: a tick, so that its stop reason is asked."""
+        return ((_NO_WORLD_TICK_S, _nothing),) if self._no_world is not None else ()
+
     def holds_attempt(self) -> bool:
         if self._no_world is not None:
             return not self._no_world_told
@@ -246,6 +251,10 @@ class ElasticAgent(Agent):
         answer = self.elastic_link.step(step, self.say, _no_signal)
         assert not isinstance(answer, int)
         return answer
+
+
+def _nothing() -> None:
+    return None
 
 
 def _no_signal() -> int | None:
