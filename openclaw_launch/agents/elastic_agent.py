@@ -30,8 +30,8 @@ from openclaw_launch.run.participant import StopKind, StopReason, Timer
 # rendezvous's own, a node that arrived while the world ran.
 _REFORMING_FATES = frozenset({StopKind.FAILURE.value, StopKind.LOST.value, REFORM})
 # A node's end outcome that does not stop the job from re-forming ("lost": the rendezvous ended a lost node's).
-_NO_WORLD_TICK_S = 0.05
 _REFORMING_OUTCOMES = frozenset({"ok", "stopped", StopKind.FAILURE.value, StopKind.LOST.value})
+_NO_WORLD_TICK_S = 0.05  # an attempt without a world: how soon its stop reason is asked
 
 
 @dataclass(frozen=True)
