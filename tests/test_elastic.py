@@ -188,6 +188,71 @@ def test_a_standby_takes_the_lost_nodes_rank(tmp_path: Path) -> None:
     assert history[0]["nodes"][1] != history[1]["nodes"][1]  # rank 1 is another launcher: the standby
 
 
+ELASTIC_CONFIG = """
+cluster:
+  nodes:
+    - {name: node0, ip: 127.0.0.1, cpu_workers: 1}
+    - {name: node1, ip: 127.0.0.1, cpu_workers: 1}
+    - {name: node2, ip: 127.0.0.1, cpu_workers: 1}
+runtime:
+  binding: none
+  min_nodes: 1
+  max_nodes: 2
+  standby_nodes: [node2]
+"""
+
+
+def test_from_a_config_the_standby_node_takes_the_lost_nodes_rank(tmp_path: Path) -> None:
+    """The same from --config: runtime.min_nodes/max_nodes, node2 a standby by runtime.standby_nodes."""
+    config = tmp_path / "cluster.yaml"
+    config.write_text(ELASTIC_CONFIG)
+    master, agent = free_port(), free_port()
+    line = ["--config", str(config), "--master-port", str(master), "--agent-port", str(agent), "--max-restarts", "2"]
+    first = launcher(
+        [*line, "--node", "node0", "--report", str(tmp_path / "a.json"), WORKER, "--first-steps", "2000"], tmp_path, "a"
+    )
+    wait_listening(agent)
+    standby = launcher([*line, "--node", "node2", WORKER, "--first-steps", "2000"], tmp_path, "s")
+    second = launcher([*line, "--node", "node1", WORKER, "--first-steps", "2000"], tmp_path, "b")
+    wait_for(tmp_path / "b.out", "size 2")
+    second.send_signal(signal.SIGKILL)
+    second.wait(TIMEOUT_S)
+    (code_a, err_a), (code_s, err_s) = ended(first), ended(standby)
+    assert (code_a, code_s) == (0, 0), err_a + err_s
+    assert "world rank 1 size 2 nodes 2 group 1 restart 1" in (tmp_path / "s.out").read_text()
+    assert [w["world_size"] for w in worlds(tmp_path / "a.json")][-2:] == [2, 2]
+
+
+def test_config_elastic_keys_are_checked(tmp_path: Path) -> None:
+    for bad, says in (
+        ("  min_nodes: 2\n  max_nodes: 2\n", "min_nodes 2 must be below max_nodes 2"),
+        ("  min_nodes: 1\n", "go together"),
+        ("  min_nodes: 1\n  max_nodes: 5\n", "runtime.max_nodes"),
+        ("  min_nodes: 1\n  max_nodes: 2\n  standby_nodes: [node9]\n", "'node9' is not in cluster.nodes"),
+        ("  standby_nodes: [node1]\n", "standby_nodes need an elastic job"),
+    ):
+        config = tmp_path / "c.yaml"
+        config.write_text(ELASTIC_CONFIG.split("  min_nodes")[0] + bad)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "openclaw_launch",
+                "--config",
+                str(config),
+                "--node",
+                "node0",
+                "--no-python",
+                "true",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+        )
+        assert proc.returncode == 2 and says in proc.stderr and "Traceback" not in proc.stderr, (bad, proc.stderr)
+
+
 def test_a_standby_not_needed_exits_0_when_the_job_ends(tmp_path: Path) -> None:
     port = free_port()
     go = tmp_path / "go"

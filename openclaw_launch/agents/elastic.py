@@ -12,7 +12,7 @@ when the world has room for it and restarts are left. Both restart every node's 
 world. A cut link without a close is found by the keep-alives (``--keepalive-s``), as before.
 
 Keys (``store.PREFIX`` + ``el/`` + ...): ``spec`` (the host's MIN:MAX), ``count`` (member ids by
-arrival), ``m/<id>`` (a member: its token and standby flag), ``master_port`` (node rank 0's free
+arrival), ``m/<id>`` (a member: its token, standby flag and config node), ``master_port`` (node rank 0's free
 port), ``live_port`` (the first node's liveness port), ``w/<n>`` (world n: member ids and tokens
 by node rank, or why there is none), ``round`` (the newest world's n), ``done`` (the job ended) and
 ``bye/<id>`` (a waiting member saw it).
@@ -73,7 +73,7 @@ class Rendezvous:
 
     # ---- arrival ---------------------------------------------------------------------------------
 
-    def register(self, token: str, standby: bool, master_port: int) -> None:
+    def register(self, token: str, standby: bool, master_port: int, node: str) -> None:
         """Join as a member: the first node sets up the rendezvous, any other checks it is this
         kind of job and connects its liveness link."""
         store = self.store
@@ -83,7 +83,7 @@ class Rendezvous:
                     "--standby: this launcher hosts the rendezvous (the first node, node rank 0), which is never "
                     "a standby; start standbys on other hosts; started nothing"
                 )
-            self._members[0] = Member(0, token, False)
+            self._members[0] = Member(0, token, False, node)
             store.set("spec", self.spec.text)
             store.set("master_port", str(master_port))
             store.set("live_port", str(self._listen()))
@@ -104,7 +104,7 @@ class Rendezvous:
                 "same MIN:MAX; started nothing"
             )
         self.member_id = store.add("count", 1)
-        store.set(f"m/{self.member_id}", json.dumps({"token": token, "standby": standby}))
+        store.set(f"m/{self.member_id}", json.dumps({"token": token, "standby": standby, "node": node}))
         self._keep = socket.create_connection((store.addr, int(store.get("live_port"))), timeout=self.timeout_s)
         self._keep.sendall(f"{self.member_id}\n".encode())
 
@@ -140,8 +140,8 @@ class Rendezvous:
 
     def await_world(self) -> dict[str, Any]:
         """The newest world after this launcher's last that holds it: ``rank``, ``nnodes``,
-        ``master_port``, ``round``, ``tokens``; or ``done`` (the job ended without it), or
-        ``closed`` (fewer than MIN nodes are left)."""
+        ``master_port``, ``round``, ``tokens``, ``nodes`` (config node names, by node rank); or
+        ``done`` (the job ended without it), or ``closed`` (fewer than MIN nodes are left)."""
         store = self.store
         while True:
             if store.has(["done"]):
@@ -160,6 +160,7 @@ class Rendezvous:
                         "master_port": int(store.get("master_port")),
                         "round": newest,
                         "tokens": world["tokens"],
+                        "nodes": world["nodes"],
                     }
             time.sleep(_POLL_S)
 
@@ -202,7 +203,8 @@ class Rendezvous:
         """World ``round + 1`` (under the lock)."""
         self._world = world
         tokens = [self._members[i].token for i in world]
-        self.store.set(f"w/{self.round + 1}", json.dumps({"members": list(world), "tokens": tokens}))
+        nodes = [self._members[i].node for i in world]
+        self.store.set(f"w/{self.round + 1}", json.dumps({"members": list(world), "tokens": tokens, "nodes": nodes}))
         self.store.set("round", str(self.round + 1))
 
     # ---- the first node's liveness watch (a thread with its own store client) ---------------------
@@ -246,7 +248,7 @@ class Rendezvous:
     def _on_arrived(self, member_id: int) -> None:
         with self._lock:
             record = json.loads(self._fate_store().within(_SCOPE).get(f"m/{member_id}"))
-            self._members[member_id] = Member(member_id, record["token"], record["standby"])
+            self._members[member_id] = Member(member_id, record["token"], record["standby"], record["node"])
             if record["standby"]:
                 self.say(f"standby {record['token'].split(' #')[0]} joined: it runs no ranks until a node is lost")
             if self._running:

@@ -43,10 +43,12 @@ class World:
     nnodes: int
     master_port: int
     tokens: tuple[str, ...]  # every node's launcher (host, pid, a random part) by node rank
+    nodes: tuple[str, ...]  # with --config: every node's name by node rank (else empty names)
 
     @classmethod
     def from_answer(cls, answer: Mapping[str, Any]) -> World:
-        return cls(answer["round"], answer["rank"], answer["nnodes"], answer["master_port"], tuple(answer["tokens"]))
+        fields = (answer["round"], answer["rank"], answer["nnodes"], answer["master_port"])
+        return cls(*fields, tuple(answer["tokens"]), tuple(answer["nodes"]))
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,7 @@ class NotNeeded:
     text: str
 
 
-Replan = Callable[[int, int], tuple[LaunchPlan, tuple[str, ...], dict[str, str]]]  # (rank, n) -> plan, names, fp
+Replan = Callable[["World"], tuple[LaunchPlan, tuple[str, ...], dict[str, str]]]  # -> plan, node names, fingerprint
 
 
 class ElasticLink(StoreLink):
@@ -97,7 +99,7 @@ class _ElasticLoop(_Loop):
             )
         rendezvous, store = self.rendezvous, self._unscoped
         if step == "arrive":
-            rendezvous.register(message["token"], message["standby"], message["master_port"])
+            rendezvous.register(message["token"], message["standby"], message["master_port"], message["node"])
             if store.is_host:
                 rendezvous.form_first()
         elif step == "reform":
@@ -125,18 +127,19 @@ def elastic_arrive(
     options: AgentOptions,
     spec: ElasticSpec,
     standby: bool,
+    node: str,
     free_port: int,
     say: Callable[[str], None],
     interrupted: Callable[[], int | None],
 ) -> tuple[World, ElasticLink] | NotNeeded | int:
     """Join the rendezvous and wait for the first world that holds this launcher (a standby: until
-    it replaces a lost node). Returns the world and the helper, ``NotNeeded``, or a signal's number;
-    ``AgentError`` if refused."""
+    it replaces a lost node; ``node``: its config node, or ""). Returns the world and the helper,
+    ``NotNeeded``, or a signal's number; ``AgentError`` if refused."""
     link = ElasticLink.start(options, lost_fate)
     step = {"step": "arrive", "spec": dataclasses.asdict(spec), "max_restarts": options.max_restarts}
     try:
         answer = link.step(
-            {**step, "token": link.token, "standby": standby, "master_port": free_port}, say, interrupted
+            {**step, "token": link.token, "standby": standby, "node": node, "master_port": free_port}, say, interrupted
         )
     except BaseException:
         link.close()
@@ -225,7 +228,7 @@ class ElasticAgent(Agent):
             if "rank" not in answer:
                 raise AgentError(answer.get("closed", "the job ended"))
             self.world = World.from_answer(answer)
-            self.plan, nodes, fingerprint = self.replan(self.world.node_rank, self.world.nnodes)
+            self.plan, nodes, fingerprint = self.replan(self.world)
             self.me, self.name, self.is_host = self.plan.node_rank, self.plan.node, self.plan.node_rank == 0
             self.opt = dataclasses.replace(self.opt, nodes=nodes)
             self.lost_nodes = set()  # names are the new world's

@@ -32,6 +32,7 @@ class Member:
     member_id: int  # order of arrival at the rendezvous
     token: str  # the launcher (host, pid, a random part): agents/meeting.py's launcher_token
     standby: bool  # runs no ranks until it replaces a lost node
+    node: str = ""  # with --config: its node's name (the world's plan lists these nodes in node-rank order)
 
 
 def first_world(members: Sequence[Member], spec: ElasticSpec) -> tuple[int, ...]:

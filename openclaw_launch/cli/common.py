@@ -66,6 +66,7 @@ def plan_and_config(
     hang_timeout_s: float | None = None,
     arrival: tuple[int, int] | None = None,
     world_nodes: int | None = None,
+    world_names: tuple[str, ...] | None = None,
     context: RunContext | None = None,
 ) -> tuple[LaunchPlan, Config]:
     """The plan for the command line (``--config``, or this host as torchrun would see it), built
@@ -74,7 +75,8 @@ def plan_and_config(
     docs/plan-format.md for what only a running launcher knows. ``arrival``: node ranks by arrival
     (c10d without ``--node-rank``), the (node rank, MASTER_PORT) this launcher's rendezvous gave;
     None there: node rank 0's plan, with ``NODE_RANK_PLACEHOLDER``'s warning. An elastic job's world:
-    ``world_nodes`` nodes, and the ``context`` of its first plan (the run id and directory stay)."""
+    ``world_nodes`` nodes (with ``--config``: the config's ``world_names``, in node-rank order), and the
+    ``context`` of its first plan (the run id and directory stay)."""
     want = resolve(c.tr, with_config=bool(c.config_path))
     if want.by_arrival and at_run and arrival is None:  # preflight: its probe has no rendezvous
         raise click.UsageError(
@@ -88,6 +90,8 @@ def plan_and_config(
                 "--nproc-per-node (or PET_NPROC_PER_NODE) is for runs without --config; the config sets the ranks"
             )
         config = load_config(c.config_path)  # its warnings come back in the plan's
+        if world_names:  # an elastic job's world: those nodes, in its order
+            config = dataclasses.replace(config, nodes=tuple(config.node(name) for name in world_names))
         node_name = node_by_rank(config, want.nnodes, want.node_rank, c.node) or node_name_for(config, c.node)
         _check_slurm_gpus(config, node_name, c.topology_path)
         node = config.node(node_name)  # NVLinks only to check the peers it lists
@@ -124,7 +128,7 @@ def plan_and_config(
         fallback_master_addr=_slurm_first_host() if len(config.nodes) > 1 else None,
     )
     if context is None:  # elastic: the job's id is a several-node job's at every size (every node has the same)
-        nodes_for_id = want.elastic.max_nodes if want.elastic else len(config.nodes)
+        nodes_for_id = want.elastic.max_nodes if want.elastic else config.runtime.max_nodes or len(config.nodes)
         context = command_context(c, nodes_for_id, at_run, want.by_arrival, arrival[1] if arrival else None)
     return build_plan(config, topology, context, options), config
 

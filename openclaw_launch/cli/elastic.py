@@ -7,14 +7,18 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from openclaw_launch.cli.common import Common, fail, plan_and_config
+from openclaw_launch.agents.membership import ElasticSpec
+from openclaw_launch.cli.common import Common, fail, node_name_for, plan_and_config
 from openclaw_launch.cli.run_options import RunOptions
 from openclaw_launch.cli.torchrun_resolve import Resolved
+from openclaw_launch.config.model import Config
 from openclaw_launch.errors import OpenclawError
+from openclaw_launch.plan.build import DEFAULT_MASTER_PORT
 
 if TYPE_CHECKING:
     from openclaw_launch.agents.elastic_agent import ElasticLink, World
@@ -22,36 +26,70 @@ if TYPE_CHECKING:
     from openclaw_launch.run.launch import AgentSetup
 
 
-def check_standby(want: Resolved, r: RunOptions, node_rank_given: bool) -> None:
-    """``--standby`` belongs to an elastic job whose node ranks the rendezvous gives (exit 2)."""
-    if not r.standby:
-        return
-    if node_rank_given:
+@dataclass(frozen=True)
+class ElasticJob:
+    """An elastic job as the command line or the config asks for it."""
+
+    spec: ElasticSpec
+    addr: str  # the rendezvous: the first node's host
+    port: int
+    standby: bool
+    node: str  # with --config: this launcher's node; else ""
+
+
+def elastic_job(c: Common, want: Resolved, r: RunOptions) -> ElasticJob | None:
+    """``--nnodes MIN:MAX`` (torchrun's line), or a config's ``runtime.min_nodes``/``max_nodes``
+    (the rendezvous on the first node's address, at the agents' port); None: a fixed-size job.
+    ``--standby`` without an elastic job, or with a fixed node rank, is exit 2."""
+    if r.standby and c.tr.node_rank is not None:
         raise click.BadParameter("a standby takes a lost node's rank: give no --node-rank", param_hint="--standby")
-    if want.elastic is None:
+    config = _config(c) if c.config_path else None
+    rt = config.runtime if config is not None else None
+    if config is not None and rt is not None and rt.min_nodes is not None and rt.max_nodes is not None:
+        node = node_name_for(config, c.node)
+        master_port = want.master_port or rt.master_port or DEFAULT_MASTER_PORT
+        port = r.agent_port or (master_port + 1 if master_port < 65535 else master_port - 1)
+        addr = config.nodes[0].ip or want.master_addr or rt.master_addr or "localhost"
+        spec = ElasticSpec(rt.min_nodes, rt.max_nodes, want.last_call_timeout_s)
+        return ElasticJob(spec, addr, port, r.standby or node in rt.standby_nodes, node)
+    if r.standby and want.elastic is None:
         raise click.BadParameter(
-            "needs an elastic job: --nnodes MIN:MAX (MIN < MAX) with --rdzv-backend c10d", param_hint="--standby"
+            "needs an elastic job: --nnodes MIN:MAX (MIN < MAX) with --rdzv-backend c10d, or the config's "
+            "runtime.min_nodes and max_nodes",
+            param_hint="--standby",
         )
+    if want.elastic is None:
+        return None
+    assert want.master_addr is not None and want.master_port is not None
+    if r.agent_port is not None:
+        raise click.BadParameter("elastic jobs meet at the --rdzv-endpoint port", param_hint="--agent-port")
+    return ElasticJob(want.elastic, want.master_addr, want.master_port, r.standby, "")
 
 
-def arrive_elastic(want: Resolved, r: RunOptions, max_restarts: int) -> tuple[World, ElasticLink]:
-    """Join the rendezvous at the endpoint and wait for the first world that holds this launcher (a
-    standby: until it replaces a lost node). A signal in the wait exits 128+N, a refusal 2; a
-    standby whose job ended without it exits 0."""
+def _config(c: Common) -> Config:
+    from openclaw_launch.config.reader import load_config
+
+    try:
+        return load_config(c.config_path or "")
+    except OpenclawError as e:
+        fail(e)
+
+
+def arrive_elastic(job: ElasticJob, want: Resolved, r: RunOptions, max_restarts: int) -> tuple[World, ElasticLink]:
+    """Join the rendezvous and wait for the first world that holds this launcher (a standby: until
+    it replaces a lost node). A signal in the wait exits 128+N, a refusal 2; a standby whose job
+    ended without it exits 0."""
     from openclaw_launch.agents.elastic_agent import NotNeeded, elastic_arrive
     from openclaw_launch.agents.fate import AgentOptions
     from openclaw_launch.cli.torchrun_resolve import free_port, release_port
     from openclaw_launch.config.signals import signal_numbers
     from openclaw_launch.run.osproc import RealOs
 
-    assert want.elastic is not None and want.master_addr is not None and want.master_port is not None
-    if r.agent_port is not None:
-        raise click.BadParameter("elastic jobs meet at the --rdzv-endpoint port", param_hint="--agent-port")
     if r.preflight_first:
         raise click.BadParameter("needs each node's --node-rank K (not an elastic job)", param_hint="--preflight")
     options = AgentOptions(
-        store_addr=want.master_addr,
-        port=want.master_port,
+        store_addr=job.addr,
+        port=job.port,
         nodes=(),
         join_timeout_s=r.agent_timeout_s,
         keepalive_s=r.keepalive_s,
@@ -61,9 +99,8 @@ def arrive_elastic(want: Resolved, r: RunOptions, max_restarts: int) -> tuple[Wo
     os_layer.install_signals(signal_numbers(want.signals))
     port = free_port()
     try:
-        answer = elastic_arrive(
-            options, want.elastic, r.standby, port, _echo_err, lambda: next(iter(os_layer.drain_signals()), None)
-        )
+        signal_now = lambda: next(iter(os_layer.drain_signals()), None)  # noqa: E731
+        answer = elastic_arrive(options, job.spec, job.standby, job.node, port, _echo_err, signal_now)
     except OpenclawError as e:
         fail(e)
     finally:
@@ -77,17 +114,16 @@ def arrive_elastic(want: Resolved, r: RunOptions, max_restarts: int) -> tuple[Wo
     world, link = answer
     if world.node_rank != 0:
         release_port(port)
-    where = f"{want.master_addr}:{want.master_port}"
     click.echo(
         f"openclaw-launch: world {world.round}: node rank {world.node_rank} of {world.nnodes} "
-        f"(--nnodes {want.elastic.text}, rendezvous at {where})",
+        f"(elastic {job.spec.text}, rendezvous at {job.addr}:{job.port})",
         err=True,
     )
     return world, link
 
 
 def elastic_setup(
-    c: Common, want: Resolved, r: RunOptions, plan: LaunchPlan, config: Any, world: World, link: ElasticLink
+    c: Common, job: ElasticJob, r: RunOptions, plan: LaunchPlan, config: Any, world: World, link: ElasticLink
 ) -> AgentSetup:
     """The agent of an elastic job, with the plan of every later world (``replan``)."""
     from openclaw_launch.agents.elastic_agent import ElasticAgent
@@ -101,23 +137,28 @@ def elastic_setup(
     python = os.environ.get("PYTHON_EXEC") or sys.executable
     versions = node_versions(HOST_ROOT, lambda: python_version_of(python))  # once: the same every world
 
-    def replan(node_rank: int, nnodes: int) -> tuple[LaunchPlan, tuple[str, ...], dict[str, str]]:
+    by_config = bool(c.config_path)
+    context = RunContext(plan.run_id, plan.run_dir, None if by_config else world.master_port, not by_config)
+    own = dataclasses.replace(c, node=job.node or c.node)
+
+    def replan(new: World) -> tuple[LaunchPlan, tuple[str, ...], dict[str, str]]:
         new_plan, new_config = plan_and_config(
-            c,
+            own,
             at_run=True,
             telemetry_mode=r.telemetry,
             hang_timeout_s=r.hang_timeout_s,
-            arrival=(node_rank, world.master_port),
-            world_nodes=nnodes,
-            context=RunContext(plan.run_id, plan.run_dir, world.master_port, by_arrival=True),
+            arrival=None if by_config else (new.node_rank, new.master_port),
+            world_nodes=new.nnodes,
+            world_names=new.nodes if by_config else None,
+            context=context,
         )
         nodes = tuple(n.name for n in new_config.nodes)
         return new_plan, nodes, fingerprint(new_config, new_plan, versions, os.environ)
 
     nodes = tuple(n.name for n in config.nodes)
     options = AgentOptions(
-        store_addr=want.master_addr or "",
-        port=want.master_port or 0,
+        store_addr=job.addr,
+        port=job.port,
         nodes=nodes,
         join_timeout_s=r.agent_timeout_s,
         keepalive_s=r.keepalive_s,

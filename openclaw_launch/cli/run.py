@@ -20,7 +20,7 @@ from openclaw_launch.cli.common import (
     warn,
     with_common,
 )
-from openclaw_launch.cli.elastic import arrive_elastic, check_standby, elastic_setup
+from openclaw_launch.cli.elastic import arrive_elastic, elastic_job, elastic_setup
 from openclaw_launch.cli.run_options import RunOptions, console_choices, startup_timeout_s, with_run_options
 from openclaw_launch.cli.torchrun_resolve import Resolved, resolve
 from openclaw_launch.config.model import Config
@@ -42,8 +42,8 @@ def run(c: Common, r: RunOptions) -> None:
 
     want = resolve(c.tr, with_config=bool(c.config_path))
     console = console_choices(r, c.tr.role, want.local_ranks_shown is not None, os.environ)
-    check_standby(want, r, c.tr.node_rank is not None)
-    elastic = arrive_elastic(want, r, c.tr.max_restarts) if want.elastic and not r.dry_run else None
+    job = elastic_job(c, want, r)
+    elastic = arrive_elastic(job, want, r, c.tr.max_restarts) if job and not r.dry_run else None
     arrival = _arrive(want, r) if want.by_arrival and not want.elastic and not r.dry_run else None
     try:
         plan, config = plan_and_config(
@@ -53,6 +53,7 @@ def run(c: Common, r: RunOptions) -> None:
             hang_timeout_s=r.hang_timeout_s,
             arrival=(elastic[0].node_rank, elastic[0].master_port) if elastic else _rank_port(arrival),
             world_nodes=elastic[0].nnodes if elastic else None,
+            world_names=elastic[0].nodes if elastic and c.config_path else None,
         )
     except OpenclawError as e:
         fail(e)
@@ -98,7 +99,8 @@ def run(c: Common, r: RunOptions) -> None:
     try:
         agents = None
         if elastic:
-            agents = elastic_setup(c, want, r, plan, config, *elastic)
+            assert job is not None
+            agents = elastic_setup(c, job, r, plan, config, *elastic)
         elif plan.nnodes > 1:
             agents = _agent_setup(plan, config, r, c.tr.max_restarts, arrival)
         if agents is not None:

@@ -28,6 +28,7 @@ class Resolved:
     nproc_per_node: int | str | None  # N, "gpu", "cpu", "auto", or None (our default)
     nnodes: int | None  # None: not given; elastic: MIN (what ``plan`` shows)
     elastic: ElasticSpec | None  # --nnodes MIN:MAX with MIN < MAX (c10d, node ranks by the rendezvous)
+    last_call_timeout_s: float  # --rdzv-conf last_call_timeout: an elastic job's first world waits this for more
     node_rank: int | None
     master_addr: str | None
     master_port: int | None  # FREE_PORT (0): a free port drawn at start (torchrun's port 0, --standalone)
@@ -100,6 +101,7 @@ def resolve(args: TorchrunArgs, with_config: bool) -> Resolved:
         nproc_per_node=_nproc(args.nproc_per_node),
         nnodes=nnodes,
         elastic=elastic,
+        last_call_timeout_s=last_call_timeout_s,
         node_rank=args.node_rank,
         master_addr=addr,
         master_port=port,

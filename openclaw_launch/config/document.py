@@ -91,11 +91,24 @@ class ConfigChecker(RuntimeReader):
         runtime, binding = self.runtime(top.get("runtime"))
         nodes = self.cluster(top.get("cluster"), binding)
         parallel = self.parallel(top.get("parallel"), nodes, runtime)
+        self.elastic_nodes(top.get("runtime"), nodes, runtime)
         preflight = self.preflight(top.get("preflight"))
         warnings = tuple(str(w) for w in sorted(self.warnings, key=lambda p: p.line or 0))
         return Config(
             nodes=nodes, runtime=runtime, parallel=parallel, preflight=preflight, source=source, warnings=warnings
         )
+
+    def elastic_nodes(self, entry: Entry | None, nodes: tuple[NodeSpec, ...], rt: Runtime) -> None:
+        """An elastic job's sizes and standbys against the nodes listed."""
+        line = entry.line if entry is not None else None
+        names = [n.name for n in nodes]
+        if rt.max_nodes is not None and nodes and rt.max_nodes > len(nodes):
+            self.error("runtime.max_nodes", line, f"{rt.max_nodes}, but cluster.nodes lists {len(nodes)}")
+        for name in rt.standby_nodes:
+            if nodes and name not in names:
+                self.error("runtime.standby_nodes", line, f"{name!r} is not in cluster.nodes ({', '.join(names)})")
+        if rt.standby_nodes and nodes and nodes[0].name in rt.standby_nodes:
+            self.error("runtime.standby_nodes", line, f"{nodes[0].name!r} is the first node: it hosts the rendezvous")
 
     def parallel(self, entry: Entry | None, nodes: tuple[NodeSpec, ...], rt: Runtime) -> ParallelSpec:
         """``parallel: {tp, pp, dp}``; the sizes are checked against the nodes with the plan's rule."""

@@ -51,6 +51,11 @@ Reference (every key; ``*`` = required)::
       startup_timeout_s:        seconds (2 .. a week; default with a hang timeout: the larger of it
                                 and 600): a rank without a first step this long after the start is
                                 a hang (``--startup-timeout-s`` overrides it)
+      min_nodes, max_nodes:     integers, both or neither (1 <= min_nodes < max_nodes <= the nodes listed):
+                                an elastic job (docs/elastic.md): it starts once min_nodes of the
+                                config's nodes are there, and re-forms when one is lost or arrives
+      standby_nodes:            list of node names (elastic only): they run no ranks until a node is
+                                lost, then take its node rank (as ``--standby``)
       nic_binding:              none (default: NCCL picks its NICs) | nearest: each GPU rank gets the
                                 NIC nearest its GPU on PCIe (same switch, else host bridge, else
                                 NUMA node) as NCCL_IB_HCA (RDMA) or NCCL_SOCKET_IFNAME (Ethernet);
@@ -155,6 +160,9 @@ class Runtime:
     hang_timeout_s: float | None = None  # --hang-timeout-s; None = off
     startup_timeout_s: float | None = None  # --startup-timeout-s; None = defaults.startup_timeout_s
     nic_binding: NicBinding = "none"  # "nearest": each GPU rank's NIC (topology/nic.py, plan/env.py)
+    min_nodes: int | None = None  # elastic (agents/elastic.py): with max_nodes
+    max_nodes: int | None = None
+    standby_nodes: tuple[str, ...] = ()  # elastic: nodes that wait to replace a lost one
 
 
 #: The ``runtime:`` keys: the fields of ``Runtime``, the one definition. Config loading reads

@@ -8,7 +8,13 @@ from typing import Any
 
 import yaml
 
-from openclaw_launch.config.limits import MAX_ENV_VALUE, MAX_RANKS_PER_NODE, MIN_HANG_TIMEOUT_S, host_problem
+from openclaw_launch.config.limits import (
+    MAX_ENV_VALUE,
+    MAX_RANKS_PER_NODE,
+    MAX_WORLD_SIZE,
+    MIN_HANG_TIMEOUT_S,
+    host_problem,
+)
 from openclaw_launch.config.model import (
     BINDING_POLICIES,
     MEM_POLICIES,
@@ -53,6 +59,7 @@ class RuntimeReader(NodeReader):
         runtime = Runtime(**values)
         self.check_nccl(runtime, m)
         self.check_mps(runtime, m, invalid)
+        self.check_elastic(runtime, m)
         return runtime, None if "binding" in invalid else runtime.binding
 
     def runtime_readers(self) -> dict[str, Callable[[Entry], Any]]:
@@ -77,7 +84,31 @@ class RuntimeReader(NodeReader):
             "hang_timeout_s": lambda e: self.seconds(e, MIN_HANG_TIMEOUT_S),
             "startup_timeout_s": lambda e: self.seconds(e, MIN_HANG_TIMEOUT_S),
             "nic_binding": lambda e: self.choice(e, NIC_BINDING_MODES),
+            "min_nodes": lambda e: self.integer(e, 1, MAX_WORLD_SIZE),
+            "max_nodes": lambda e: self.integer(e, 1, MAX_WORLD_SIZE),
+            "standby_nodes": self.node_names,
         }
+
+    def node_names(self, e: Entry) -> tuple[str, ...] | None:
+        """``standby_nodes``: a list of node names (checked against ``cluster.nodes`` with them)."""
+        items = self.sequence(e, "a list of node names")
+        if items is None:
+            return None
+        names = [self.text(Entry(item, item, f"{e.path}[{k}]")) for k, item in enumerate(items)]
+        return None if any(n is None for n in names) else tuple(n for n in names if n is not None)
+
+    def check_elastic(self, runtime: Runtime, m: dict[str, Entry]) -> None:
+        """min_nodes and max_nodes come together, min below max; standby nodes only with them."""
+        low, high = runtime.min_nodes, runtime.max_nodes
+        where = m.get("min_nodes") or m.get("max_nodes") or m.get("standby_nodes")
+        if where is None:
+            return
+        if (low is None) != (high is None):
+            self.error(where.path, where.line, "min_nodes and max_nodes go together (an elastic job); give both")
+        elif low is not None and high is not None and low >= high:
+            self.error(where.path, where.line, f"min_nodes {low} must be below max_nodes {high} (elastic)")
+        elif runtime.standby_nodes and low is None:
+            self.error(where.path, where.line, "standby_nodes need an elastic job: give min_nodes and max_nodes")
 
     def mem_limit(self, e: Entry) -> str | None:
         text = self.text(e, 'a size like "40G" or "512M"')
