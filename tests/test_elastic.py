@@ -83,7 +83,7 @@ def test_shrink_a_killed_node_leaves_a_world_of_one(tmp_path: Path) -> None:
     """torchrun completes the same line (the node killed with its workers: a killed torchrun agent
     leaves them running) in 45-50 s with its defaults: benchmarks/elastic_reform.py, RESULTS.md."""
     port = free_port()
-    line = [*elastic_line(port), "--max-restarts", "3"]
+    line = [*elastic_line(port, last_call_s=30), "--max-restarts", "3"]
     first = launcher([*line, "--report", str(tmp_path / "a.json"), WORKER, "--first-steps", "2000"], tmp_path, "a")
     wait_listening(port)
     second = launcher([*line, WORKER, "--first-steps", "2000"], tmp_path, "b")
@@ -133,7 +133,7 @@ def test_shrink_a_node_that_stops_answering_is_lost_after_the_keepalive(tmp_path
     """A cut link closes nothing: the frozen node (SIGSTOP, every process of it) is lost after
     --keepalive-s, and is not taken back in at a later re-forming."""
     port = free_port()
-    line = [*elastic_line(port), "--max-restarts", "3", "--keepalive-s", "2"]
+    line = [*elastic_line(port, last_call_s=30), "--max-restarts", "3", "--keepalive-s", "2"]
     first = launcher([*line, "--report", str(tmp_path / "a.json"), WORKER, "--first-steps", "2000"], tmp_path, "a")
     wait_listening(port)
     second = launcher([*line, WORKER, "--first-steps", "2000"], tmp_path, "b")
