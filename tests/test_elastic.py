@@ -115,6 +115,21 @@ def test_fewer_than_min_left_ends_the_job_as_a_lost_node(tmp_path: Path) -> None
     assert "size 1" not in (tmp_path / "a.out").read_text()
 
 
+def test_the_first_node_lost_ends_the_job_on_the_others(tmp_path: Path) -> None:
+    """It hosts the rendezvous (torchrun's c10d host too): no next world, exit 1, no restart."""
+    port = free_port()
+    line = [*elastic_line(port, last_call_s=30), "--max-restarts", "3"]
+    first = launcher([*line, WORKER, "--first-steps", "2000"], tmp_path, "a")
+    wait_listening(port)
+    second = launcher([*line, WORKER, "--first-steps", "2000"], tmp_path, "b")
+    wait_for(tmp_path / "b.out", "size 2")
+    first.send_signal(signal.SIGKILL)
+    first.wait(TIMEOUT_S)
+    code, stderr = ended(second)
+    assert code == 1 and "lost the first node node0's agent" in stderr, stderr
+    assert "attempt 2/" not in stderr
+
+
 def tree(pid: int) -> list[int]:
     """``pid`` and every process under it."""
     out, todo = [pid], [pid]

@@ -214,8 +214,10 @@ class ElasticAgent(Agent):
         if self._no_world is not None:
             return False
         fate = self.fates.get(self.attempt)
+        if fate is None or (fate.kind == StopKind.LOST.value and fate.node == self.opt.nodes[0]):
+            return False  # the first node hosts the rendezvous: no next world without it
         vetoed = any(o not in _REFORMING_OUTCOMES for o in self.outcomes.get(self.attempt, ()))
-        return wish and fate is not None and fate.kind in _REFORMING_FATES and not vetoed
+        return wish and fate.kind in _REFORMING_FATES and not vetoed
 
     def _reform(self, before: Fate | None) -> None:
         """The next world (without the previous attempt's lost node), its plan, its nodes met."""
