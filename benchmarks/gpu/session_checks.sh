@@ -22,7 +22,8 @@ part gemm 40 bash benchmarks/gpu/preflight_gemm.sh
 part fingerprint 25 python3 benchmarks/gpu/fingerprint_gpu.py
 part failures 25 bash benchmarks/gpu/failure_classes_gpu.sh
 left=$((TOTAL_S - (SECONDS - START) - 8))
-BUDGET_S=$((left - 5)) part diagnosis "$left" bash benchmarks/gpu/diagnosis_default.sh
+export BUDGET_S=$((left - 5))
+part diagnosis "$left" bash benchmarks/gpu/diagnosis_default.sh
 for name in gemm fingerprint failures diagnosis; do
   echo "== $name" >> "$OUT/session.txt"
   cat "$OUT/$name/summary.txt" "$OUT/$name/fingerprint_gpu.txt" "$OUT/$name/summary.json" 2> /dev/null >> "$OUT/session.txt"
