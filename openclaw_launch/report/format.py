@@ -115,12 +115,7 @@ def _verdict_lines(report: Report) -> list[str]:
     lines = [format_verdict(s, median_step) for s in report.stragglers]
     if not lines:
         threshold = f"{stats.threshold_pct:g} % " if stats.threshold_pct is not None else ""
-        lines.append(f"straggler: none (no rank busy {threshold}of the step longer than the others)")
-        if stats.wait_source != "nccl-flight-recorder" and any(r.gpu_uuid for r in report.ranks):
-            lines.append(
-                "  note: GPU ranks without NCCL's flight recorder: a rank slow in its input stage is named, one "
-                "slow in GPU work is not (run with --telemetry full)"
-            )
+        lines.append(f"straggler: none (no rank makes the step {threshold}longer than the others' pace)")
     if stats.sync_bound_share:
         lines.append(
             f"synchronisation: every rank waits at least {100 * stats.sync_bound_share:.0f} % of its step for the "
