@@ -178,6 +178,7 @@ def test_grow_a_node_that_arrives_is_taken_in(tmp_path: Path) -> None:
     (code_a, err_a), (code_b, err_b) = ended(first), ended(second)
     assert (code_a, code_b) == (0, 0), err_a + err_b
     assert "a node joined" in err_a
+    assert "failure class reform" in err_a and "failure class remote" not in err_a  # growth is no failure
     assert "done rank 0 size 2 restart 1" in (tmp_path / "a.out").read_text()
     assert "done rank 1 size 2 restart 1" in (tmp_path / "b.out").read_text()
     # taken in at the job's attempt 1: its only attempt is world 1, TORCHELASTIC_RESTART_COUNT 1

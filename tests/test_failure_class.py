@@ -91,7 +91,7 @@ def test_the_gpu_outranks_what_the_script_said_and_a_kill_needs_the_oom_count() 
 
 def test_the_table_says_which_classes_a_restart_can_help() -> None:
     helps = {c.name for c in CLASSES if c.restart_helps}
-    assert helps == {"gpu-xid", "gpu-ecc", "node-lost", "hang", "nccl", "killed"}
+    assert helps == {"gpu-xid", "gpu-ecc", "node-lost", "hang", "nccl", "killed", "reform"}
     assert len(BY_NAME) == len(CLASSES)
 
 
@@ -165,3 +165,8 @@ def test_docs_failures_md_tables_are_the_tables() -> None:
     assert classes_markdown() in text and exit_codes_markdown() in text
     codes = [c.code for c in EXIT_CODES]
     assert str(SCRIPT_FAILED) in codes and str(REQUEUE) in codes and len(set(codes)) == len(codes)
+
+
+def test_a_node_arriving_at_an_elastic_job_is_its_own_class_not_a_remote_failure() -> None:
+    failure = classify(Evidence(stop="reform"), None, "n1")
+    assert failure.name == "reform" and BY_NAME["reform"].restart_helps

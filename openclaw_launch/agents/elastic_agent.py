@@ -23,6 +23,7 @@ from openclaw_launch.agents.store_loop import LoopOptions, LostFate, StoreLink, 
 from openclaw_launch.plan.model import LaunchPlan, RankPlan
 from openclaw_launch.report.membership import AttemptMembership
 from openclaw_launch.report.model import NodeReport
+from openclaw_launch.run.failure_class import Evidence
 from openclaw_launch.run.helper import Helper, Link, Message
 from openclaw_launch.run.participant import StopKind, StopReason, Timer
 
@@ -195,8 +196,10 @@ class ElasticAgent(Agent):
             return self._no_world
         fate = self.fates.get(self.attempt)
         if fate is not None and fate.kind in (StopKind.LOST.value, REFORM):
-            kind = StopKind.LOST if fate.kind == StopKind.LOST.value else StopKind.REMOTE
-            return StopReason(kind, fate.code, fate.text, True, fate.node, fate.rank)
+            if fate.kind == StopKind.LOST.value:
+                return StopReason(StopKind.LOST, fate.code, fate.text, True, fate.node, fate.rank)
+            grown = Evidence(stop=REFORM)  # a node arrived: no failure, its own class (run/failure_class.py)
+            return StopReason(StopKind.REMOTE, fate.code, fate.text, True, fate.node, fate.rank, grown)
         return super().stop_reason()
 
     def timers(self) -> Sequence[Timer]:

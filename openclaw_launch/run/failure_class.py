@@ -62,6 +62,12 @@ CLASSES: tuple[FailureClass, ...] = (
         False,
         "another node failed first and this node's workers were stopped (that node's report names the class)",
     ),
+    FailureClass(
+        "reform",
+        True,
+        "no failure: a node arrived at an elastic job (`--nnodes MIN:MAX`) and every node's workers restarted "
+        "into the larger world (docs/elastic.md)",
+    ),
 )
 BY_NAME = {c.name: c for c in CLASSES}
 
@@ -98,7 +104,7 @@ class GpuEvent:
 class Evidence:
     """Everything the launcher saw of one failure."""
 
-    stop: str = "failure"  # the stop's kind (run/participant.StopKind's value): failure, hang, lost, remote
+    stop: str = "failure"  # the stop's kind (run/participant.StopKind's value: failure, hang, lost, remote) or reform
     exit_code: int | None = None
     signal: int | None = None
     error_file: str | None = None  # the rank's TORCHELASTIC_ERROR_FILE as written (JSON, or any text)
@@ -155,8 +161,8 @@ def exception_type(error_file: str | None, stderr_tail: tuple[str, ...] = ()) ->
 def classify(e: Evidence, rank: int | None = None, node: str | None = None) -> Failure:
     """The class of one failure, by the strongest evidence first: the stop's own kind, the GPU's
     events, the host's OOM killer, CUDA OOM, NCCL text, a Python exception, the signal, the code."""
-    if e.stop in ("hang", "lost", "remote"):
-        name = {"hang": "hang", "lost": "node-lost", "remote": "remote"}[e.stop]
+    if e.stop in ("hang", "lost", "remote", "reform"):
+        name = {"hang": "hang", "lost": "node-lost", "remote": "remote", "reform": "reform"}[e.stop]
         return Failure(name, f"the job's stop: {e.stop}", rank, node)
     for kind in ("xid", "ecc"):
         events = [ev for ev in e.gpu_events if ev.kind == kind]
