@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -42,10 +43,23 @@ def finish(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
     try:
         out, err = proc.communicate(timeout=HANG_GUARD_S)
     except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
+        kill_tree(proc)
+        out, err = proc.communicate(timeout=30)
         pytest.fail(f"launcher did not exit:\n{out}\n{err}")
     return proc.returncode, out, err
+
+
+def kill_tree(proc: subprocess.Popen[str]) -> None:
+    """A launcher that did not exit, and every process under it: torchrun's workers are session
+    leaders of their own, so killing torchrun alone would leave them (and the pipes) behind."""
+    try:
+        tree = [*psutil.Process(proc.pid).children(recursive=True), psutil.Process(proc.pid)]
+    except psutil.NoSuchProcess:
+        return
+    for process in tree:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+    psutil.wait_procs(tree, timeout=10)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2])
