@@ -51,15 +51,16 @@ Reference (every key; ``*`` = required)::
       startup_timeout_s:        seconds (2 .. a week; default with a hang timeout: the larger of it
                                 and 600): a rank without a first step this long after the start is
                                 a hang (``--startup-timeout-s`` overrides it)
-      min_nodes, max_nodes:     integers, both or neither (1 <= min_nodes < max_nodes <= the nodes listed):
-                                an elastic job (docs/elastic.md): it starts once min_nodes of the
-                                config's nodes are there, and re-forms when one is lost or arrives
-      standby_nodes:            list of node names (elastic only): they run no ranks until a node is
-                                lost, then take its node rank (as ``--standby``)
       nic_binding:              none (default: NCCL picks its NICs) | nearest: each GPU rank gets the
                                 NIC nearest its GPU on PCIe (same switch, else host bridge, else
                                 NUMA node) as NCCL_IB_HCA (RDMA) or NCCL_SOCKET_IFNAME (Ethernet);
                                 no NIC found: a warning, and NCCL picks (topology/nic.py)
+      min_nodes:                integer, with max_nodes (1 <= min_nodes < max_nodes <= the nodes
+                                listed): an elastic job (docs/elastic.md): it starts once min_nodes
+                                of the config's nodes are there, and re-forms when one is lost or arrives
+      max_nodes:                integer, with min_nodes: the most nodes of one world
+      standby_nodes:            list of node names (elastic only): they run no ranks until a node is
+                                lost, then take its node rank (as ``--standby``)
     parallel:                   tensor / pipeline / data parallel layout (``--tp/--pp/--dp`` override
                                 each); workers get OPENCLAW_{TP,PP,DP}_{RANK,SIZE} and the groups
       tp:                       integer >= 1 (default 1): TP group size; divides every node's ranks
