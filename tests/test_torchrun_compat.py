@@ -505,7 +505,18 @@ def test_signal_spellings_reach_the_workers_and_the_supervisor(tmp_path: Path) -
     usr1 = int(signal.SIGUSR1)
     worker = str(ROOT / "tests" / "fake_worker.py")
     handled = ["--nproc-per-node", "1", "--signals-to-handle", f"{usr1},term,usr2"]
-    args = [*handled, "--telemetry", "off", "--forward-signals", "usr2", worker, "--log-signals", f"{tmp_path}/sig"]
+    args = [
+        *handled,
+        "--telemetry",
+        "off",
+        "--grace-period-s",
+        "1",
+        "--forward-signals",
+        "usr2",
+        worker,
+        "--log-signals",
+        f"{tmp_path}/sig",
+    ]
     args += ["--survive-usr", "--ready-file", f"{tmp_path}/ready", "--sleep", "60"]
     plan = subprocess.run(
         [*launcher_cmd("openclaw"), "plan", "--json", *handled, worker],
