@@ -24,9 +24,9 @@ __all__ = ["section", "step"]
 
 def step() -> None:
     """Mark the end of one training step (call it once per iteration)."""
-    from openclaw_launch.telemetry import recorder
+    from openclaw_launch.telemetry.recorder import get
 
-    rec = recorder.get()
+    rec = get()
     if rec is not None:
         rec.step("api")
 
@@ -34,10 +34,11 @@ def step() -> None:
 @contextmanager
 def section(name: str) -> Iterator[None]:
     """Time the enclosed block as phase ``name`` of the current step."""
-    from openclaw_launch.telemetry import recorder, wire
+    from openclaw_launch.telemetry.recorder import get
+    from openclaw_launch.telemetry.wire import SECTION_ALIASES
 
-    rec = recorder.get()
-    entered = rec is not None and rec.enter(wire.SECTION_ALIASES.get(name, name))
+    rec = get()
+    entered = rec is not None and rec.enter(SECTION_ALIASES.get(name, name))
     try:
         yield
     finally:

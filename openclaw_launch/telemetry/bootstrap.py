@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from types import FrameType, ModuleType, TracebackType
 from typing import NoReturn
 
-from openclaw_launch.telemetry import wire
+import openclaw_launch.telemetry.wire as wire
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
@@ -58,7 +58,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
 def _install_torch_hooks(torch: ModuleType) -> None:
     try:
-        from openclaw_launch.telemetry import torch_hooks
+        import openclaw_launch.telemetry.torch_hooks as torch_hooks
 
         torch_hooks.install(torch)
     except Exception as exc:  # a torch we do not know: statistics off, the job goes on
@@ -89,7 +89,7 @@ def arm_stack_dump() -> None:
         import faulthandler
         import signal
 
-        from openclaw_launch.telemetry import recorder
+        import openclaw_launch.telemetry.recorder as recorder
 
         sig = wire.dump_signal()
         global _stacks_file
@@ -105,7 +105,7 @@ def arm_sigterm_flush() -> None:
     """A rank the launcher stops keeps its statistics: SIGTERM flushes the recorder's batch, then
     acts as before (telemetry/recorder.py ``watch_sigterm``); a handler the script installs wins."""
     if os.environ.get(wire.SOCKET_ENV):
-        from openclaw_launch.telemetry import recorder
+        import openclaw_launch.telemetry.recorder as recorder
 
         recorder.get(watch_sigterm=True)
 

@@ -33,7 +33,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from openclaw_launch.telemetry import wire
+import openclaw_launch.telemetry.wire as wire
 from openclaw_launch.telemetry.torch_state import default_group_backend, read_last_collectives
 
 FLUSH_INTERVAL_S = 0.5  # a batch goes out at least this often while steps happen

@@ -25,7 +25,9 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
-from openclaw_launch.telemetry import gpu_events, recorder, wire
+import openclaw_launch.telemetry.gpu_events as gpu_events
+import openclaw_launch.telemetry.recorder as recorder
+import openclaw_launch.telemetry.wire as wire
 
 _COLLECTIVES = (
     "all_reduce all_gather all_gather_into_tensor reduce_scatter reduce_scatter_tensor broadcast barrier "

@@ -10,7 +10,7 @@ import pickle
 import sys
 from collections.abc import Sequence
 
-from openclaw_launch.telemetry import wire
+import openclaw_launch.telemetry.wire as wire
 
 FLIGHT_RECORDER_VARS = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
 
