@@ -1,6 +1,6 @@
 """The tables of docs/report-format.md, rendered from the report types' fields.
 
-Each table in the file follows a marker ``<!-- table: NAME -->`` and ends at the first blank line.
+Each table follows a marker ``<!-- table: NAME -->`` (report/markdown.py: the rule of every generated table).
 ``python -m openclaw_launch.report.docs [--write] [FILE]`` prints what differs (or rewrites FILE);
 tests/test_report_format.py holds the file to the fields.
 """
@@ -8,12 +8,12 @@ tests/test_report_format.py holds the file to the fields.
 from __future__ import annotations
 
 import dataclasses
-import re
 import sys
 from pathlib import Path
 
 from openclaw_launch.report.codec import DOC, JOB_DOC, LEGACY, hints, type_name
 from openclaw_launch.report.failure import AttemptFailure
+from openclaw_launch.report.markdown import check_or_write, update_tables
 from openclaw_launch.report.membership import AttemptMembership
 from openclaw_launch.report.model import (
     AttemptEntry,
@@ -67,7 +67,6 @@ TABLES: dict[str, type] = {
     "job report": JobReport,
     "nodes[]": NodeSummary,
 }
-_MARKER = re.compile(r"^<!-- table: (?P<name>.+?) -->\n(?P<table>(?:\|.*\n)*)", re.MULTILINE)
 
 
 def render(name: str) -> str:
@@ -91,25 +90,12 @@ def render(name: str) -> str:
 
 def update(text: str) -> str:
     """``text`` with every marked table rendered afresh."""
-    return _MARKER.sub(lambda m: f"<!-- table: {m['name']} -->\n{render(m['name'])}", text)
-
-
-def marked(text: str) -> list[str]:
-    """The table names marked in ``text``, in order."""
-    return [m["name"] for m in _MARKER.finditer(text)]
+    return update_tables(text, render)
 
 
 def main(argv: list[str]) -> int:
-    write = "--write" in argv
     path = Path(next((a for a in argv if a != "--write"), DOCS_FILE))
-    text = path.read_text()
-    fresh = update(text)
-    if write:
-        path.write_text(fresh)
-    elif fresh != text:
-        print(f"{path}: tables differ from the report types; run with --write")
-        return 1
-    return 0
+    return check_or_write(path, render, "the report types", "--write" in argv)
 
 
 if __name__ == "__main__":
