@@ -49,6 +49,19 @@ def launcher(args: Sequence[str], tmp_path: Path, name: str, which: str = "openc
     return proc
 
 
+def world_of_two(
+    tmp_path: Path, port: int, line: list[str], report: bool = False
+) -> tuple[subprocess.Popen[str], subprocess.Popen[str]]:
+    """Two launchers on ``line`` in a world of two: the first (it hosts the rendezvous on ``port``;
+    its report at a.json when ``report``), then the second."""
+    first_line = [*line, "--report", str(tmp_path / "a.json")] if report else line
+    first = launcher([*first_line, WORKER, "--first-steps", "2000"], tmp_path, "a")
+    wait_listening(port)
+    second = launcher([*line, WORKER, "--first-steps", "2000"], tmp_path, "b")
+    wait_for(tmp_path / "b.out", "size 2")
+    return first, second
+
+
 def wait_listening(port: int, timeout_s: float = TIMEOUT_S) -> None:
     """The first launcher hosts the rendezvous (torchrun's c10d rule: the first to listen)."""
     import socket
@@ -84,10 +97,7 @@ def test_shrink_a_killed_node_leaves_a_world_of_one(tmp_path: Path) -> None:
     leaves them running) in 45-50 s with its defaults: benchmarks/elastic_reform.py, RESULTS.md."""
     port = free_port()
     line = [*elastic_line(port, last_call_s=30), "--max-restarts", "3"]
-    first = launcher([*line, "--report", str(tmp_path / "a.json"), WORKER, "--first-steps", "2000"], tmp_path, "a")
-    wait_listening(port)
-    second = launcher([*line, WORKER, "--first-steps", "2000"], tmp_path, "b")
-    wait_for(tmp_path / "b.out", "size 2")
+    first, second = world_of_two(tmp_path, port, line, report=True)
     second.send_signal(signal.SIGKILL)  # the launcher only: its guardian kills its workers
     second.wait(TIMEOUT_S)
     code, stderr = ended(first)
@@ -103,10 +113,7 @@ def test_shrink_a_killed_node_leaves_a_world_of_one(tmp_path: Path) -> None:
 def test_fewer_than_min_left_ends_the_job_as_a_lost_node(tmp_path: Path) -> None:
     port = free_port()
     line = [*elastic_line(port, nnodes="2:3", last_call_s=0), "--max-restarts", "3"]
-    first = launcher([*line, WORKER, "--first-steps", "2000"], tmp_path, "a")
-    wait_listening(port)
-    second = launcher([*line, WORKER, "--first-steps", "2000"], tmp_path, "b")
-    wait_for(tmp_path / "b.out", "size 2")
+    first, second = world_of_two(tmp_path, port, line)
     second.send_signal(signal.SIGKILL)
     second.wait(TIMEOUT_S)
     code, stderr = ended(first)
@@ -119,10 +126,7 @@ def test_the_first_node_lost_ends_the_job_on_the_others(tmp_path: Path) -> None:
     """It hosts the rendezvous (torchrun's c10d host too): no next world, exit 1, no restart."""
     port = free_port()
     line = [*elastic_line(port, last_call_s=30), "--max-restarts", "3"]
-    first = launcher([*line, WORKER, "--first-steps", "2000"], tmp_path, "a")
-    wait_listening(port)
-    second = launcher([*line, WORKER, "--first-steps", "2000"], tmp_path, "b")
-    wait_for(tmp_path / "b.out", "size 2")
+    first, second = world_of_two(tmp_path, port, line)
     first.send_signal(signal.SIGKILL)
     first.wait(TIMEOUT_S)
     code, stderr = ended(second)
@@ -149,10 +153,7 @@ def test_shrink_a_node_that_stops_answering_is_lost_after_the_keepalive(tmp_path
     --keepalive-s, and is not taken back in at a later re-forming."""
     port = free_port()
     line = [*elastic_line(port, last_call_s=30), "--max-restarts", "3", "--keepalive-s", "2"]
-    first = launcher([*line, "--report", str(tmp_path / "a.json"), WORKER, "--first-steps", "2000"], tmp_path, "a")
-    wait_listening(port)
-    second = launcher([*line, WORKER, "--first-steps", "2000"], tmp_path, "b")
-    wait_for(tmp_path / "b.out", "size 2")
+    first, second = world_of_two(tmp_path, port, line, report=True)
     frozen = tree(second.pid)
     for pid in frozen:
         os.kill(pid, signal.SIGSTOP)
