@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -144,7 +144,7 @@ def test_recorded_nvml_events_reach_the_launcher_through_the_statistics_helper(t
 
     plan = make_plan(1, ["--exit", "0"])
     plan = replace(plan, ranks=(replace(plan.ranks[0], gpu_uuid=GPU),))
-    sock = tempfile.mktemp(prefix="oc-", suffix=".sock", dir="/tmp")  # AF_UNIX paths are short
+    sock = f"@oc-test-{os.getpid()}-{time.monotonic_ns()}"  # abstract, as the launcher's: no file left
     session = StatsSession(cast(Any, plan), sock, 5.0, lambda text: None, gpu_source=source)
     try:
         deadline = time.monotonic() + TIMEOUT_S

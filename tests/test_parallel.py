@@ -94,11 +94,13 @@ def test_nvlink_pairs_that_are_not_index_neighbours_become_the_tp_groups() -> No
 
 
 def parallel_groups_from(text: str, env: dict[str, str]):  # type: ignore[no-untyped-def]
+    """The groups a worker reads from a groups file holding ``text`` (the file is gone after)."""
     import tempfile
 
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
         f.write(text)
-    return parallel_groups({**env, "OPENCLAW_PARALLEL_FILE": f.name})
+        f.flush()
+        return parallel_groups({**env, "OPENCLAW_PARALLEL_FILE": f.name})
 
 
 def test_pcie_only_host_warns_and_keeps_index_order() -> None:

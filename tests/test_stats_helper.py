@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -43,7 +42,7 @@ class _Plan:
 
 
 def _session(tmp: Path, said: list[str], **kw: Any) -> StatsSession:
-    sock = tempfile.mktemp(prefix="oc-", suffix=".sock", dir="/tmp")  # AF_UNIX paths are short
+    sock = f"@oc-test-{os.getpid()}-{time.monotonic_ns()}"  # abstract, as the launcher's: no file left
     return StatsSession(cast(Any, _Plan()), sock, 5.0, said.append, **kw)
 
 

@@ -1,0 +1,34 @@
+"""The suite's own temporary files stay under pytest's directory, and go with it.
+
+torchrun keeps ``/tmp/torchelastic_*`` after every job, and a launcher given ``-r/-t`` without
+``--log-dir`` keeps the logs it wrote in a temporary directory (both on purpose, for the user). So
+every process the tests start gets a ``TMPDIR`` of the session's own, removed at the end: the test
+command leaves ``/tmp`` as it found it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_tmpdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    path = tmp_path_factory.mktemp("tmpdir", numbered=False)
+    saved_env, saved_module = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"] = str(path)
+    tempfile.tempdir = str(path)  # the tests' own gettempdir() agrees with the launchers'
+    try:
+        yield path
+    finally:
+        tempfile.tempdir = saved_module
+        if saved_env is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = saved_env
+        shutil.rmtree(path, ignore_errors=True)
