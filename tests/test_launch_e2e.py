@@ -181,7 +181,8 @@ def test_no_worker_daemon_or_temp_dir_outlives_the_launcher(tmp_path: Path, how:
         ),
         env=env_with_fake_mps(),
     )
-    wait_files([tmp_path / "ready-0"], proc)
+    # a signal waits for both ranks' files: a rank stopped while writing its pids file records none
+    wait_files([tmp_path / "ready-0", *([] if how == "failure" else [tmp_path / "ready-1"])], proc)
     environ = json.loads((tmp_path / "env-0.json").read_text())["environ"]
     run_dir = Path(environ["TORCHELASTIC_ERROR_FILE"]).parents[3]  # errors/attempt-0/rank-0/error.json
     assert run_dir.exists()

@@ -32,6 +32,8 @@ def recorded_pids(directory: Path) -> list[int]:
     """Workers and grandchildren from every ``pids-*`` file that fake_worker --pids-file wrote there."""
     pids: list[int] = []
     for f in sorted(directory.glob("pids-*")):
+        if f.suffix == ".tmp":  # a worker stopped between its write and the rename (fake_worker._write)
+            continue
         data = json.loads(f.read_text())
         pids += [data["worker"], *data["grandchildren"]]
     return pids
