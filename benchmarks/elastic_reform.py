@@ -36,6 +36,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
+
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = str(ROOT / "tests" / "elastic_worker.py")
 WORKER_ARGS = ("--first-steps", "100000", "--steps", "3")
@@ -56,17 +58,11 @@ def command(which: str, port: int) -> list[str]:
 
 
 def descendants(pid: int) -> list[int]:
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        for task in Path(f"/proc/{p}/task").glob("*"):
-            try:
-                children = [int(c) for c in (task / "children").read_text().split()]
-            except OSError:
-                continue
-            out += children
-            todo += children
-    return out
+    """Every process under ``pid`` (psutil follows the setsid'd workers too)."""
+    try:
+        return [child.pid for child in psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
 
 
 def kill_node(pid: int) -> float:

@@ -15,6 +15,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import psutil
 import pytest
 
 from openclaw_launch.agents.membership import ElasticSpec, Member, first_world, next_world, wants_growth
@@ -136,16 +137,7 @@ def test_the_first_node_lost_ends_the_job_on_the_others(tmp_path: Path) -> None:
 
 def tree(pid: int) -> list[int]:
     """``pid`` and every process under it."""
-    out, todo = [pid], [pid]
-    while todo:
-        for task in Path(f"/proc/{todo.pop()}/task").glob("*"):
-            try:
-                children = [int(c) for c in (task / "children").read_text().split()]
-            except OSError:
-                continue
-            out += children
-            todo += children
-    return out
+    return [pid, *(child.pid for child in psutil.Process(pid).children(recursive=True))]
 
 
 def test_shrink_a_node_that_stops_answering_is_lost_after_the_keepalive(tmp_path: Path) -> None:
