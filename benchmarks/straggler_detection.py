@@ -90,37 +90,41 @@ def correct(run: dict[str, object], want: tuple[int, str] | None) -> bool:
 
 
 def detection(args: argparse.Namespace) -> dict[str, object]:
+    """Each case ``args.runs`` times: (name, phase, amount, unit), unit "ms" (a fixed time per step)
+    or "pct" (sections.py's --slow-pct: that % of the run's own pace, a slowdown of exactly it)."""
     slow_rank = args.ranks - 1
-    cases: list[tuple[str, str, float]] = [("balanced", "input", 0.0)]
+    cases: list[tuple[str, str, float, str]] = [("balanced", "input", 0.0, "ms")]
     for ms in args.slowdowns_ms:
-        cases += [(f"input +{ms:g} ms", "input", ms), (f"compute +{ms:g} ms", "compute", ms)]
+        cases += [(f"input +{ms:g} ms", "input", ms, "ms"), (f"compute +{ms:g} ms", "compute", ms, "ms")]
+    for pct in args.slowdowns_pct:
+        cases += [(f"input +{pct:g} % of pace", "input", pct, "pct"), (f"compute +{pct:g} %", "compute", pct, "pct")]
     if args.loop_slowdowns_ms:
-        cases.append(("balanced in-loop", "host", 0.0))
-    cases += [(f"in-loop batch +{ms:g} ms", "host", ms) for ms in args.loop_slowdowns_ms]
+        cases.append(("balanced in-loop", "host", 0.0, "ms"))
+    cases += [(f"in-loop batch +{ms:g} ms", "host", ms, "ms") for ms in args.loop_slowdowns_ms]
     results: dict[str, object] = {}
-    for name, phase, slow_ms in cases:
+    for name, phase, amount, unit in cases:
         runs = []
         for _ in range(args.runs):
+            slowed = ("--slow-rank", str(slow_rank if amount else -1), f"--slow-{unit}", str(amount))
             if phase == "host":
                 report, _ = launch(
-                    args.ranks, LOOP, "--steps", str(args.steps),
-                    "--slow-rank", str(slow_rank if slow_ms else -1), "--slow-ms", str(slow_ms),
-                    threshold=str(args.threshold_pct),
-                )  # fmt: skip
+                    args.ranks, LOOP, "--steps", str(args.steps), *slowed, threshold=str(args.threshold_pct)
+                )
             else:
                 report, _ = launch(
                     args.ranks, SECTIONS, "--steps", str(args.steps), "--step-ms", str(args.step_ms),
-                    "--slow-rank", str(slow_rank if slow_ms else -1), "--slow-phase", phase, "--slow-ms", str(slow_ms),
-                    threshold=str(args.threshold_pct),
+                    "--slow-phase", phase, *slowed, threshold=str(args.threshold_pct),
                 )  # fmt: skip
             runs.append(top(report))
-        want = (slow_rank, "input" if phase == "host" else phase) if slow_ms else None
+        want = (slow_rank, "input" if phase == "host" else phase) if amount else None
         step_ms = statistics.median(float(r["step_ms"]) for r in runs if r["step_ms"])  # type: ignore[arg-type]
         hits = sum(correct(r, want) for r in runs)
-        results[name] = {"slowdown_pct_of_step": 100 * slow_ms / step_ms, "correct": hits, "runs": runs}
+        # the injected time as % of the slowed runs' step: P % of the pace is P/(100+P) of the step
+        of_step = 100 * amount / step_ms if unit == "ms" else 100 * amount / (100 + amount)
+        results[name] = {"slowdown_pct_of_step": of_step, "unit": unit, "correct": hits, "runs": runs}
         named = sorted(round(float(r["excess_pct"]), 1) for r in runs if r["rank"] is not None)  # type: ignore[arg-type]
         print(
-            f"{name:>22} ({100 * slow_ms / step_ms:4.1f} % of a {step_ms:.1f} ms step): {hits}/{args.runs} right "
+            f"{name:>22} ({of_step:4.2f} % of a {step_ms:.1f} ms step): {hits}/{args.runs} right "
             f"at {args.threshold_pct:g} %; named excess % {named}",
             flush=True,
         )
@@ -161,6 +165,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--step-ms", type=float, default=20.0)
     p.add_argument("--slowdowns-ms", type=float, nargs="*", default=[1.4])
+    p.add_argument("--slowdowns-pct", type=float, nargs="*", default=[], help="of the run's own pace")
     p.add_argument("--loop-slowdowns-ms", type=float, nargs="*", default=[1.0])
     p.add_argument("--threshold-pct", type=float, default=5.0)
     p.add_argument("--no-code-change-runs", type=int, default=0)

@@ -89,7 +89,8 @@ DEFAULTS: tuple[Default, ...] = (
         "--straggler-threshold-pct",
         f"{STRAGGLER_THRESHOLD_PCT:g} %",
         "-",
-        "a straggler makes the step this much longer than the others' pace (its excess: 5/105 of the step)",
+        "a straggler makes the step this much longer than the others' pace (its excess: 5/105 of the step);"
+        " named from 90 % of it",
     ),
     Default("--hang-timeout-s", "off", "-", "no step for this long is a hang (config runtime.hang_timeout_s)"),
     Default(

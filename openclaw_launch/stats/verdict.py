@@ -8,15 +8,17 @@ input/host stage (``input`` + ``host``) or the work phase in which it exceeds th
 
 The threshold is a slowdown of the job: a rank is a straggler when it makes the step at least
 ``threshold_pct`` % longer than the others' pace (the step less its excess), an excess of
-``threshold_pct / (100 + threshold_pct)`` of the step (``slowdown_floor_s``).
+``threshold_pct / (100 + threshold_pct)`` of the step (``slowdown_floor_s``). The threshold is what
+is always named: a rank is named from ``1 - THRESHOLD_MARGIN`` of it (4.5 % at the default 5), as
+one run's excess is measured within about 0.3 % of the step of the slowdown it has.
 
 Every comparison is made window by window (collect.py: 5-step windows by step number, the same
 steps on every rank, each a median): the excess is the median over the common windows of (the
 rank's value - the other ranks' median), with the standard error of that median from the windows'
 spread. A rank is named when its own excess is significant (``Z_SIGNIFICANT`` standard errors
-above zero) and its own or its phase's excess is not significantly below the threshold (within
-``Z_THRESHOLD`` standard errors of it, or over it): noise on a shared host neither names a balanced
-rank nor hides a slowdown at the threshold. Under 3 common windows the means decide, without error.
+above zero) and its own or its phase's excess reaches the threshold less its margin: noise on a
+shared host neither names a balanced rank nor hides a slowdown at the threshold. Under 3 common
+windows the means decide, without error.
 
 Wait signals, best first: from torch's flight recorder (GPU; the CPU does not wait in NCCL
 calls), the longest NCCL collective of each step (the first gradient bucket waits as long as the
@@ -46,8 +48,8 @@ from openclaw_launch.telemetry import wire
 
 MIN_STEPS = 5  # measured steps a rank needs before it is judged
 MIN_WINDOWS = 3  # windows all ranks have before their spread is trusted (else: the means)
-Z_SIGNIFICANT = 3.0  # an excess is real when this many standard errors above zero ...
-Z_THRESHOLD = 1.0  # ... and no more than this many below the threshold
+Z_SIGNIFICANT = 3.0  # an excess is real when this many standard errors above zero
+THRESHOLD_MARGIN = 0.1  # named from 90 % of the threshold, so that a slowdown at it is never missed
 HIGH_SYNC_SHARE = 0.3  # every rank waiting this much of its step: the fabric, not one rank
 # Phases that are nothing but waiting for peers and moving data (backward under DDP also computes).
 _PURE_WAIT = (wire.SYNC, wire.COLLECTIVE)
@@ -175,9 +177,11 @@ def find_stragglers(
 
 
 def slowdown_floor_s(threshold_pct: float, step_s: float) -> float:
-    """The excess per step that makes a job of ``step_s`` steps ``threshold_pct`` % slower than the
-    others' pace (``step_s`` - excess): a 5 % slowdown is 5/105 of the step it produces."""
-    return threshold_pct / (100 + threshold_pct) * step_s
+    """The excess per step from which a rank is named in a job of ``step_s`` steps: the excess that
+    makes it ``(1 - THRESHOLD_MARGIN) * threshold_pct`` % slower than the others' pace (``step_s`` -
+    excess); a 4.5 % slowdown is 4.5/104.5 of the step it produces."""
+    named_pct = (1 - THRESHOLD_MARGIN) * threshold_pct
+    return named_pct / (100 + named_pct) * step_s
 
 
 @dataclass(frozen=True)
@@ -193,8 +197,8 @@ class Excess:
         return self.estimate_s > 0 and self.estimate_s > Z_SIGNIFICANT * self.stderr_s
 
     def reaches(self, floor_s: float) -> bool:
-        """Not significantly below ``floor_s``: over it, or within ``Z_THRESHOLD`` standard errors."""
-        return self.estimate_s > 0 and self.estimate_s + Z_THRESHOLD * self.stderr_s >= floor_s
+        """At or over ``floor_s`` (``slowdown_floor_s``, whose margin is the tolerance for noise)."""
+        return self.estimate_s > 0 and self.estimate_s >= floor_s
 
 
 def excess(rank: RankSummary, others: Sequence[RankSummary], key: str) -> Excess:
