@@ -140,7 +140,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--flood-mb", type=float, default=0, help="write this many MiB of lines to stdout")
     p.add_argument("--mps-probe", default=None, help="write the MPS daemon's pid and liveness here")
     p.add_argument("--ready-file", default=None)
-    p.add_argument("--wait-for", default=None, help="before failing, wait until this file exists")
+    p.add_argument("--wait-for", action="append", default=[], help="before failing, wait until this file exists")
     a = p.parse_args(argv)
 
     rank = int(os.environ.get("RANK", "0"))
@@ -171,8 +171,8 @@ def main(argv: list[str]) -> int:
         _orphan_child(_path(a.orphan_child))
     if a.ready_file:
         _write(_path(a.ready_file), str(os.getpid()))
-    if a.wait_for:
-        _wait_for(_path(a.wait_for))
+    for path in a.wait_for:
+        _wait_for(_path(path))
     if fails:
         if a.error_file:
             _write_error_file()

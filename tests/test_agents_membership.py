@@ -106,9 +106,12 @@ def test_three_launchers_in_shuffled_order_take_node_ranks_by_arrival_and_keep_t
     names = ["a", "b", "c"]
     random.shuffle(names)
     early: list[list[str]] = []
-    for name in names:
+    for arrival, name in enumerate(names):
         worker = [*FAKE, "--write-env", f"{tmp_path}/{name}-{{rank}}-{{attempt}}.json"]
         worker += ["--only-rank", "5", "--fail-below-attempt", "1", "--exit", "3"]
+        if arrival == 2:  # rank 5 fails once ranks 0-4 wrote their files (else one may be stopped first)
+            for rank in range(5):
+                worker += ["--wait-for", f"{tmp_path}/{names[rank // 2]}-{rank}-{{attempt}}.json"]
         line = c10d_line(port, 3, 2, ["--max-restarts", "1", "--telemetry", "off", "--keepalive-s", "2"])
         reaped.append(popen(ours(*line, "--no-python", "--", *worker)))
         early.append([])
