@@ -23,6 +23,7 @@ CONSOLE_PREFIX = "[rank {rank}] "
 TELEMETRY_MODE = "hooks"
 STATS_INTERVAL_S = 60.0  # the live one-line straggler summary; 0 = never
 STRAGGLER_THRESHOLD_PCT = 5.0  # of the median step
+STRAGGLER_THRESHOLD_MARGIN = 0.1  # a rank is named from 90 % of the threshold: a slowdown at it is never missed
 # With --hang-timeout-s, a rank's first step may take this long at least (imports, data loading, the
 # rendezvous, NCCL init, torch.compile of the first step): the start-up allowance's floor.
 STARTUP_TIMEOUT_FLOOR_S = 600.0
@@ -90,7 +91,7 @@ DEFAULTS: tuple[Default, ...] = (
         f"{STRAGGLER_THRESHOLD_PCT:g} %",
         "-",
         "a straggler makes the step this much longer than the others' pace (its excess: 5/105 of the step);"
-        " named from 90 % of it",
+        f" named from {100 * (1 - STRAGGLER_THRESHOLD_MARGIN):g} % of it",
     ),
     Default("--hang-timeout-s", "off", "-", "no step for this long is a hang (config runtime.hang_timeout_s)"),
     Default(

@@ -40,6 +40,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
+from openclaw_launch.config.defaults import STRAGGLER_THRESHOLD_MARGIN as THRESHOLD_MARGIN
 from openclaw_launch.config.defaults import STRAGGLER_THRESHOLD_PCT
 from openclaw_launch.stats import phases
 from openclaw_launch.stats.collect import GPU_BUSY, INPUT_STAGE, OWN, STEP, RankSummary
@@ -49,7 +50,6 @@ from openclaw_launch.telemetry import wire
 MIN_STEPS = 5  # measured steps a rank needs before it is judged
 MIN_WINDOWS = 3  # windows all ranks have before their spread is trusted (else: the means)
 Z_SIGNIFICANT = 3.0  # an excess is real when this many standard errors above zero
-THRESHOLD_MARGIN = 0.1  # named from 90 % of the threshold, so that a slowdown at it is never missed
 HIGH_SYNC_SHARE = 0.3  # every rank waiting this much of its step: the fabric, not one rank
 # Phases that are nothing but waiting for peers and moving data (backward under DDP also computes).
 _PURE_WAIT = (wire.SYNC, wire.COLLECTIVE)
