@@ -39,14 +39,14 @@ class FakeGpu:
         return self.capturing
 
     def Event(self, enable_timing: bool = False) -> FakeEvent:  # noqa: N802 (torch.cuda's name)
-        assert enable_timing
         self.created += 1
-        return FakeEvent(self)
+        return FakeEvent(self, enable_timing)
 
 
 class FakeEvent:
-    def __init__(self, gpu: FakeGpu) -> None:
+    def __init__(self, gpu: FakeGpu, timed: bool) -> None:
         self.gpu = gpu
+        self.timed = timed
         self.at_ms: float | None = None
 
     def record(self) -> None:
@@ -56,6 +56,7 @@ class FakeEvent:
         return self.at_ms is not None and self.at_ms <= self.gpu.now_ms
 
     def elapsed_time(self, end: FakeEvent) -> float:
+        assert self.timed and end.timed, "elapsed_time of an untimed event"
         assert self.query() and end.query(), "elapsed_time of an event the GPU has not reached"
         return float(end.at_ms) - float(self.at_ms)  # type: ignore[arg-type]
 
@@ -292,3 +293,42 @@ def test_the_hooks_time_forward_to_backward_and_the_optimizer_step_of_every_fift
     samples = [sample for b in batches for sample in b.gpu_busy]
     assert [step for step, _ in samples] == [5, 10, 15, 20]
     assert all(0.05 <= seconds < 0.15 for _, seconds in samples), samples
+
+
+def test_gpu_progress_says_which_mark_the_gpu_passed_last_with_a_ring_of_untimed_events() -> None:
+    """Hang detection's marks: every mark of every step, untimed, in a ring of PROGRESS_EVENTS that is
+    recorded again in turn (no new event per mark); ``read`` gives (passed, recorded) positions, and
+    a GPU behind the whole ring reads as one before the oldest it holds."""
+    gpu = FakeGpu()
+    sampler = GpuSampler(gpu)
+    sampler.progress = progress = gpu_events.GpuProgress(gpu)
+    assert progress.read() is None
+    for step in range(1, 4):
+        sampler.boundary(step)
+        _run_step(sampler, gpu, 5.0, 1.0)
+    end = gpu_events.position(3, gpu_events.OPTIMIZER_END)
+    assert progress.read() == (end, end)  # the GPU keeps up with the host
+    assert gpu.created <= gpu_events.PROGRESS_EVENTS + 4  # the ring's events, plus one sampled step's
+    gpu.lag_ms = 1e9  # from now on the GPU never gets there: a kernel that does not end
+    sampler.boundary(4)
+    sampler.mark(gpu_events.FORWARD)
+    sampler.mark(gpu_events.FORWARD)  # the first call per step counts
+    assert progress.read() == (end, gpu_events.position(4, gpu_events.FORWARD))
+    for step in range(4, 7):
+        sampler.boundary(step)
+        _run_step(sampler, gpu, 5.0, 1.0)
+    passed, recorded = progress.read()  # type: ignore[misc]
+    assert recorded == gpu_events.position(6, gpu_events.OPTIMIZER_END)
+    assert passed == recorded - gpu_events.PROGRESS_EVENTS  # before the oldest mark the ring holds
+    assert gpu_events.describe_position(passed + 1) == (5, gpu_events.FORWARD)
+
+
+def test_gpu_progress_records_nothing_while_a_graph_is_captured_or_before_cuda() -> None:
+    gpu = FakeGpu()
+    progress = gpu_events.GpuProgress(gpu)
+    gpu.initialized = False
+    progress.mark(gpu_events.FORWARD)
+    gpu.initialized, gpu.capturing = True, True
+    progress.boundary(1)
+    progress.mark(gpu_events.FORWARD)
+    assert progress.read() is None and gpu.created == 0

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from openclaw_launch.config import defaults
 from openclaw_launch.config.reader import parse_config
 from openclaw_launch.errors import ConfigError
 from openclaw_launch.stats.hang import HANG_EXIT_CODE, HangWatch
-from openclaw_launch.telemetry import wire
+from openclaw_launch.telemetry import gpu_events, wire
 from tests.test_hang import Job
 
 AT = 20  # rank 2 stops after exactly this many steps (the worker marks a boundary before its loop)
@@ -107,6 +108,40 @@ def test_with_nccl_ranks_waiting_on_the_gpu_name_the_rank_outside_as_the_cause(w
     assert [h.rank for h in verdict.stuck] == [1]
     w.on_progress(_progress(1, 5, waiting_phase, "nccl"), 0.0)
     assert w.check(2.0).cause.kind == "all-waiting"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("backend", "phase"), [("nccl", wire.DEVICE_WAIT), ("gloo", wire.BACKWARD)])
+def test_a_gpu_that_never_passes_a_mark_the_others_passed_is_the_cause(backend: str, phase: str) -> None:
+    """A kernel that never ends on rank 1: every host waits (NCCL: ``.item()``; gloo: DDP's backward),
+    so by phase nobody is outside; rank 1's GPU stopped before the backward of step 21 (its host
+    recorded marks up to the optimizer's end), ranks 0 and 2's GPUs passed it: rank 1 is the cause."""
+    w = HangWatch(2.0, [(0, 0, "n"), (1, 1, "n"), (2, 2, "n")])
+    w.reset(0.0)
+    fwd, bwd, end = (gpu_events.position(21, m) for m in (gpu_events.FORWARD, gpu_events.BACKWARD, "optimizer-end"))
+    for rank, gpu in ((0, (bwd, end)), (1, (fwd, end)), (2, (bwd, end))):
+        w.on_batch(wire.Batch(rank=rank, sync_phases=(wire.SYNC, wire.COLLECTIVE, wire.BACKWARD)), 0.0)  # gloo's DDP
+        w.on_progress(replace(_progress(rank, 20, phase, backend), gpu=gpu), 0.0)
+    verdict = w.check(2.0)
+    assert verdict is not None and verdict.cause is not None
+    cause = verdict.cause
+    assert (cause.kind, cause.ranks, cause.waiting) == ("gpu-behind", (1,), (0, 2)), cause
+    assert cause.text == (
+        "rank 1: its GPU never finished the work before the backward of step 21 (a kernel that does not end?) "
+        f"while the GPUs of ranks 0, 2 got past it; ranks 0, 2 wait in {phase}"
+    )
+    assert [h.rank for h in verdict.stuck] == [1]
+
+
+def test_a_gpu_behind_without_outstanding_work_or_alone_names_no_gpu_cause() -> None:
+    """Rank 1's GPU passed every mark its host recorded (its host is behind, not its GPU: a
+    mismatched collective); a rank without marks (no CUDA) is never compared: all-waiting."""
+    w = HangWatch(2.0, [(0, 0, "n"), (1, 1, "n"), (2, 2, "n")])
+    w.reset(0.0)
+    fwd, bwd = gpu_events.position(21, gpu_events.FORWARD), gpu_events.position(21, gpu_events.BACKWARD)
+    for rank, gpu in ((0, (bwd, bwd)), (1, (fwd, fwd)), (2, None)):
+        w.on_progress(replace(_progress(rank, 20, wire.DEVICE_WAIT, "nccl"), gpu=gpu), 0.0)
+    verdict = w.check(2.0)
+    assert verdict is not None and verdict.cause is not None and verdict.cause.kind == "all-waiting"
 
 
 def test_a_rank_that_never_reaches_init_is_a_start_up_hang(tmp_path: Path) -> None:

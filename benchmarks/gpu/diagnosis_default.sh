@@ -5,12 +5,15 @@
 # benchmarks/gpu/diagnosis_train.py (GPT 4x512, batches sliced in the loop, no openclaw code):
 #   slow-gpu    rank 1 does ~SLOW_GPU_MS of extra GPU matmuls per step -> rank 1, compute, section gpu
 #   slow-input  rank 1 sleeps SLOW_INPUT_MS in its in-loop get_batch     -> rank 1, input (host)
+#   slow-loader rank 1's DataLoader sleeps SLOW_INPUT_MS per batch        -> rank 1, input (DataLoader)
 #   hang        rank 1 sleeps an hour in Python at step 20               -> exit 124, cause: rank 1
-#   overhead    hooks vs off, interleaved, REPS reps: rank 0's median step, off / hooks
-# $OUT/summary.txt: one line per case, PASS/FAIL, the verdict line and the numbers; reports and
-# consoles beside it. A run starts only while one as long as the previous still fits in BUDGET_S
-# (145 s; the lead's lease: 150 s in all) and is killed when the budget is spent (then SKIP/FAIL lines). NVLink multicast stays off; no GPU setting is changed; MPS daemons the
-# runs leave behind (a launcher killed by its timeout) are ended by pid at the end.
+#   hang-kernel rank 1's forward launches a kernel that spins 60 s at step 20 -> exit 124, cause: rank 1
+#               (gpu-behind: every host waits, rank 1's GPU never passes the backward mark; GPU only)
+# The default level's cost is measured by overhead_default.sh. $OUT/summary.txt: one line per case,
+# PASS/FAIL, the verdict line and the numbers; $OUT/runs.tgz: every report and console. A run starts
+# only while one as long as the previous still fits in BUDGET_S (145 s) and is killed when the budget
+# is spent (then SKIP/FAIL lines). NVLink multicast stays off; no GPU setting is changed; MPS daemons
+# the runs leave behind (a launcher killed by its timeout) are ended by pid at the end.
 # CPU=1 (or no GPU): the same cases with CPU workers and no MPS, the script's own check on a CPU box
 # (the slow-gpu case then does CPU matmuls in the forward: expected section forward, not gpu).
 set -uo pipefail
@@ -18,7 +21,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 cd "$(dirname "$0")/../.."
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 OUT=${OUT:-/tmp/openclaw-out}; mkdir -p "$OUT"
-STEPS=${STEPS:-150}; REPS=${REPS:-3}; BUDGET_S=${BUDGET_S:-145}
+STEPS=${STEPS:-150}; BUDGET_S=${BUDGET_S:-145}
 SLOW_GPU_MS=${SLOW_GPU_MS:-20}; SLOW_INPUT_MS=${SLOW_INPUT_MS:-20}
 PY=${PYTHON:-python3}
 L="$PY -m openclaw_launch"
@@ -30,6 +33,8 @@ MPS_BEFORE=$(mps_pids)
 cleanup() {
   for pid in $(comm -13 <(echo "$MPS_BEFORE") <(mps_pids)); do kill "$pid" 2> /dev/null; done
   rm -rf "$W"
+  tar -C "$OUT" -czf "$OUT/runs.tgz" --exclude runs.tgz --exclude summary.txt . 2> /dev/null
+  find "$OUT" -mindepth 1 -maxdepth 1 ! -name runs.tgz ! -name summary.txt -exec rm -rf {} +
 }
 trap cleanup EXIT
 GPU=0
@@ -69,7 +74,7 @@ run_case() {  # name, launcher options ... -- script options ...
   echo $? > "$W/$name.rc"
 }
 JOBS=("${JOB[@]}")
-judge() {  # name, expected exit code, expected rank, phase, section (or "hang")
+judge() {  # name, expected exit code, expected rank, phase (or the hang cause's kind), section (or "hang")
   "$PY" - "$OUT/$1.json" "$OUT/$1.txt" "$(cat "$W/$1.rc" 2> /dev/null || echo none)" "$@" <<'PY'
 import json, re, sys
 report_path, console_path, rc, name, want_rc, want_rank, want_phase, want_section = sys.argv[1:]
@@ -84,7 +89,7 @@ except (OSError, ValueError) as exc:
 if want_section == "hang":
     cause = (report.get("hang") or {}).get("cause") or {}
     line = next((l for l in console.splitlines() if "hang: cause:" in l), "(no cause line)")
-    ok = rc == want_rc and cause.get("ranks") == [int(want_rank)]
+    ok = rc == want_rc and cause.get("ranks") == [int(want_rank)] and want_phase in ("-", cause.get("kind"))
     print(f"{'PASS' if ok else 'FAIL'} {name}: {line.strip()}; kind {cause.get('kind')}; {numbers}")
     sys.exit(0)
 found = report.get("stragglers") or []
@@ -96,7 +101,7 @@ if want_section == "host" and top.get("section") == "input":
 print(f"{'PASS' if ok else 'FAIL'} {name}: {line.strip()}; excess {top.get('excess_pct')} %; {numbers}")
 PY
 }
-say "== $(date -u +%FT%TZ) $(hostname), gpu=$GPU, steps=$STEPS, reps=$REPS"
+say "== $(date -u +%FT%TZ) $(hostname), gpu=$GPU, steps=$STEPS"
 if in_budget slow-gpu; then
   run_case slow-gpu -- --slow-gpu-ms "$SLOW_GPU_MS"
   judge slow-gpu 0 1 compute "$GPU_SECTION" | tee -a "$OUT/summary.txt"
@@ -105,28 +110,17 @@ if in_budget slow-input; then
   run_case slow-input -- --slow-input-ms "$SLOW_INPUT_MS"
   judge slow-input 0 1 input host | tee -a "$OUT/summary.txt"
 fi
+if in_budget slow-loader; then
+  run_case slow-loader -- --loader --slow-input-ms "$SLOW_INPUT_MS"
+  judge slow-loader 0 1 input input | tee -a "$OUT/summary.txt"
+fi
 if in_budget hang; then
   run_case hang --hang-timeout-s 3 -- --hang-at-step 20
-  judge hang 124 1 - hang | tee -a "$OUT/summary.txt"
+  judge hang 124 1 outside hang | tee -a "$OUT/summary.txt"
 fi
-declare -A MEDIANS=([hooks]="" [off]="")
-for rep in $(seq "$REPS"); do
-  for mode in hooks off; do
-    in_budget "overhead rep $rep $mode" || break 2
-    bounded $L "${JOBS[@]}" --telemetry "$mode" --console-ranks 0 "$T" --device "$DEVICE" --steps "$STEPS" \
-      > "$OUT/overhead-$mode-$rep.txt" 2>&1
-    MEDIANS[$mode]+="$(grep -oP 'rank 0: median step \K[0-9.]+' "$OUT/overhead-$mode-$rep.txt" | tail -1) "
-  done
-done
-"$PY" - "${MEDIANS[hooks]}" "${MEDIANS[off]}" <<'PY' | tee -a "$OUT/summary.txt"
-import statistics, sys
-hooks, off = ([float(x) for x in arg.split()] for arg in sys.argv[1:])
-if not hooks or not off:
-    print(f"FAIL overhead: no pair of runs (hooks {hooks}, off {off})")
-else:
-    ratio = statistics.median(off) / statistics.median(hooks)
-    verdict = "PASS" if ratio >= 0.995 else "FAIL"
-    print(f"{verdict} overhead: throughput hooks / off {ratio:.4f} (goal >= 0.995); median step ms hooks {hooks} off {off}")
-PY
+if [ "$GPU" = 1 ] && in_budget hang-kernel; then
+  run_case hang-kernel --hang-timeout-s 3 -- --hang-kernel-at-step 20 --hang-kernel-s 60
+  judge hang-kernel 124 1 gpu-behind hang | tee -a "$OUT/summary.txt"
+fi
 left=$(comm -13 <(echo "$MPS_BEFORE") <(mps_pids) | tr '\n' ' ')
 say "MPS processes left by the runs (ended now): ${left:-none}; wall $((SECONDS - START)) s"

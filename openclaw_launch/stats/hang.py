@@ -12,7 +12,9 @@ all of them are named. A straggler keeps stepping, slowly, and is never a hang. 
 The *cause* (``HangCause``) says who the others wait for: with torch's flight recorder, the ranks
 that never entered the collective the others wait in (torch's analyser matches ranks by
 ``collective_seq_id``: the members without the newest number did not join it); else the ranks
-outside every waiting phase while the others wait in one. With NCCL a rank blocked in ``backward``
+outside every waiting phase while the others wait in one; when every host waits, the ranks whose GPU
+never passed a mark (``telemetry/gpu_events.GpuProgress``) the others' GPUs passed (a kernel that
+does not end). With NCCL a rank blocked in ``backward``
 or in a host wait on the GPU (``device-wait``: ``.item()``, ``synchronize``) waits on its stream for
 the all-reduce (enqueued, not waited for, by the CPU): it waits, it is not stuck; the backend is the
 script's own default group's, as the rank reports it.
@@ -30,7 +32,7 @@ from collections.abc import Iterable, Sized
 from dataclasses import dataclass, field
 
 from openclaw_launch.run import exit_codes
-from openclaw_launch.telemetry import wire
+from openclaw_launch.telemetry import gpu_events, wire
 
 HANG_EXIT_CODE = exit_codes.HANG  # 124, as timeout(1): the job was stopped because it made no progress
 CHECK_INTERVAL_S = 0.25  # how often the supervisor asks
@@ -63,6 +65,7 @@ class _Rank:
     sync_phases: set[str] = field(default_factory=lambda: set(WAIT_PHASES))
     backend: str | None = None
     last_collectives: tuple[wire.LastCollective, ...] = ()
+    gpu: tuple[int, int] | None = None  # (GPU passed, host recorded) positions (gpu_events.position)
 
     def waits(self) -> bool:
         """In a phase that waits for peers (the one rule for "stuck" and for the cause)."""
@@ -108,12 +111,12 @@ class RankHang:
 class HangCause:
     """Whom the others wait for, and how that is known."""
 
-    kind: str  # "not-entered" | "outside" | "all-waiting" | "no-first-step"
+    kind: str  # "not-entered" | "outside" | "gpu-behind" | "all-waiting" | "no-first-step"
     ranks: tuple[int, ...]  # the cause
     waiting: tuple[int, ...]  # the ranks that wait for them
     collective: str | None  # what the waiting ranks wait in
     seq: int | None  # its flight-recorder sequence number (kind "not-entered")
-    phase: str | None  # what the cause ranks do (kinds "outside", "no-first-step")
+    phase: str | None  # what the cause ranks do (kinds "outside", "no-first-step"; "gpu-behind": the GPU's)
     text: str  # the console's "cause: ..." line, without "cause: "
 
 
@@ -179,6 +182,7 @@ class HangWatch:
         r.dump_signal = p.dump_signal
         r.backend = p.backend or r.backend
         r.last_collectives = p.last_collectives or r.last_collectives
+        r.gpu = p.gpu or r.gpu
 
     def check(self, now: float) -> Verdict | None:
         live = [r for r in self.ranks.values() if not r.finished]
@@ -254,12 +258,49 @@ def _not_entered(quiet: list[_Rank]) -> HangCause | None:
     return None
 
 
+def _gpu_behind(quiet: list[_Rank], wait_in: str) -> HangCause | None:
+    """Every host waits, but a rank's GPU never finished work its host gave it long ago (a kernel
+    that does not end) at a mark the other ranks' GPUs have passed: the others wait for that rank."""
+    marked = [r for r in quiet if r.gpu is not None]
+    if len(marked) < 2:
+        return None
+    furthest = max(r.gpu[0] for r in marked)  # type: ignore[index]
+    behind = [r for r in marked if r.gpu[0] < furthest and r.gpu[0] < r.gpu[1]]  # type: ignore[index]
+    if not behind:
+        return None
+    waiting = [r for r in quiet if r not in behind]
+    # the first mark a behind rank's GPU has not passed: its GPU is in the work that leads up to it
+    step, mark = gpu_events.describe_position(min(r.gpu[0] for r in behind) + 1)  # type: ignore[index]
+    where = f"GPU work before the {mark} of step {step}"
+    whose = "its GPU" if len(behind) == 1 else "their GPUs"
+    others = "the GPU of " if len(waiting) == 1 else "the GPUs of "
+    text = (
+        f"{_ranks(r.rank for r in behind)}: {whose} never finished the work before the {mark} of step {step} "
+        "(a kernel that does not end?) "
+        f"while {others}{_ranks(r.rank for r in waiting)} got past it; {_ranks(r.rank for r in waiting)} "
+        f"{_verb(waiting)} in {wait_in}"
+    )
+    return HangCause(
+        "gpu-behind",
+        tuple(sorted(r.rank for r in behind)),
+        tuple(sorted(r.rank for r in waiting)),
+        wait_in,
+        None,
+        where,
+        text,
+    )
+
+
 def _cause(quiet: list[_Rank], startup: bool) -> HangCause:
     found = _not_entered(quiet)
     if found is not None:
         return found
     waiting = [r for r in quiet if r.waits()]
     outside = [r for r in quiet if not r.waits()]
+    if waiting and not outside and not startup:
+        found = _gpu_behind(quiet, _waited_in(waiting))
+        if found is not None:
+            return found
     phase = _waited_in(outside) if outside else None
     wait_in = _waited_in(waiting) if waiting else None
     if startup:

@@ -13,6 +13,11 @@ The events are read back at later step boundaries with ``Event.query()``, never 
 timing never blocks the training thread. A rank whose script never initialised CUDA records
 nothing (``cuda.is_initialized()``); neither does a stream being captured into a CUDA graph, code
 ``torch.compile`` is tracing, or anything after an error (the job goes on, unmeasured).
+
+With hang detection on, ``GpuProgress`` also records an untimed event at every mark of *every*
+step, so the progress thread can say how far the rank's GPU got (``position``): a kernel that never
+ends leaves the host of every rank waiting (in ``device-wait`` or DDP's backward), but only the
+stuck rank's GPU stays behind the marks the other ranks' GPUs have passed (stats/hang.py).
 """
 
 from __future__ import annotations
@@ -26,6 +31,18 @@ MAX_PENDING = 4  # sampled steps whose events the GPU has not reached yet; beyon
 FORWARD, BACKWARD, OPTIMIZER, OPTIMIZER_END = "forward", "backward", "optimizer", "optimizer-end"
 # The timed spans: (start mark, end mark). Each needs both marks in the sampled step.
 SPANS = ((FORWARD, BACKWARD), (OPTIMIZER, OPTIMIZER_END))
+MARKS = (FORWARD, BACKWARD, OPTIMIZER, OPTIMIZER_END)  # a step's marks in the order the GPU passes them
+PROGRESS_EVENTS = 8  # GpuProgress's ring: two steps of marks; a GPU further behind reads as "before the oldest"
+
+
+def position(step: int, mark: str) -> int:
+    """One number for "step ``step``, at ``mark``" that grows as the GPU passes marks."""
+    return step * len(MARKS) + MARKS.index(mark)
+
+
+def describe_position(pos: int) -> tuple[int, str]:
+    """The (step, mark) of ``position``'s number."""
+    return pos // len(MARKS), MARKS[pos % len(MARKS)]
 
 
 class GpuSampler:
@@ -41,11 +58,14 @@ class GpuSampler:
         self._pending: deque[tuple[int, dict[str, Any]]] = deque()
         self._spare: list[Any] = []  # events of samples already read, recorded again later
         self.enabled = True
+        self.progress: GpuProgress | None = None  # set with hang detection on (torch_hooks)
 
     def boundary(self, step: int) -> list[tuple[int, float]]:
         """At a step boundary: the step now starting is number ``step``. Ends the sampled step in
         progress, returns the (step, GPU seconds) of the samples the GPU has finished, and starts
         sampling when ``step`` is a sampled one."""
+        if self.progress is not None:
+            self.progress.boundary(step)
         if not self.enabled:
             return []
         try:
@@ -61,7 +81,10 @@ class GpuSampler:
             return []
 
     def mark(self, name: str) -> None:
-        """An event for ``name`` in the sampled step (the first call per name counts)."""
+        """An event for ``name`` in the sampled step (the first call per name counts), and the
+        progress mark when one is kept."""
+        if self.progress is not None:
+            self.progress.mark(name)
         marks = self._marks
         if marks is None or name in marks:
             return
@@ -91,3 +114,51 @@ class GpuSampler:
             done.append((step, sum(start.elapsed_time(end) for start, end in spans) / 1000.0))
             self._spare.extend(list(marks.values())[: 2 * len(SPANS) - len(self._spare)])
         return done
+
+
+class GpuProgress:
+    """How far the rank's GPU got, for the hang watch: an untimed event at every mark of every step
+    (a ring of ``PROGRESS_EVENTS``, recorded again in turn), read by the progress thread with
+    ``Event.query()`` (never blocking; CUDA's event query is safe from any thread). Costs one event
+    record per mark (a few microseconds), which is why it runs only with hang detection on."""
+
+    def __init__(self, cuda: Any, compiling: Callable[[], bool] = lambda: False) -> None:
+        self._cuda = cuda
+        self._compiling = compiling
+        self._step = 0
+        self._seen: set[str] = set()  # marks already recorded in this step (the first call counts)
+        self._ring: deque[tuple[int, Any]] = deque()  # (position, event), oldest first
+        self.enabled = True
+
+    def boundary(self, step: int) -> None:
+        self._step, self._seen = step, set()
+
+    def mark(self, name: str) -> None:
+        if not self.enabled or name in self._seen:
+            return
+        self._seen.add(name)
+        try:
+            if not self._cuda.is_initialized() or self._compiling() or self._cuda.is_current_stream_capturing():
+                return
+            if len(self._ring) >= PROGRESS_EVENTS:
+                event = self._ring.popleft()[1]
+            else:
+                event = self._cuda.Event()
+            event.record()
+            self._ring.append((position(self._step, name), event))
+        except Exception:  # a CUDA error or a torch-internal change: never hurt the job
+            self.enabled = False
+            self._ring.clear()
+
+    def read(self) -> tuple[int, int] | None:
+        """(The newest position whose event the GPU has passed, the newest one recorded); when the
+        GPU passed none of the ring, one before the oldest (it got at most that far). None before
+        any mark. From any thread."""
+        try:
+            ring = list(self._ring)  # one C-level copy under the GIL: the training thread may append
+            if not ring:
+                return None
+            passed = next((pos for pos, event in reversed(ring) if event.query()), ring[0][0] - 1)
+            return passed, ring[-1][0]
+        except Exception:  # a CUDA error (the context is gone): nothing to say
+            return None

@@ -15,7 +15,7 @@ knows what a rank blocked inside a phase is doing and since when. ``enter``/``le
 attribute writes; a rank blocked in a phase entered right after a flush is still reported.
 The same thread sends the batch of a rank that stopped stepping (its last steps are not lost to a
 flush that never comes) and, with torch's flight recorder on, reads once per stall which collective
-the rank entered last (``wire.LastCollective``).
+the rank entered last (``wire.LastCollective``), and says how far the rank's GPU got (``gpu_position``).
 
 A rank stopped by the launcher keeps its steps: SIGTERM flushes the batch (``watch_sigterm``), from
 the thread when the main thread is blocked in a C call, then ends the process as SIGTERM would.
@@ -74,6 +74,9 @@ class Recorder:
         # torch.distributed (already imported by the script) by the progress thread.
         self.backend: str | None = None
         self.last_collectives: tuple[wire.LastCollective, ...] = ()
+        # How far the rank's GPU got: (passed, recorded) (gpu_events.GpuProgress.read), set by the torch
+        # hooks with hang detection on; called by the progress thread.
+        self.gpu_position: Callable[[], tuple[int, int] | None] | None = None
         self._flush_lock = threading.Lock()  # the main thread, the progress thread and SIGTERM flush
         self._wakeup: int | None = None  # read end of the signal wakeup pipe (watch_sigterm)
         self._progress_on = False  # a progress thread runs (hang detection)
@@ -185,7 +188,13 @@ class Recorder:
             dump_signal=DUMP_SIGNAL,
             backend=self.backend or default_group_backend(),
             last_collectives=self.last_collectives,
+            gpu=self.gpu_position() if self.gpu_position is not None else None,
         )
+
+    @property
+    def progress_on(self) -> bool:
+        """A progress thread reports this rank's state (hang detection is on)."""
+        return self._progress_on
 
     def start_progress(self, interval_s: float | None) -> None:
         """The progress thread (``interval_s``: how often it looks; None: it only waits for
@@ -228,6 +237,7 @@ class Recorder:
                     self.last_collectives = read_last_collectives() or self.last_collectives
                 p = self.progress()
                 key = (p.steps, p.phase, p.collective, self._enters, len(self._stack), p.backend, p.last_collectives)
+                key += (p.gpu,)
                 if key != sent:
                     sock = self._sock
                     if sock is None:

@@ -147,6 +147,9 @@ def install(torch: ModuleType) -> None:
 
     _BaseDataLoaderIter.__next__ = _timed(rec, wire.INPUT, _BaseDataLoaderIter.__next__)  # type: ignore[method-assign]
     sampler = gpu_events.GpuSampler(torch.cuda, torch.compiler.is_compiling)
+    if rec.progress_on:  # hang detection: how far the GPU got, for a kernel that never ends (stats/hang.py)
+        sampler.progress = gpu_events.GpuProgress(torch.cuda, torch.compiler.is_compiling)
+        rec.gpu_position = sampler.progress.read
     timed_backward = _timed(rec, wire.BACKWARD, torch.Tensor.backward)
 
     @functools.wraps(torch.Tensor.backward)

@@ -116,7 +116,9 @@ class Progress:
     ``dump_signal``: the stack-dump signal the bootstrap registered (None: do not send it);
     ``backend``: the backend of the script's default process group, once it made one;
     ``last_collectives``: with a flight recorder, per process group, read once the rank has not
-    stepped for a while. Ages, not timestamps: the launcher subtracts them from its own clock.
+    stepped for a while; ``gpu``: how far the rank's GPU got, (the newest mark it passed, the newest
+    mark the host recorded) as ``gpu_events.position`` numbers (None: no CUDA work seen). Ages, not timestamps: the launcher subtracts
+    them from its own clock.
     """
 
     rank: int
@@ -128,6 +130,7 @@ class Progress:
     dump_signal: int | None = None
     backend: str | None = None
     last_collectives: tuple[LastCollective, ...] = ()
+    gpu: tuple[int, int] | None = None
 
 
 def encode_progress(p: Progress) -> bytes:
@@ -144,6 +147,7 @@ def encode_progress(p: Progress) -> bytes:
             "dump_signal": p.dump_signal,
             "backend": p.backend,
             "last": [[c.group, c.seq, c.op, c.done] for c in p.last_collectives],
+            "gpu": None if p.gpu is None else list(p.gpu),
         },
         separators=(",", ":"),
     ).encode()
@@ -197,7 +201,7 @@ MAX_SECONDS = 7 * 86400.0  # a step, a phase, an age: a week is already not a st
 MAX_COUNT = 1 << 40  # steps, collectives, dropped batches
 _PROGRESS_KEYS = frozenset(
     {"v", "kind", "rank", "steps", "step_age_s", "phase", "phase_age_s", "collective", "dump_signal"}
-    | {"backend", "last"}
+    | {"backend", "last", "gpu"}
 )
 MAX_GROUPS = 64  # process groups in a progress datagram's "last"
 _BATCH_KEYS = frozenset(
@@ -244,6 +248,16 @@ class _Reader:
     def optional_seconds(self, key: str) -> float | None:
         value = self.raw.get(key)
         return None if value is None else _seconds(key, value)
+
+    def optional_positions(self, key: str) -> tuple[int, int] | None:
+        """Two GPU positions (``gpu_events.position``): counts, or -1 (before step 0's first mark)."""
+        value = self.raw.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, list) or len(value) != 2:
+            raise _Invalid(f"{key}: not two positions")
+        done, recorded = (-1 if v == -1 and not isinstance(v, bool) else _count(key, v) for v in value)
+        return done, recorded
 
     def optional_name(self, key: str) -> str | None:
         value = self.raw.get(key)
@@ -293,6 +307,7 @@ def _progress(r: _Reader) -> Progress:
         dump_signal=sig,
         backend=r.optional_name("backend"),
         last_collectives=_last_collectives(r),
+        gpu=r.optional_positions("gpu"),
     )
 
 
