@@ -5,7 +5,10 @@ sections), tests/telemetry_workers/nanogpt_loop.py (no code change: batches slic
 the loop, DDP) and examples/train.py (no code change, a DataLoader), each judged by the launcher
 itself at ``--threshold-pct`` (the default, 5): a slowed run is right when the verdict names the
 slowed rank and phase, a balanced run when it names nobody. The slowdown is also given as % of the
-measured median step of the slowed runs. Prints a table and writes JSON.
+measured median step of the slowed runs. ``--live-runs N``: the live line (``--stats-interval-s``
+``--live-interval-s``) on a slowdown of ``--live-pct`` % of the pace that starts mid-run: how many
+lines before it name anybody, and which line after it first names the rank and phase. Prints a
+table and writes JSON.
 
     python benchmarks/straggler_detection.py --runs 10 --ranks 4 --out benchmarks/results/X.json
 """
@@ -38,7 +41,10 @@ def free_port() -> int:
 LOOP = ROOT / "tests" / "telemetry_workers" / "nanogpt_loop.py"
 
 
-def launch(ranks: int, script: Path, *args: str, telemetry: str = "hooks", threshold: str = "5") -> tuple[dict, str]:
+def launch(
+    ranks: int, script: Path, *args: str, telemetry: str = "hooks", threshold: str = "5", launcher: tuple[str, ...] = ()
+) -> tuple[dict, str, str]:
+    """A run's report, stdout and stderr."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "run.json"
         proc = subprocess.run(
@@ -56,6 +62,7 @@ def launch(ranks: int, script: Path, *args: str, telemetry: str = "hooks", thres
                 "0",
                 "--straggler-threshold-pct",
                 threshold,
+                *launcher,
                 str(script),
                 *args,
             ],
@@ -66,8 +73,8 @@ def launch(ranks: int, script: Path, *args: str, telemetry: str = "hooks", thres
         )
         if proc.returncode != 0:  # recorded as a failed run, not a verdict
             print(f"run failed ({proc.returncode}): {proc.stderr[-1500:]}", flush=True)
-            return {"stragglers": [{"rank": -1, "phase": f"run failed: exit {proc.returncode}"}]}, proc.stdout
-        return json.loads(report.read_text()), proc.stdout
+            return {"stragglers": [{"rank": -1, "phase": f"run failed: exit {proc.returncode}"}]}, proc.stdout, ""
+        return json.loads(report.read_text()), proc.stdout, proc.stderr
 
 
 def top(report: dict) -> dict[str, object]:
@@ -107,11 +114,11 @@ def detection(args: argparse.Namespace) -> dict[str, object]:
         for _ in range(args.runs):
             slowed = ("--slow-rank", str(slow_rank if amount else -1), f"--slow-{unit}", str(amount))
             if phase == "host":
-                report, _ = launch(
+                report, _, _ = launch(
                     args.ranks, LOOP, "--steps", str(args.steps), *slowed, threshold=str(args.threshold_pct)
                 )
             else:
-                report, _ = launch(
+                report, _, _ = launch(
                     args.ranks, SECTIONS, "--steps", str(args.steps), "--step-ms", str(args.step_ms),
                     "--slow-phase", phase, *slowed, threshold=str(args.threshold_pct),
                 )  # fmt: skip
@@ -131,10 +138,42 @@ def detection(args: argparse.Namespace) -> dict[str, object]:
     return results
 
 
+def live(args: argparse.Namespace) -> dict[str, object]:
+    """The live line on a slowdown of ``--live-pct`` % of the pace (compute) on the last rank from the
+    middle of the run: per run, the lines before the start that named anybody (false), and how many
+    whole intervals after the start passed before a line named the rank and phase (1: the first
+    interval that lies wholly after the start)."""
+    slow_rank, start_step, steps = args.ranks - 1, args.live_steps // 2, args.live_steps
+    runs = []
+    for _ in range(args.live_runs):
+        _, _, err = launch(
+            args.ranks, SECTIONS, "--steps", str(steps), "--step-ms", str(args.step_ms), "--slow-phase", "compute",
+            "--slow-rank", str(slow_rank), "--slow-pct", str(args.live_pct), "--slow-from-step", str(start_step),
+            threshold=str(args.threshold_pct), launcher=("--stats-interval-s", str(args.live_interval_s)),
+        )  # fmt: skip
+        lines = [line for line in err.splitlines() if "openclaw-launch: stats:" in line]
+        counts = [int(m.group(1)) if (m := re.search(r"(\d+) steps", line)) else 0 for line in lines]
+        started = args.ranks * start_step  # the steps of all ranks when the slowdown starts
+        false = sum("straggler: rank" in line for line, n in zip(lines, counts, strict=True) if n <= started)
+        after = [line for line, n in zip(lines, counts, strict=True) if n > started][1:]  # whole intervals
+        named = next((i + 1 for i, line in enumerate(after) if f"straggler: rank {slow_rank} (compute" in line), None)
+        runs.append({"false_before": false, "named_in_interval": named, "intervals_after": len(after)})
+    within_one = sum(r["named_in_interval"] == 1 for r in runs)
+    false_runs = sum(bool(r["false_before"]) for r in runs)
+    print(
+        f"{'live line':>22} (+{args.live_pct:g} % of pace from step {start_step}, "
+        f"interval {args.live_interval_s:g} s): "
+        f"named in the first whole interval {within_one}/{args.live_runs}, runs with a line naming anybody "
+        f"before it {false_runs}/{args.live_runs}; per run {[r['named_in_interval'] for r in runs]}",
+        flush=True,
+    )
+    return {"pct": args.live_pct, "interval_s": args.live_interval_s, "within_one_interval": within_one, "runs": runs}
+
+
 def no_code_change(args: argparse.Namespace) -> dict[str, object]:
     runs = []
     for _ in range(args.no_code_change_runs):
-        report, _ = launch(args.ranks, EXAMPLE, "--steps", "60", "--straggler-rank", "1", "--straggler-ms", "5")
+        report, _, _ = launch(args.ranks, EXAMPLE, "--steps", "60", "--straggler-rank", "1", "--straggler-ms", "5")
         runs.append(top(report))
     hits = sum(correct(r, (1, "input")) for r in runs)
     print(
@@ -149,7 +188,7 @@ def overhead(args: argparse.Namespace) -> dict[str, object]:
     times: dict[str, list[float]] = {"hooks": [], "off": []}
     for _ in range(args.overhead_reps):
         for mode in ("hooks", "off"):
-            _, out = launch(
+            _, out, _ = launch(
                 args.ranks, EXAMPLE, "--steps", "300", "--hidden", "2048", "--batch-size", "256", telemetry=mode
             )
             times[mode].append(float(re.findall(r"median step ([0-9.]+) ms", out)[-1]))
@@ -170,6 +209,10 @@ def main() -> None:
     p.add_argument("--threshold-pct", type=float, default=5.0)
     p.add_argument("--no-code-change-runs", type=int, default=0)
     p.add_argument("--overhead-reps", type=int, default=0)
+    p.add_argument("--live-runs", type=int, default=0)
+    p.add_argument("--live-pct", type=float, default=5.0)
+    p.add_argument("--live-interval-s", type=float, default=5.0)
+    p.add_argument("--live-steps", type=int, default=1000)
     p.add_argument("--out", type=Path)
     args = p.parse_args()
     started = time.time()
@@ -180,7 +223,8 @@ def main() -> None:
         "ranks": args.ranks,
         "load_average_at_start": os.getloadavg(),
         "step_ms": args.step_ms,
-        "detection": detection(args),
+        "detection": detection(args) if args.runs else None,
+        "live": live(args) if args.live_runs else None,
         "no_code_change": no_code_change(args) if args.no_code_change_runs else None,
         "overhead": overhead(args) if args.overhead_reps else None,
     }
