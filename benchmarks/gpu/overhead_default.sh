@@ -3,8 +3,8 @@
 # on the lent H200 host:   bash benchmarks/gpu/overhead_default.sh
 # One rank on one GPU (NCCL), benchmarks/gpu/diagnosis_train.py as a GPT of LAYERS x WIDTH (12 x 1024),
 # batches sliced in the loop, `.item()` every step (the host waits for the GPU each step, so any host
-# cost of the hooks shows in the step), STEPS steps of which the last STEPS - 50 are timed (the GPU
-# synchronized at both ends). Modes, interleaved REPS times (the order rotates each rep):
+# cost of the hooks shows in the step), STEPS steps of which the last STEPS - WARMUP are timed (the GPU
+# synchronized at both ends). MODES (all by default), interleaved REPS times (the order rotates each rep):
 #   off        openclaw-launch --telemetry off
 #   hooks      openclaw-launch (the default level: zero-code hooks, CUDA events on every 5th step)
 #   hooks-hang openclaw-launch --hang-timeout-s 120 (adds the progress thread and a GPU mark per phase)
@@ -17,7 +17,7 @@ set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-/tmp/openclaw-out}; mkdir -p "$OUT"
-STEPS=${STEPS:-300}; REPS=${REPS:-5}; LAYERS=${LAYERS:-12}; WIDTH=${WIDTH:-1024}; BATCH=${BATCH:-16}
+STEPS=${STEPS:-300}; WARMUP=${WARMUP:-50}; REPS=${REPS:-5}; LAYERS=${LAYERS:-12}; WIDTH=${WIDTH:-1024}; BATCH=${BATCH:-16}
 BUDGET_S=${BUDGET_S:-330}; PY=${PYTHON:-python3}
 W=$(mktemp -d /tmp/overhead.XXXXXX)
 cp -r "$SRC/openclaw_launch" "$SRC/benchmarks" "$W/" && "$PY" -m compileall -q "$W/openclaw_launch" > /dev/null
@@ -31,7 +31,7 @@ finish() {
 trap finish EXIT
 # SCRIPT_ARGS: more script options (the script's own check here: SCRIPT_ARGS="--device cpu --backend gloo")
 # shellcheck disable=SC2206
-T=(benchmarks/gpu/diagnosis_train.py --backend nccl --steps "$STEPS" --warmup 50 --layers "$LAYERS" --width "$WIDTH" --batch "$BATCH" ${SCRIPT_ARGS:-})
+T=(benchmarks/gpu/diagnosis_train.py --backend nccl --steps "$STEPS" --warmup "$WARMUP" --layers "$LAYERS" --width "$WIDTH" --batch "$BATCH" ${SCRIPT_ARGS:-})
 L=("$PY" -m openclaw_launch --nproc-per-node 1)
 command_of() {
   case $1 in
@@ -42,10 +42,10 @@ command_of() {
     torchrun) echo "torchrun --standalone --nproc-per-node 1 ${T[*]}" ;;
   esac
 }
-MODES=(off hooks hooks-hang full torchrun)
+read -r -a MODES <<< "${MODES:-off hooks hooks-hang full torchrun}"
 START=$SECONDS
 echo "== $(date -u +%FT%TZ) $(hostname) $(nvidia-smi -L 2> /dev/null | head -1)" | tee "$OUT/summary.txt"
-echo "GPT ${LAYERS}x${WIDTH}, batch $BATCH x 256 tokens, $STEPS steps (last $((STEPS - 50)) timed), reps $REPS" | tee -a "$OUT/summary.txt"
+echo "GPT ${LAYERS}x${WIDTH}, batch $BATCH x 256 tokens, $STEPS steps (last $((STEPS - WARMUP)) timed), reps $REPS" | tee -a "$OUT/summary.txt"
 for rep in $(seq "$REPS"); do
   for i in "${!MODES[@]}"; do
     mode=${MODES[$(((i + rep - 1) % ${#MODES[@]}))]}

@@ -84,8 +84,8 @@ _run_options: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
         default=defaults.TELEMETRY_MODE,
         show_default=True,
         help="Per-step statistics: hooks = zero-code torch hooks and the telemetry API; full = the same plus, "
-        "on GPUs, NCCL's flight recorder (the wait signal that names a rank slow in GPU work; it costs about "
-        "1 % of step time); api = only telemetry.step()/section(); off = none. torchrun has none.",
+        "on GPUs, NCCL's flight recorder (a second wait signal for slow GPU work and a hang's cause; it cost "
+        "1.7 % of step time on an H200); api = only telemetry.step()/section(); off = none. torchrun has none.",
     ),
     click.option(
         "--stats-interval-s",
