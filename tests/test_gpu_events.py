@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -208,9 +209,9 @@ print("cuda initialised:", torch.cuda.is_initialized())
 """
 
 
-def _run_rank(tmp_path: Path, code: str) -> list[wire.Batch]:
+def _run_rank(tmp_path: Path, code: str, progress_s: float | None = None) -> list[Any]:
     """Runs ``code`` as rank 0's script under the bootstrap (the zero-code hooks) and returns the
-    batches it sent."""
+    batches it sent (with ``progress_s``: hang detection on, and its progress datagrams too)."""
     script = tmp_path / "loop.py"
     script.write_text(code)
     path = str(tmp_path / "t.sock")
@@ -219,21 +220,27 @@ def _run_rank(tmp_path: Path, code: str) -> list[wire.Batch]:
     try:
         env = {**os.environ, wire.SOCKET_ENV: path, "RANK": "0", "PYTHONPATH": str(Path(__file__).parent.parent)}
         env.pop(wire.PROGRESS_ENV, None)
-        run = subprocess.run(
+        if progress_s is not None:
+            env[wire.PROGRESS_ENV] = str(progress_s)
+        proc = subprocess.Popen(
             [sys.executable, "-m", "openclaw_launch.telemetry.bootstrap", str(script)],
-            capture_output=True, text=True, timeout=60, env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
         )  # fmt: skip
-        assert run.returncode == 0, run.stderr
-        print(run.stdout)
-        batches: list[wire.Batch] = []
-        sock.settimeout(0.5)
-        while True:
+        batches: list[Any] = []
+        sock.settimeout(0.1)
+        quiet_since: float | None = None
+        while quiet_since is None or time.monotonic() - quiet_since < 0.5:  # read as the launcher does
             try:
-                batch = wire.decode(sock.recv(65536))
+                item = wire.decode_any(sock.recv(65536))
             except TimeoutError:
-                break
-            assert batch is not None
-            batches.append(batch)
+                if quiet_since is None and proc.poll() is not None:
+                    quiet_since = time.monotonic()
+                continue
+            assert item is not None
+            batches.append(item)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        print(out)
     finally:
         sock.close()
     return batches
@@ -290,9 +297,31 @@ def test_the_hooks_time_forward_to_backward_and_the_optimizer_step_of_every_fift
     5, 10, 15, 20, each the forward-to-backward span (20 + 30 ms of sleeps) plus the optimizer step,
     without the 150 ms between the backward and the optimizer step."""
     batches = _run_rank(tmp_path, _FAKE_CUDA_LOOP)
+    assert all(isinstance(b, wire.Batch) for b in batches)
     samples = [sample for b in batches for sample in b.gpu_busy]
     assert [step for step, _ in samples] == [5, 10, 15, 20]
     assert all(0.05 <= seconds < 0.15 for _, seconds in samples), samples
+
+
+def test_with_hang_detection_the_progress_datagrams_say_how_far_the_gpu_got(tmp_path: Path) -> None:
+    """The real hooks and progress thread, torch.cuda's events replaced by ones that the "GPU" stops
+    passing after step 20's forward (a kernel that does not end there): the rank's last progress
+    datagram says its GPU passed step 20's forward and no later mark, while its host recorded marks
+    up to step 21's optimizer end."""
+    stuck_loop = _FAKE_CUDA_LOOP.replace(
+        "    def query(self):\n        return self.at is not None",
+        "    def query(self):\n        return self.at is not None and self.at <= STUCK_AT[0]",
+    ).replace("torch.cuda.Event = HostEvent", "STUCK_AT = [float('inf')]\ntorch.cuda.Event = HostEvent")
+    stuck_loop = stuck_loop.replace(
+        "    loss = model(x).sum()\n", "    loss = model(x).sum()\n    if i == 20: STUCK_AT[0] = time.perf_counter()\n"
+    )
+    stuck_loop += "time.sleep(1.0)  # the progress thread reports\n"
+    items = _run_rank(tmp_path, stuck_loop, progress_s=0.1)
+    progress = [p for p in items if isinstance(p, wire.Progress) and p.gpu is not None]
+    assert progress, items
+    passed, recorded = progress[-1].gpu  # type: ignore[misc]
+    assert gpu_events.describe_position(passed) == (20, gpu_events.FORWARD)
+    assert gpu_events.describe_position(recorded) == (21, gpu_events.OPTIMIZER_END)
 
 
 def test_gpu_progress_says_which_mark_the_gpu_passed_last_with_a_ring_of_untimed_events() -> None:

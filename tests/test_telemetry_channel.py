@@ -174,6 +174,10 @@ def test_the_socket_name_is_short_whatever_the_run_id(run_id: str) -> None:
         b'{"v":1,"rank":0,"steps":[],"pid":1}',
         b'{"v":1,"kind":"progress","rank":0,"steps":1,"phase":{}}',
         b'{"v":1,"kind":"progress","rank":0,"steps":1,"dump_signal":9}',
+        b'{"v":1,"kind":"progress","rank":0,"steps":1,"gpu":[1]}',
+        b'{"v":1,"kind":"progress","rank":0,"steps":1,"gpu":[-2,3]}',
+        b'{"v":1,"kind":"progress","rank":0,"steps":1,"gpu":[true,3]}',
+        b'{"v":1,"kind":"progress","rank":0,"steps":1,"gpu":[1.5,3]}',
         b'{"v":1,"kind":"other","rank":0,"steps":[]}',
         b"[" * 100_000,
     ],
@@ -187,3 +191,5 @@ def test_valid_datagrams_pass_the_check_unchanged() -> None:
     assert wire.decode(wire.encode(batch)) == batch
     progress = wire.Progress(3, 7, 0.2, "collective", 0.1, "all_reduce", wire.dump_signal())
     assert wire.decode_any(wire.encode_progress(progress)) == progress
+    on_gpu = wire.Progress(3, 7, 0.2, "device-wait", 0.1, gpu=(-1, 29))  # GPU before step 0's first mark
+    assert wire.decode_any(wire.encode_progress(on_gpu)) == on_gpu

@@ -152,8 +152,8 @@ class HangCause:
             "`not-entered`: with torch's flight recorder, `ranks` never entered collective `seq` that `waiting` "
             "wait in; `outside`: `ranks` in their own code (`phase`) while `waiting` wait in a collective; "
             "`gpu-behind`: every host waits, but the GPU of `ranks` never passed a mark of the step (`phase`: "
-            "the GPU work before it) that the GPUs of `waiting` passed (a kernel that does not end; needs "
-            "`--hang-timeout-s`, which records the marks); `all-waiting`: every silent rank waits (mismatched collectives, a peer lost on another node); "
+            "the GPU work before it) that the GPUs of `waiting` passed (a kernel that does not end); "
+            "`all-waiting`: every silent rank waits (mismatched collectives, a peer lost on another node); "
             "`no-first-step`: the start-up allowance ran out before `ranks` made a first step"
         )
     )
@@ -162,7 +162,9 @@ class HangCause:
     collective: str | None = field(metadata=doc("what the waiting ranks wait in, e.g. `all_reduce`"))
     seq: int | None = field(metadata=doc("the flight recorder's `collective_seq_id` of it (`not-entered`)"))
     phase: str | None = field(
-        metadata=doc("what `ranks` were doing: a phase name, `other` outside every phase, or their GPU's work (`gpu-behind`)")
+        metadata=doc(
+            "what `ranks` were doing: a phase name, `other` outside every phase, or their GPU's work (`gpu-behind`)"
+        )
     )
     text: str = field(metadata=doc("the console's `cause:` line"))
 

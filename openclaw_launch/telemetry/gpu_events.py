@@ -140,10 +140,8 @@ class GpuProgress:
         try:
             if not self._cuda.is_initialized() or self._compiling() or self._cuda.is_current_stream_capturing():
                 return
-            if len(self._ring) >= PROGRESS_EVENTS:
-                event = self._ring.popleft()[1]
-            else:
-                event = self._cuda.Event()
+            full = len(self._ring) >= PROGRESS_EVENTS
+            event = self._ring.popleft()[1] if full else self._cuda.Event()  # the oldest, recorded again
             event.record()
             self._ring.append((position(self._step, name), event))
         except Exception:  # a CUDA error or a torch-internal change: never hurt the job

@@ -236,8 +236,16 @@ class Recorder:
                     probed = now
                     self.last_collectives = read_last_collectives() or self.last_collectives
                 p = self.progress()
-                key = (p.steps, p.phase, p.collective, self._enters, len(self._stack), p.backend, p.last_collectives)
-                key += (p.gpu,)
+                key = (
+                    p.steps,
+                    p.phase,
+                    p.collective,
+                    self._enters,
+                    len(self._stack),
+                    p.backend,
+                    p.last_collectives,
+                    p.gpu,
+                )
                 if key != sent:
                     sock = self._sock
                     if sock is None:

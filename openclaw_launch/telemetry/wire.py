@@ -117,8 +117,8 @@ class Progress:
     ``backend``: the backend of the script's default process group, once it made one;
     ``last_collectives``: with a flight recorder, per process group, read once the rank has not
     stepped for a while; ``gpu``: how far the rank's GPU got, (the newest mark it passed, the newest
-    mark the host recorded) as ``gpu_events.position`` numbers (None: no CUDA work seen). Ages, not timestamps: the launcher subtracts
-    them from its own clock.
+    mark the host recorded) as ``gpu_events.position`` numbers (None: no CUDA work seen). Ages, not
+    timestamps: the launcher subtracts them from its own clock.
     """
 
     rank: int
