@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Diagnosis at the default level (`--telemetry hooks`), issue 17, on the lent 1-GPU H200 host, from the
 # repo root:   bash benchmarks/gpu/diagnosis_default.sh
-# Two ranks share the GPU under the launcher's own MPS daemon (procs_per_gpu 2, gloo), running
+# Two ranks share the GPU under the launcher's own MPS daemon (procs_per_gpu 2, gloo), or with two GPUs
+# or more one rank per GPU with NCCL (the 2-GPU kind; not run yet), running
 # benchmarks/gpu/diagnosis_train.py (GPT 4x512, batches sliced in the loop, no openclaw code):
 #   slow-gpu    rank 1 does ~SLOW_GPU_MS of extra GPU matmuls per step -> rank 1, compute, section gpu
 #   slow-input  rank 1 sleeps SLOW_INPUT_MS in its in-loop get_batch     -> rank 1, input (host)
@@ -41,17 +42,23 @@ GPU=0
 if [ "${CPU:-0}" != 1 ] && ls /proc/driver/nvidia/gpus/*/information > /dev/null 2>&1 && command -v nvidia-smi > /dev/null; then
   GPU=1
 fi
+BACKEND=gloo
 if [ "$GPU" = 1 ]; then
   timeout 20 $L discover --node-name gpuhost --ip 127.0.0.1 > "$W/host.yaml" 2> "$OUT/discover.err"
+  GPUS=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU')
   { cat "$W/host.yaml"
     echo "runtime:"
-    echo "  procs_per_gpu: 2"
-    echo "  enable_mps: true"
-    echo "  mps_max_clients_per_gpu: 2"
+    if [ "$GPUS" -ge 2 ]; then  # two GPUs: one rank on each, NCCL (the discovered config lists every GPU)
+      BACKEND=nccl
+    else  # one GPU: two ranks share it under the launcher's own MPS daemon, gloo (NCCL refuses two ranks on one GPU)
+      echo "  procs_per_gpu: 2"
+      echo "  enable_mps: true"
+      echo "  mps_max_clients_per_gpu: 2"
+    fi
     echo "  nccl_env: {NCCL_NVLS_ENABLE: \"0\"}"
     echo "  env: {TORCH_SYMM_MEM_DISABLE_MULTICAST: \"1\", NVSHMEM_DISABLE_NVLS: \"1\"}"
-  } > "$OUT/mps2.yaml"
-  JOB=(--config "$OUT/mps2.yaml"); DEVICE=cuda; GPU_SECTION=gpu
+  } > "$OUT/job.yaml"
+  JOB=(--config "$OUT/job.yaml"); DEVICE=cuda; GPU_SECTION=gpu
 else
   JOB=(--nproc-per-node 2); DEVICE=cpu; GPU_SECTION=forward
 fi
@@ -70,7 +77,7 @@ run_case() {  # name, launcher options ... -- script options ...
   local name=$1; shift
   local opts=() ; while [ "$1" != -- ]; do opts+=("$1"); shift; done; shift
   bounded $L "${JOBS[@]}" "${opts[@]}" --report "$OUT/$name.json" --console-ranks 0 \
-    "$T" --device "$DEVICE" --steps "$STEPS" "$@" > "$OUT/$name.txt" 2>&1
+    "$T" --device "$DEVICE" --backend "$BACKEND" --steps "$STEPS" "$@" > "$OUT/$name.txt" 2>&1
   echo $? > "$W/$name.rc"
 }
 JOBS=("${JOB[@]}")
@@ -101,7 +108,7 @@ if want_section == "host" and top.get("section") == "input":
 print(f"{'PASS' if ok else 'FAIL'} {name}: {line.strip()}; excess {top.get('excess_pct')} %; {numbers}")
 PY
 }
-say "== $(date -u +%FT%TZ) $(hostname), gpu=$GPU, steps=$STEPS"
+say "== $(date -u +%FT%TZ) $(hostname), gpu=$GPU, backend=$BACKEND, steps=$STEPS"
 if in_budget slow-gpu; then
   run_case slow-gpu -- --slow-gpu-ms "$SLOW_GPU_MS"
   judge slow-gpu 0 1 compute "$GPU_SECTION" | tee -a "$OUT/summary.txt"
