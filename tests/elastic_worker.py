@@ -4,7 +4,8 @@ from torchrun's variables and all-reduces once per step until ``--steps`` steps 
 ``--want`` nodes (a grow test waits for the second node) and the file ``--until`` names exists.
 Prints the world it runs in (``WORLD_SIZE``, nodes, ``GROUP_RANK``, ``TORCHELASTIC_RESTART_COUNT``),
 when its process started (before torch is imported: where the launcher's part of a re-forming ends)
-and when it joined the world, then ``done`` at the end.
+and when it joined the world, then ``done`` at the end. ``--api-steps``: each step is a step of the
+launcher's statistics and hang watch (``telemetry.step()``).
 
 Leaves with os._exit (tests/allreduce_worker.py says why).
 """
@@ -27,7 +28,10 @@ parser.add_argument("--steps", type=int, default=3)
 parser.add_argument("--first-steps", type=int, help="steps in the first world (restart 0): default --steps")
 parser.add_argument("--step-s", type=float, default=0.05)
 parser.add_argument("--until", help="and until this file exists (a world of one rank only)")
+parser.add_argument("--api-steps", action="store_true", help="telemetry.step() after each step")
 args = parser.parse_args()
+if args.api_steps:
+    from openclaw_launch import telemetry
 
 nodes = int(os.environ["GROUP_WORLD_SIZE"])
 restart = os.environ["TORCHELASTIC_RESTART_COUNT"]
@@ -44,6 +48,8 @@ while step < steps or nodes < args.want or (args.until and not os.path.exists(ar
     dist.all_reduce(t)
     step += 1
     time.sleep(args.step_s)
+    if args.api_steps:
+        telemetry.step()
 dist.barrier()
 print(f"done rank {dist.get_rank()} size {dist.get_world_size()} restart {restart}", flush=True)
 sys.stdout.flush()

@@ -111,6 +111,34 @@ def test_shrink_a_killed_node_leaves_a_world_of_one(tmp_path: Path) -> None:
     assert [(w["world_size"], len(w["nodes"])) for w in history[-2:]] == [(2, 2), (1, 1)]
 
 
+def test_a_node_whose_ranks_are_renumbered_keeps_its_statistics_and_hang_watch(tmp_path: Path) -> None:
+    """Three nodes; node 1 is killed: node 2 becomes node 1 of a world of two and its rank 2 becomes
+    rank 1. Its statistics and hang watch follow the new number: the new rank's steps are in its
+    report, and the start-up allowance (8 s) does not wait for the old rank 2, which no longer exists
+    (it would end a healthy job 124)."""
+    port = free_port()
+    line = [*elastic_line(port, nnodes="1:3", last_call_s=30), "--max-restarts", "3"]
+    line += ["--hang-timeout-s", "30", "--startup-timeout-s", "8"]  # the same on every node (fingerprint)
+    work = [WORKER, "--first-steps", "2000", "--steps", "300", "--step-s", "0.04", "--api-steps"]
+    first = launcher([*line, "--report", str(tmp_path / "a.json"), *work], tmp_path, "a")
+    wait_listening(port)
+    others = {
+        name: launcher([*line, "--report", str(tmp_path / f"{name}.json"), *work], tmp_path, name) for name in "bc"
+    }
+    for name in "bc":
+        wait_for(tmp_path / f"{name}.out", "size 3")
+    third = next(name for name in "bc" if "world rank 2 size 3" in (tmp_path / f"{name}.out").read_text())
+    killed = "b" if third == "c" else "c"  # node ranks go by arrival
+    others[killed].send_signal(signal.SIGKILL)
+    others[killed].wait(TIMEOUT_S)
+    (code_a, err_a), (code_c, err_c) = ended(first), ended(others[third])
+    assert (code_a, code_c) == (0, 0), err_a + err_c
+    assert "world rank 1 size 2 nodes 2 group 1 restart 1" in (tmp_path / f"{third}.out").read_text()
+    assert "hang" not in err_c
+    ranks = {r["rank"]: r for r in json.loads((tmp_path / f"{third}.json").read_text())["ranks"]}
+    assert 1 in ranks and ranks[1]["statistics"]["steps"] >= 250, ranks
+
+
 def test_fewer_than_min_left_ends_the_job_as_a_lost_node(tmp_path: Path) -> None:
     port = free_port()
     line = [*elastic_line(port, nnodes="2:3", last_call_s=0), "--max-restarts", "3"]

@@ -19,6 +19,8 @@ answer depends on another's or on its place in the list:
 - ``exempt_pids()``: processes never killed as leftovers (the MPS daemon).
 - ``attempt_ranks(n, ranks)``: the ranks attempt n starts, given the plan's (an elastic job's agent
   gives its new world's, agents/elastic_agent.py); the first answer other than the plan's counts.
+- ``begin_ranks(n, ranks)``: the ranks attempt n starts, as decided, before any is spawned: what is
+  kept per rank (statistics sockets, the hang watch) follows a new world's global ranks.
 - ``on_spawn(rank, pid)``: the supervisor started ``pid`` as ``rank``: the only pid a participant
   may signal or believe for that rank (statistics: stats/inbox.py, hang: stats/hang_monitor.py).
 - ``end_attempt(n)``: attempt n's workers and their leftovers are gone.
@@ -104,6 +106,9 @@ class Participant:
 
     def attempt_ranks(self, attempt: int, ranks: tuple[RankPlan, ...]) -> tuple[RankPlan, ...]:
         return ranks
+
+    def begin_ranks(self, attempt: int, ranks: tuple[RankPlan, ...]) -> None:
+        return None
 
     def on_spawn(self, rank: int, pid: int) -> None:
         return None

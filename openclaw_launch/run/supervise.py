@@ -228,10 +228,11 @@ class _Supervisor:
         self.workers, self.live = [], {}
         self.teardown.begin(self.workers, self.live)
         self.attempt_open = True
-        self.failure = None
-        self.reasons, self._reported = [], set()
+        self.failure, self.reasons, self._reported = None, [], set()
         ranks = self.plan.attempt_ranks(attempt)  # this attempt's restart count and error files
         ranks = next((r for p in self.participants if (r := p.attempt_ranks(attempt, ranks)) is not ranks), ranks)
+        for p in self.participants:
+            p.begin_ranks(attempt, ranks)
         logs = self.files.prepare(ranks, attempt)  # raises before any worker of the attempt starts
         for rank, rank_logs in zip(ranks, logs, strict=True):
             if self.state is State.STARTING:

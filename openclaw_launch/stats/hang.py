@@ -148,6 +148,12 @@ class HangWatch:
         self.started = now
         self.ranks = {r: _Rank(r, lr, node) for r, lr, node in self._plan}
 
+    def set_ranks(self, ranks: Iterable[tuple[int, int, str]]) -> None:
+        """The attempt's (rank, local rank, node), before it spawns (an elastic job's new world):
+        only these are watched; nothing is armed."""
+        self._plan = list(ranks)
+        self.ranks = {r: _Rank(r, lr, node) for r, lr, node in self._plan}
+
     @property
     def any_step(self) -> bool:
         return any(r.steps for r in self.ranks.values())

@@ -19,7 +19,7 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from openclaw_launch.run.participant import Participant, StopKind, StopReason, Timer
 from openclaw_launch.stats.hang import (
@@ -34,6 +34,9 @@ from openclaw_launch.stats.hang import (
     Verdict,
 )
 from openclaw_launch.telemetry import wire
+
+if TYPE_CHECKING:
+    from openclaw_launch.plan.model import RankPlan
 
 
 class PySpy:
@@ -164,6 +167,12 @@ class HangMonitor(Participant):
         self._py_spy: PySpy | None = None
         self._state = "watching"  # -> dumping -> stop; or off
         self._told_no_source = False
+
+    def begin_ranks(self, attempt: int, ranks: tuple[RankPlan, ...]) -> None:
+        """The attempt's ranks (an elastic job's new world renumbers them): watched, and their stack
+        files as their environment names them."""
+        self.watch.set_ranks([(r.rank, r.local_rank, r.node) for r in ranks])
+        self._stack_files = {r.rank: r.env[wire.STACKS_ENV] for r in ranks if r.env.get(wire.STACKS_ENV)}
 
     def timers(self) -> list[Timer]:
         return [(CHECK_INTERVAL_S, self.tick)]

@@ -81,18 +81,21 @@ class _RankSocket:
 
 class Inbox:
     """Every local rank's socket (``wire.rank_address``); ``receive`` gives the datagrams that came
-    from each rank's own process, within its rate, and counts the rest in ``drops``."""
+    from each rank's own process, within its rate, and counts the rest in ``drops``. ``ranks``:
+    (local rank, global rank) pairs; ``assign`` follows an elastic job's new world, whose global ranks
+    differ while the sockets (by local rank) stay."""
 
-    def __init__(self, socket_env: str, ranks: Iterable[int]) -> None:
+    def __init__(self, socket_env: str, ranks: Iterable[tuple[int, int]]) -> None:
         self.socket_env = socket_env
-        self._socks: dict[int, _RankSocket] = {}
+        self._slots: dict[int, _RankSocket] = {}  # local rank -> its socket
         try:
-            for rank in ranks:
-                self._socks[rank] = _RankSocket(rank, wire.rank_address(socket_env, rank))
+            for local_rank, rank in ranks:
+                self._slots[local_rank] = _RankSocket(rank, wire.rank_address(socket_env, local_rank))
         except BaseException:
             self.close()
             raise
-        self._by_fd = {s.sock.fileno(): s for s in self._socks.values()}
+        self._socks = {s.rank: s for s in self._slots.values()}  # global rank -> its socket
+        self._by_fd = {s.sock.fileno(): s for s in self._slots.values()}
         self.warn: list[str] = []  # what the console is told once per sender (taken by the session)
 
     def filenos(self) -> list[int]:
@@ -105,8 +108,16 @@ class Inbox:
 
     def forget_pids(self) -> None:
         """A new attempt: the previous attempt's processes speak for nobody."""
-        for s in self._socks.values():
+        for s in self._slots.values():
             s.pid = None
+
+    def assign(self, ranks: Iterable[tuple[int, int]]) -> None:
+        """The attempt's (local rank, global rank) pairs: a socket answers for its local rank's new
+        global rank (a local rank the plan never had gets no socket: it cannot be asked for)."""
+        for local_rank, rank in ranks:
+            if local_rank in self._slots:
+                self._slots[local_rank].rank = rank
+        self._socks = {s.rank: s for s in self._slots.values()}
 
     def drops(self) -> dict[int, Drops]:
         return {rank: s.drops for rank, s in sorted(self._socks.items()) if s.drops.total}
@@ -143,7 +154,7 @@ class Inbox:
 
     def close(self) -> None:
         """Idempotent: an abstract socket leaves no file behind."""
-        for s in self._socks.values():
+        for s in self._slots.values():
             s.sock.close()
 
 

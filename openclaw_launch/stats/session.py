@@ -17,7 +17,7 @@ from openclaw_launch.stats.inbox import Inbox
 from openclaw_launch.telemetry import wire
 
 if TYPE_CHECKING:
-    from openclaw_launch.plan.model import LaunchPlan
+    from openclaw_launch.plan.model import LaunchPlan, RankPlan
     from openclaw_launch.run.failure_class import GpuEvent
     from openclaw_launch.stats import verdict
     from openclaw_launch.stats.gpu import SampleSource
@@ -52,7 +52,7 @@ class StatsSession(Participant):
 
             sock = listen(metrics_port)
         self.metrics_port: int | None = sock.getsockname()[1] if sock is not None else None  # as bound
-        self.inbox = Inbox(socket_path, [r.rank for r in plan.ranks])
+        self.inbox = Inbox(socket_path, [(r.local_rank, r.rank) for r in plan.ranks])
         self.hang: HangMonitor | None = None  # --hang-timeout-s
         self.helper: StatsHelper | None = None
         self.stats_file = stats_file  # --stats-file
@@ -89,6 +89,10 @@ class StatsSession(Participant):
     def drain(self) -> int:
         """Reads what every rank's socket holds now; returns how many datagrams that was."""
         return sum(self._take(fd) for fd in self.inbox.filenos())
+
+    def begin_ranks(self, attempt: int, ranks: tuple[RankPlan, ...]) -> None:
+        """A re-formed world's global ranks: each local rank's socket answers for its new one."""
+        self.inbox.assign((r.local_rank, r.rank) for r in ranks)
 
     def on_spawn(self, rank: int, pid: int) -> None:
         """Only this process speaks for the rank in this attempt (stats/inbox.py)."""

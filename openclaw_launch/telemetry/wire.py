@@ -76,11 +76,13 @@ class Batch:
     final: bool = False  # sent at the worker's exit
 
 
-def rank_address(socket_env: str, rank: int) -> str:
-    """The address rank ``rank`` sends to, from ``SOCKET_ENV``: one socket per rank, so that a rank
-    that floods its own cannot fill the queue the others send to (the kernel queues a few datagrams
-    per socket). A leading ``@`` is a Linux abstract socket's NUL byte (no file, no path limit)."""
-    name = f"{socket_env}.{rank}"
+def rank_address(socket_env: str, local_rank: int) -> str:
+    """The address the node's rank ``local_rank`` sends to, from ``SOCKET_ENV``: one socket per rank,
+    so that a rank that floods its own cannot fill the queue the others send to (the kernel queues a
+    few datagrams per socket). By local rank, which a node's workers keep when an elastic job re-forms
+    its world (their global ranks change). A leading ``@`` is a Linux abstract socket's NUL byte (no
+    file, no path limit)."""
+    name = f"{socket_env}.{local_rank}"
     return "\0" + name[1:] if name.startswith("@") else name
 
 
