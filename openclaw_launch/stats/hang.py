@@ -267,16 +267,16 @@ def _not_entered(quiet: list[_Rank]) -> HangCause | None:
 def _gpu_behind(quiet: list[_Rank], wait_in: str) -> HangCause | None:
     """Every host waits, but a rank's GPU never finished work its host gave it long ago (a kernel
     that does not end) at a mark the other ranks' GPUs have passed: the others wait for that rank."""
-    marked = [r for r in quiet if r.gpu is not None]
+    marked = {r.rank: r.gpu for r in quiet if r.gpu is not None}  # rank -> (GPU passed, host recorded)
     if len(marked) < 2:
         return None
-    furthest = max(r.gpu[0] for r in marked)  # type: ignore[index]
-    behind = [r for r in marked if r.gpu[0] < furthest and r.gpu[0] < r.gpu[1]]  # type: ignore[index]
+    furthest = max(passed for passed, _ in marked.values())
+    behind = [r for r in quiet if r.rank in marked and marked[r.rank][0] < min(furthest, marked[r.rank][1])]
     if not behind:
         return None
     waiting = [r for r in quiet if r not in behind]
     # the first mark a behind rank's GPU has not passed: its GPU is in the work that leads up to it
-    step, mark = gpu_events.describe_position(min(r.gpu[0] for r in behind) + 1)  # type: ignore[index]
+    step, mark = gpu_events.describe_position(min(marked[r.rank][0] for r in behind) + 1)
     where = f"GPU work before the {mark} of step {step}"
     whose = "its GPU" if len(behind) == 1 else "their GPUs"
     others = "the GPU of " if len(waiting) == 1 else "the GPUs of "
