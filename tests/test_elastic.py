@@ -139,6 +139,18 @@ def test_a_node_whose_ranks_are_renumbered_keeps_its_statistics_and_hang_watch(t
     assert 1 in ranks and ranks[1]["statistics"]["steps"] >= 250, ranks
 
 
+def test_plan_of_an_elastic_job_says_that_each_world_has_its_own() -> None:
+    port = free_port()
+    proc = subprocess.run(
+        [sys.executable, "-m", "openclaw_launch", "plan", *elastic_line(port, nnodes="1:4"), WORKER],
+        capture_output=True, text=True, timeout=TIMEOUT_S, cwd=ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "elastic job (1:4 nodes): this is the plan in a world of 1 node(s); run builds each world's own" in (
+        proc.stderr
+    )
+
+
 def test_fewer_than_min_left_ends_the_job_as_a_lost_node(tmp_path: Path) -> None:
     port = free_port()
     line = [*elastic_line(port, nnodes="2:3", last_call_s=0), "--max-restarts", "3"]

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 def plan(c: Common, r: RunOptions, as_json: bool, suggest_parallel: bool) -> None:
     """Print exactly what `run` with these options would execute on each rank (argv, environment,
     binding); start nothing. Takes every `run` option."""
+    from openclaw_launch.cli.elastic import elastic_job
     from openclaw_launch.plan.parallel import format_suggestions, suggest_layouts
 
     want = resolve(c.tr, with_config=bool(c.config_path))
@@ -57,8 +58,15 @@ def plan(c: Common, r: RunOptions, as_json: bool, suggest_parallel: bool) -> Non
         )
         startup_timeout_s(r, config.runtime.startup_timeout_s, launch_plan.hang_timeout_s)  # exit 2 as run
         suggestions = suggest_layouts(config) if suggest_parallel else None
+        elastic = elastic_job(c, want, r)  # --standby misuse: exit 2, as run
     except OpenclawError as e:
         fail(e)
+    if elastic is not None:
+        warn(
+            f"elastic job ({elastic.spec.text} nodes): this is the plan in a world of {launch_plan.nnodes} node(s); "
+            "run builds each world's own when its nodes meet: WORLD_SIZE, GROUP_WORLD_SIZE and the node ranks "
+            "(RANK with them) follow the membership"
+        )
     if as_json:
         doc = launch_plan.to_json()
         if suggestions is not None:
