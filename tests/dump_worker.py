@@ -20,11 +20,11 @@ PATH_VARIABLES = (
 
 
 def _exists(value: str) -> bool:
-    """A path, or an abstract socket (``@name``: the rank's own address under it is bound)."""
+    """A path, or an abstract socket (``@name``: the rank's own address under it, by local rank, is bound)."""
     if not value.startswith("@"):
         return os.path.exists(value)
     with open("/proc/net/unix") as f:
-        return any(line.split()[-1] == f"{value}.{os.environ['RANK']}" for line in f if len(line.split()) >= 8)
+        return any(line.split()[-1] == f"{value}.{os.environ['LOCAL_RANK']}" for line in f if len(line.split()) >= 8)
 
 
 def main() -> None:

@@ -134,7 +134,7 @@ def test_a_node_whose_ranks_are_renumbered_keeps_its_statistics_and_hang_watch(t
     (code_a, err_a), (code_c, err_c) = ended(first), ended(others[third])
     assert (code_a, code_c) == (0, 0), err_a + err_c
     assert "world rank 1 size 2 nodes 2 group 1 restart 1" in (tmp_path / f"{third}.out").read_text()
-    assert "hang" not in err_c
+    assert "openclaw-launch: hang" not in err_c
     ranks = {r["rank"]: r for r in json.loads((tmp_path / f"{third}.json").read_text())["ranks"]}
     assert 1 in ranks and ranks[1]["statistics"]["steps"] >= 250, ranks
 
