@@ -149,6 +149,7 @@ def main() -> None:
         return data[offsets], data[offsets + 1]
 
     batches = iter(loader(tokens, seq, batch, slow_s)) if args.loader else None
+    sync = torch.cuda.synchronize if gpu else (lambda: None)
     times: list[float] = []
     t0 = time.perf_counter()
     for step in range(args.steps):
@@ -157,7 +158,6 @@ def main() -> None:
         if slow and step == args.hang_kernel_at_step:
             gpt.spin.cycles = int(args.hang_kernel_s * torch.cuda.clock_rate() * 1e6)  # clock_rate: MHz
         if step == args.warmup:
-            sync = torch.cuda.synchronize if gpu else (lambda: None)
             sync()
             window_start = time.perf_counter()
         if batches is not None:
@@ -176,7 +176,7 @@ def main() -> None:
     tail = times[20:] or times
     print(f"rank {rank}: median step {1000 * statistics.median(tail):.2f} ms, loss {loss_value:.3f}", flush=True)
     if args.steps > args.warmup:
-        (torch.cuda.synchronize if gpu else (lambda: None))()
+        sync()
         mean_ms = 1000 * (time.perf_counter() - window_start) / (args.steps - args.warmup)
         print(f"rank {rank}: mean step {mean_ms:.3f} ms over {args.steps - args.warmup} steps", flush=True)
     dist.barrier()

@@ -37,13 +37,14 @@ class ElasticJob:
     node: str  # with --config: this launcher's node; else ""
 
 
-def elastic_job(c: Common, want: Resolved, r: RunOptions) -> ElasticJob | None:
+def elastic_job(c: Common, want: Resolved, r: RunOptions, loaded: Config | None = None) -> ElasticJob | None:
     """``--nnodes MIN:MAX`` (torchrun's line), or a config's ``runtime.min_nodes``/``max_nodes``
     (the rendezvous on the first node's address, at the agents' port); None: a fixed-size job.
-    ``--standby`` without an elastic job, or with a fixed node rank, is exit 2."""
+    ``--standby`` without an elastic job, or with a fixed node rank, is exit 2. ``loaded``: the
+    ``--config`` already read (else it is read here)."""
     if r.standby and c.tr.node_rank is not None:
         raise click.BadParameter("a standby takes a lost node's rank: give no --node-rank", param_hint="--standby")
-    config = _config(c) if c.config_path else None
+    config = (loaded or _config(c)) if c.config_path else None
     rt = config.runtime if config is not None else None
     if config is not None and rt is not None and rt.min_nodes is not None and rt.max_nodes is not None:
         node = node_name_for(config, c.node)

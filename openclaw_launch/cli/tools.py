@@ -58,7 +58,7 @@ def plan(c: Common, r: RunOptions, as_json: bool, suggest_parallel: bool) -> Non
         )
         startup_timeout_s(r, config.runtime.startup_timeout_s, launch_plan.hang_timeout_s)  # exit 2 as run
         suggestions = suggest_layouts(config) if suggest_parallel else None
-        elastic = elastic_job(c, want, r)  # --standby misuse: exit 2, as run
+        elastic = elastic_job(c, want, r, config)  # --standby misuse: exit 2, as run
     except OpenclawError as e:
         fail(e)
     if elastic is not None:

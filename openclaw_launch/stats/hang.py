@@ -152,7 +152,7 @@ class HangWatch:
         """The attempt's (rank, local rank, node), before it spawns (an elastic job's new world):
         only these are watched; nothing is armed."""
         self._plan = list(ranks)
-        self.ranks = {r: _Rank(r, lr, node) for r, lr, node in self._plan}
+        self.reset(self.started)
 
     @property
     def any_step(self) -> bool:

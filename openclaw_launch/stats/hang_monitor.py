@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
@@ -133,6 +133,16 @@ class HangOs:
     find_py_spy: Callable[[], PySpy | None] = PySpy.find
 
 
+def watched(ranks: Iterable[RankPlan]) -> list[tuple[int, int, str]]:
+    """What the hang watch keeps of each rank: (rank, local rank, node)."""
+    return [(r.rank, r.local_rank, r.node) for r in ranks]
+
+
+def stack_files(ranks: Iterable[RankPlan]) -> dict[int, str]:
+    """Each rank's stack file, as its environment names it (the plan's ``OPENCLAW_STACKS_FILE``)."""
+    return {r.rank: r.env[wire.STACKS_ENV] for r in ranks if r.env.get(wire.STACKS_ENV)}
+
+
 class HangMonitor(Participant):
     """Detect -> dump stacks -> report -> stop reason (states: watching -> dumping -> stop; off once
     the node stops for another reason)."""
@@ -170,9 +180,9 @@ class HangMonitor(Participant):
 
     def begin_ranks(self, attempt: int, ranks: tuple[RankPlan, ...]) -> None:
         """The attempt's ranks (an elastic job's new world renumbers them): watched, and their stack
-        files as their environment names them."""
-        self.watch.set_ranks([(r.rank, r.local_rank, r.node) for r in ranks])
-        self._stack_files = {r.rank: r.env[wire.STACKS_ENV] for r in ranks if r.env.get(wire.STACKS_ENV)}
+        files."""
+        self.watch.set_ranks(watched(ranks))
+        self._stack_files = stack_files(ranks)
 
     def timers(self) -> list[Timer]:
         return [(CHECK_INTERVAL_S, self.tick)]

@@ -65,17 +65,15 @@ def _start_live(
     plan = session.plan
     if stats.hang_timeout_s:
         from openclaw_launch.stats.hang import HangWatch
-        from openclaw_launch.stats.hang_monitor import HangMonitor
+        from openclaw_launch.stats.hang_monitor import HangMonitor, stack_files, watched
 
         def log_path(rank: int, attempt: int) -> str | None:
             if not options.log_dir:
                 return None
             return f"{options.log_dir}/{plan.run_id}/attempt-{attempt}/rank-{rank}/stderr.log"
 
-        ranks = [(r.rank, r.local_rank, r.node) for r in plan.ranks]
-        watch = HangWatch(stats.hang_timeout_s, ranks, stats.startup_timeout_s)
-        files = {r.rank: str(plan.run_dir.stacks_file(r.rank)) for r in plan.ranks}  # the plan's OPENCLAW_STACKS_FILE
-        session.hang = HangMonitor(watch, say, files, log_path)
+        watch = HangWatch(stats.hang_timeout_s, watched(plan.ranks), stats.startup_timeout_s)
+        session.hang = HangMonitor(watch, say, stack_files(plan.ranks), log_path)
     if session.metrics_port is not None:  # bound by the session, served by its helper
         session.publish()
         say(f"openclaw-launch: metrics on http://0.0.0.0:{session.metrics_port}/metrics")

@@ -258,7 +258,7 @@ class _Reader:
             return None
         if not isinstance(value, list) or len(value) != 2:
             raise _Invalid(f"{key}: not two positions")
-        done, recorded = (-1 if v == -1 and not isinstance(v, bool) else _count(key, v) for v in value)
+        done, recorded = (-1 if v == -1 else _count(key, v) for v in value)
         return done, recorded
 
     def optional_name(self, key: str) -> str | None:
