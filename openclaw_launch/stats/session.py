@@ -25,6 +25,11 @@ if TYPE_CHECKING:
     from openclaw_launch.stats.helper import StatsHelper
 
 
+# The live line judges an interval only when every rank made this many steps in it (4 of the verdict's
+# 5-step windows): a first interval of two windows a rank once named a rank still warming up.
+LIVE_MIN_STEPS = 20
+
+
 class StatsSession(Participant):
     """A supervision participant: its readers (the inbox, the helper's link), its timers (the live
     line, the metrics refresh), a reset per attempt."""
@@ -169,6 +174,8 @@ class StatsSession(Participant):
 
         p50 = statistics.median(r.step_p50_s for r in measured)
         text = f"{len(total)} rank(s), {steps} steps, step p50 {1000 * p50:.1f} ms over the last interval"
+        if min(r.measured_steps for r in measured) < LIVE_MIN_STEPS:
+            return text + f"; too few steps to judge (fewer than {LIVE_MIN_STEPS} on a rank)"
         found = verdict.find_stragglers(window, self._facts(), self.threshold_pct)
         if found:
             s = found[0]
