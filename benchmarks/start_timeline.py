@@ -37,7 +37,7 @@ MARKER_MODULES = (
     "openclaw_launch.cli.run",
     "openclaw_launch.topology.live",
     "openclaw_launch.plan.build",
-    "openclaw_launch.run.launch",
+    "openclaw_launch.job.launch",
     "openclaw_launch.run.supervise",
     "openclaw_launch.telemetry.bootstrap",
     "torch",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from openclaw_launch.run.exit_codes import BAD_INPUT
+from openclaw_launch.exit_codes import BAD_INPUT
 
 
 class OpenclawError(Exception):

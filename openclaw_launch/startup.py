@@ -6,7 +6,7 @@ signal whose disposition is the default, so a SIGTERM that arrives while click, 
 launcher's modules load (~0.1 s) would be lost and the container would wait for SIGKILL; a Ctrl-C
 there would be a traceback out of an import. Here a handler records the signal while the imports
 run; once they are done, such a signal ends the launcher (exit 128+N, one line) until
-``run/launch.py`` installs the job's own handling, and again once that is restored at its end.
+``job/launch.py`` installs the job's own handling, and again once that is restored at its end.
 Nothing of the job is running at those points (what was made on the way is undone as the exception
 passes).
 """

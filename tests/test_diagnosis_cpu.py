@@ -176,7 +176,7 @@ def test_the_plot_and_the_table_split_the_step_the_same_way() -> None:
     """A recorded report (2 CPU ranks of examples/train.py, DDP on gloo): the plot's bars, by kind,
     are the table's input / work / wait columns."""
     pytest.importorskip("matplotlib")
-    from openclaw_launch.stats.plot import segments
+    from openclaw_launch.report.plot import segments
 
     report = load_report(RECORDED)
     table = format_report(report).splitlines()

@@ -21,7 +21,7 @@ from typing import Any, cast
 
 from supervise_driver import make_plan
 
-from openclaw_launch.run.exit_codes import REQUEUE, SCRIPT_FAILED
+from openclaw_launch.exit_codes import REQUEUE, SCRIPT_FAILED
 from openclaw_launch.run.failure_class import GpuEvent
 from openclaw_launch.run.failure_policy import FailurePolicy
 from openclaw_launch.run.participant import Participant

@@ -345,9 +345,9 @@ def test_hang_timeout_and_metrics_with_telemetry_off_say_so(tmp_path: Path) -> N
 
 
 def test_config_key_and_option_share_the_bound(tmp_path: Path) -> None:
-    from openclaw_launch.config.limits import MIN_HANG_TIMEOUT_S
     from openclaw_launch.config.reader import parse_config
     from openclaw_launch.errors import ConfigError
+    from openclaw_launch.limits import MIN_HANG_TIMEOUT_S
 
     base = "cluster:\n  nodes:\n    - name: a\n      cpu_workers: 1\nruntime:\n  hang_timeout_s: {}\n"
     assert parse_config(base.format("90")).runtime.hang_timeout_s == 90.0

@@ -89,7 +89,7 @@ def test_config_duration_refuses_non_finite(tmp_path: Path, value: str) -> None:
 
 
 def test_one_rule_for_every_duration() -> None:
-    from openclaw_launch.config.limits import MAX_SECONDS, seconds_problem
+    from openclaw_launch.limits import MAX_SECONDS, seconds_problem
 
     for bad in (float("nan"), float("inf"), -float("inf"), 1e300, MAX_SECONDS * 2, -0.5):
         assert seconds_problem(bad) is not None

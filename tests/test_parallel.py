@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from openclaw_launch.config.discover import host_config
 from openclaw_launch.config.parallel import ParallelSpec, size_problems
 from openclaw_launch.config.reader import parse_config
 from openclaw_launch.errors import ConfigError, PlanError
@@ -17,7 +18,6 @@ from openclaw_launch.plan.build import build_plan
 from openclaw_launch.plan.context import run_context
 from openclaw_launch.plan.model import Entry, PlanOptions
 from openclaw_launch.plan.parallel import parallel_groups, plan_parallel, suggest_layouts
-from openclaw_launch.topology.discover import host_config
 from openclaw_launch.topology.model import Topology
 from openclaw_launch.topology.smi import topology_from_smi
 from tests.topo_helpers import fake_smi_list, load_recorded, recorded_names

@@ -444,7 +444,7 @@ def test_every_plan_json_field_is_documented() -> None:
 
 def test_torchrun_nnodes_without_config_is_one_world_of_identical_hosts() -> None:
     """--nnodes 3 --node-rank 2 --nproc-per-node 2: ranks 4, 5 of 6, GROUP_RANK 2, the port fixed."""
-    from openclaw_launch.topology.discover import host_config
+    from openclaw_launch.config.discover import host_config
 
     topo = dgx()
     config = host_config(topo, 2, nnodes=3)
@@ -456,7 +456,7 @@ def test_torchrun_nnodes_without_config_is_one_world_of_identical_hosts() -> Non
 
 def test_several_nodes_without_any_address_is_an_error_not_127_0_0_1() -> None:
     """Each node would meet at its own 127.0.0.1 and wait for itself; Slurm's first host is the fallback."""
-    from openclaw_launch.topology.discover import host_config
+    from openclaw_launch.config.discover import host_config
 
     topo = dgx()
     config = host_config(topo, 2, nnodes=2)
@@ -468,7 +468,7 @@ def test_several_nodes_without_any_address_is_an_error_not_127_0_0_1() -> None:
 
 
 def test_one_node_job_takes_the_free_port_unless_one_is_given() -> None:
-    from openclaw_launch.topology.discover import host_config
+    from openclaw_launch.config.discover import host_config
 
     topo = dgx()
     config = host_config(topo, 2)

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from openclaw_launch.config.discover import host_config
 from openclaw_launch.config.model import PreflightSettings
 from openclaw_launch.plan.build import build_plan
 from openclaw_launch.plan.context import run_context
@@ -26,7 +27,6 @@ from openclaw_launch.preflight.tiers import (
     plan_tiers,
 )
 from openclaw_launch.preflight.worker import select_device
-from openclaw_launch.topology.discover import host_config
 from openclaw_launch.topology.model import IbPort, Topology
 from openclaw_launch.topology.smi import topology_from_smi
 from openclaw_launch.topology.snapshot import load_snapshot
@@ -178,7 +178,7 @@ def test_worker_times_sub_tiers_with_real_processes(tmp_path: Path) -> None:
         "job": False,
         "gemm": {"n": 64, "reps": 2, "matmuls": 2, "ranks": {"0": {"gpu_index": None, "gpu_uuid": None}}},
     }
-    from openclaw_launch.cli.torchrun_resolve import free_port
+    from openclaw_launch.plan.context import free_port
 
     spec["port"] = free_port()
     (tmp_path / "spec.json").write_text(json.dumps(spec))

@@ -11,17 +11,17 @@ from pathlib import Path
 import pytest
 
 from openclaw_launch.errors import OpenclawError
-from openclaw_launch.report import docs
 from openclaw_launch.report.build import load_report, write_report
 from openclaw_launch.report.codec import DOC, ReportShapeError, from_json, hints, to_json
 from openclaw_launch.report.format import format_report
-from openclaw_launch.report.markdown import marked_tables
 from openclaw_launch.report.model import LEGACY_SCHEMAS, SCHEMA, JobReport, NodeReport
 from tests.report_samples import HANG, PREFLIGHT, STRAGGLER, node_report
+from tools import report_docs as docs
+from tools.markdown_tables import marked_tables
 
 
 def test_docs_tables_are_the_generated_ones() -> None:
-    """Edit the fields' doc text, then `python -m openclaw_launch.report.docs --write`."""
+    """Edit the fields' doc text, then `python -m tools.report_docs --write`."""
     text = docs.DOCS_FILE.read_text()
     assert marked_tables(text) == list(docs.TABLES)
     assert docs.update(text) == text

@@ -4,9 +4,9 @@ import pytest
 import yaml
 from topo_helpers import DATA, h200_nvml, load_recorded, recorded_names, recorded_texts
 
+from openclaw_launch.config.discover import config_yaml_from_topology, host_config
 from openclaw_launch.config.reader import parse_config
 from openclaw_launch.errors import PlanError, TopologyError
-from openclaw_launch.topology.discover import config_yaml_from_topology, host_config
 from openclaw_launch.topology.live import discover_topology
 from openclaw_launch.topology.model import GpuInfo, Topology
 from openclaw_launch.topology.smi import topology_from_smi

@@ -18,12 +18,12 @@ from topo_helpers import fake_uuid
 
 from openclaw_launch.agents.fingerprint import fingerprint
 from openclaw_launch.cli.main import cli
+from openclaw_launch.config.discover import config_yaml_from_topology
 from openclaw_launch.config.reader import load_config
 from openclaw_launch.plan.build import build_plan
 from openclaw_launch.plan.context import run_context
 from openclaw_launch.plan.model import Entry, LaunchPlan, PlanOptions
 from openclaw_launch.topology import live
-from openclaw_launch.topology.discover import config_yaml_from_topology
 from openclaw_launch.topology.live import discover_topology
 from openclaw_launch.topology.model import Topology
 from openclaw_launch.topology.nic import TIERS, distance

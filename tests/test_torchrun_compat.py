@@ -301,7 +301,7 @@ def test_a_free_port_is_held_until_the_launcher_exits() -> None:
     a bound port to no bind(0)); rank 0's store still listens on it (SO_REUSEADDR, as torch's)."""
     from torch.distributed import TCPStore
 
-    from openclaw_launch.cli.torchrun_resolve import free_port as launcher_free_port
+    from openclaw_launch.plan.context import free_port as launcher_free_port
 
     port = launcher_free_port()
     others = [socket.socket() for _ in range(500)]

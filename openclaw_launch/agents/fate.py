@@ -32,10 +32,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from openclaw_launch import exit_codes
 from openclaw_launch.agents.store_loop import StoreLink
 from openclaw_launch.config import defaults
 from openclaw_launch.plan.model import LaunchPlan
-from openclaw_launch.run import exit_codes
 from openclaw_launch.run.participant import Participant, StopKind, StopReason
 
 EXIT_NODE_LOST = exit_codes.NODE_LOST  # the job's exit code on the surviving nodes when a node was lost

@@ -21,13 +21,13 @@ from typing import Any, NoReturn, cast
 import click
 
 from openclaw_launch.cli.torchrun_compat import FLAGS, TorchrunArgs
-from openclaw_launch.cli.torchrun_resolve import free_port, node_by_rank, resolve, script_args
+from openclaw_launch.cli.torchrun_resolve import node_by_rank, resolve, script_args
 from openclaw_launch.config.model import BindingPolicy, Config
 from openclaw_launch.config.parallel import PARALLEL_DIMS, ParallelSpec
 from openclaw_launch.config.reader import load_config
 from openclaw_launch.errors import OpenclawError
 from openclaw_launch.plan.build import build_plan
-from openclaw_launch.plan.context import RUN_ID_PLACEHOLDER, RunContext, run_context, run_id_for
+from openclaw_launch.plan.context import RUN_ID_PLACEHOLDER, RunContext, free_port, run_context, run_id_for
 from openclaw_launch.plan.model import Entry, EntryKind, LaunchPlan, PlanOptions
 from openclaw_launch.topology.model import Topology
 
@@ -99,7 +99,7 @@ def plan_and_config(
     else:
         if c.node is not None:
             raise click.UsageError("--node names a node of --config; without --config use --nnodes and --node-rank")
-        from openclaw_launch.topology.discover import host_config
+        from openclaw_launch.config.discover import host_config
 
         # host_config makes this host's NVLinks the GPUs' peers, which only TP groups use
         topology = read_topology(c.topology_path, want.nproc_per_node != "cpu", (c.tp or 1) > 1)

@@ -22,8 +22,8 @@ from openclaw_launch.plan.build import DEFAULT_MASTER_PORT
 
 if TYPE_CHECKING:
     from openclaw_launch.agents.elastic_agent import ElasticLink, World
+    from openclaw_launch.job.agents import AgentSetup
     from openclaw_launch.plan.model import LaunchPlan
-    from openclaw_launch.run.launch import AgentSetup
 
 
 @dataclass(frozen=True)
@@ -82,8 +82,8 @@ def arrive_elastic(job: ElasticJob, want: Resolved, r: RunOptions, max_restarts:
     ended without it exits 0."""
     from openclaw_launch.agents.elastic_agent import NotNeeded, elastic_arrive
     from openclaw_launch.agents.fate import AgentOptions
-    from openclaw_launch.cli.torchrun_resolve import free_port, release_port
     from openclaw_launch.config.signals import signal_numbers
+    from openclaw_launch.plan.context import free_port, release_port
     from openclaw_launch.run.osproc import RealOs
 
     if r.preflight_first:
@@ -131,8 +131,8 @@ def elastic_setup(
     from openclaw_launch.agents.fate import AgentOptions
     from openclaw_launch.agents.fingerprint import fingerprint
     from openclaw_launch.agents.versions import node_versions, python_version_of
+    from openclaw_launch.job.agents import AgentSetup
     from openclaw_launch.plan.context import RunContext
-    from openclaw_launch.run.launch import AgentSetup
     from openclaw_launch.topology.live import HOST_ROOT
 
     python = os.environ.get("PYTHON_EXEC") or sys.executable

@@ -18,7 +18,7 @@ import click
 from openclaw_launch.cli.common import fail
 from openclaw_launch.cli.torchrun_resolve import misspelled_command
 from openclaw_launch.errors import OpenclawError
-from openclaw_launch.run.exit_codes import BAD_INPUT
+from openclaw_launch.exit_codes import BAD_INPUT
 
 SUBCOMMANDS = ("run", "plan", "preflight", "discover", "validate", "report", "compare", "install-torchrun-shim")
 

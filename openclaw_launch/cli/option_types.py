@@ -13,7 +13,8 @@ from typing import Any
 
 import click
 
-from openclaw_launch.config.limits import (
+from openclaw_launch.config.signals import parse_signals
+from openclaw_launch.limits import (
     MAX_PERCENT,
     MAX_RESTARTS,
     MAX_SECONDS,
@@ -21,7 +22,6 @@ from openclaw_launch.config.limits import (
     MIN_HANG_TIMEOUT_S,
     seconds_problem,
 )
-from openclaw_launch.config.signals import parse_signals
 
 
 class _FiniteRange(click.FloatRange):

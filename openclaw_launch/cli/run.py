@@ -37,8 +37,9 @@ def run(c: Common, r: RunOptions) -> None:
     if not c.script:
         raise click.UsageError("give the training script (or -m MODULE, or --no-python COMMAND) to run")
     from openclaw_launch.config.signals import signal_numbers
-    from openclaw_launch.run.launch import StatsOptions, launch
+    from openclaw_launch.job.launch import launch
     from openclaw_launch.run.supervise import SuperviseOptions
+    from openclaw_launch.stats.wiring import StatsOptions
 
     want = resolve(c.tr, with_config=bool(c.config_path))
     console = console_choices(r, c.tr.role, want.local_ranks_shown is not None, os.environ)
@@ -148,7 +149,7 @@ def _check_command(command: str, path: str) -> None:
     executable), as a shell does; numactl would exit 1 for it in every rank."""
     import shutil
 
-    from openclaw_launch.run import exit_codes
+    from openclaw_launch import exit_codes
 
     found = shutil.which(command, path=path) if "/" not in command else command
     if found is None or not os.path.exists(found):
@@ -197,8 +198,8 @@ def _arrive(want: Resolved, r: RunOptions) -> Any:
     MASTER_PORT from the rendezvous at the endpoint (the agents' port), before the plan is built.
     A signal in the wait exits 128+N; a refusal or no answer exits 2."""
     from openclaw_launch.agents.fate import Arrival, arrive
-    from openclaw_launch.cli.torchrun_resolve import free_port, release_port
     from openclaw_launch.config.signals import signal_numbers
+    from openclaw_launch.plan.context import free_port, release_port
     from openclaw_launch.run.osproc import RealOs
 
     assert want.master_addr is not None and want.master_port is not None and want.nnodes is not None
@@ -243,7 +244,7 @@ def _agent_setup(plan: LaunchPlan, config: Config, r: RunOptions, max_restarts: 
     ``arrival``: by arrival, the rendezvous's helper, which the agent keeps."""
     from openclaw_launch.agents.fingerprint import fingerprint
     from openclaw_launch.agents.versions import node_versions, python_version_of
-    from openclaw_launch.run.launch import AgentSetup
+    from openclaw_launch.job.agents import AgentSetup
     from openclaw_launch.topology.live import HOST_ROOT
 
     python = os.environ.get("PYTHON_EXEC") or sys.executable

@@ -16,8 +16,8 @@ import click
 
 from openclaw_launch.cli import option_types
 from openclaw_launch.config import defaults
-from openclaw_launch.config.limits import MIN_AGENT_TIMEOUT_S, MIN_KEEPALIVE_S
 from openclaw_launch.config.signals import signal_numbers
+from openclaw_launch.limits import MIN_AGENT_TIMEOUT_S, MIN_KEEPALIVE_S
 from openclaw_launch.telemetry.wire import TELEMETRY_MODES
 
 

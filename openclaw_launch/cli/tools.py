@@ -9,7 +9,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -35,8 +35,10 @@ from openclaw_launch.errors import OpenclawError
 from openclaw_launch.plan.format import format_plan_table
 
 if TYPE_CHECKING:
+    from openclaw_launch.plan.model import LaunchPlan
     from openclaw_launch.preflight.command import PreflightOptions
     from openclaw_launch.run.mps.status import MpsStatus
+    from openclaw_launch.run.supervise import SuperviseOptions
 
 
 @click.command(context_settings=SCRIPT_LAST)
@@ -163,7 +165,15 @@ def probe_fabric(c: Common, options: PreflightOptions) -> int:
         lambda with_gpus: read_topology(c.topology_path, with_gpus),
         settings,
         options,
+        _launch_probe,
     )
+
+
+def _launch_probe(plan: LaunchPlan, supervise: SuperviseOptions, report_path: str | None, verdict: Any) -> int:
+    """The probe's plan, run as a job is (job/launch.py); its verdict goes into the run report."""
+    from openclaw_launch.job.launch import launch
+
+    return launch(plan, supervise, report_path=report_path, preflight=verdict)
 
 
 @click.command()
@@ -197,7 +207,7 @@ def discover(
     """Describe this host (NVML + sysfs) or saved nvidia-smi text as a config or snapshot."""
     import socket
 
-    from openclaw_launch.topology.discover import config_yaml_from_topology
+    from openclaw_launch.config.discover import config_yaml_from_topology
     from openclaw_launch.topology.snapshot import dump_snapshot
 
     if output:
@@ -312,7 +322,7 @@ def report(run_json: str, plot_path: str | None) -> None:
         data = load_report(run_json)
         click.echo(format_report(data))
         if plot_path is not None:
-            from openclaw_launch.stats.plot import plot_report
+            from openclaw_launch.report.plot import plot_report
 
             plot_report(data, plot_path)
     except OpenclawError as e:

@@ -5,7 +5,6 @@ refused value raises ``click.BadParameter`` naming the option, before anything s
 
 from __future__ import annotations
 
-import socket
 import string
 from dataclasses import dataclass
 
@@ -14,8 +13,8 @@ import click
 from openclaw_launch.agents.membership import ElasticSpec
 from openclaw_launch.cli.torchrun_compat import TorchrunArgs
 from openclaw_launch.config.defaults import HANDLED_SIGNALS, LAST_CALL_TIMEOUT_S, RDZV_PORT
-from openclaw_launch.config.limits import MAX_PREFIX_LEN, MAX_RANKS_PER_NODE, MAX_WORLD_SIZE, host_problem
 from openclaw_launch.config.model import Config
+from openclaw_launch.limits import MAX_PREFIX_LEN, MAX_RANKS_PER_NODE, MAX_WORLD_SIZE, host_problem
 from openclaw_launch.plan.context import FREE_PORT
 
 _STD_STREAMS = {0: (), 1: ("stdout",), 2: ("stderr",), 3: ("stdout", "stderr")}  # torchrun's Std
@@ -265,32 +264,6 @@ def check_prefix(template: str, option: str = "--prefix") -> str:
 
 
 # The sockets that hold this launcher's free ports (see ``free_port``), open until it exits.
-_held_ports: list[socket.socket] = []
-
-
-def free_port() -> int:
-    """A TCP port free on this host, held by this launcher until it exits: a one-node job's
-    MASTER_PORT (torchrun's port 0 and ``--standalone``).
-
-    Finding a free port and closing it again leaves a gap before rank 0 binds it, in which another
-    launcher may draw the same one (two jobs, one EADDRINUSE). The port stays bound here instead
-    (SO_REUSEADDR, never listening, close-on-exec): the kernel gives it to no other bind or connect,
-    while rank 0's store, which also sets SO_REUSEADDR, can listen on it, at every restart too.
-    """
-    held = socket.socket()
-    held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    held.bind(("", 0))
-    _held_ports.append(held)
-    return int(held.getsockname()[1])
-
-
-def release_port(port: int) -> None:
-    """Stop holding a port ``free_port`` gave (a node that did not become node rank 0)."""
-    for held in [h for h in _held_ports if h.getsockname()[1] == port]:
-        _held_ports.remove(held)
-        held.close()
-
-
 def node_by_rank(config: Config, nnodes: int | None, node_rank: int | None, cli_node: str | None) -> str | None:
     """``--node-rank K`` with ``--config``: the config's K-th node; None without it (``--nnodes``,
     when given, must match the config either way)."""

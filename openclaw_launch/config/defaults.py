@@ -2,7 +2,7 @@
 
 The click options, the option dataclasses of the supervisor, the statistics and the agents, and the
 defaults table of docs/torchrun-compat.md (``defaults_table_markdown``; a test holds the doc to it)
-all read these names. Bounds on the values are ``config/limits.py``'s.
+all read these names. Bounds on the values are ``limits.py``'s.
 """
 
 from __future__ import annotations

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from openclaw_launch.config.limits import MAX_CPU_ID, MAX_RANKS_PER_NODE
 from openclaw_launch.config.model import (
     PREFLIGHT_TIER_KINDS,
     RUNTIME_KEYS,
@@ -38,6 +37,7 @@ from openclaw_launch.config.yaml_nodes import (
     mistyped,
     short_tag,
 )
+from openclaw_launch.limits import MAX_CPU_ID, MAX_RANKS_PER_NODE
 from openclaw_launch.topology.cpulist import parse_cpulist
 from openclaw_launch.topology.model import normalize_bus_id
 

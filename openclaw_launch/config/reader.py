@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import os
 
-from openclaw_launch.config.limits import MAX_CONFIG_BYTES
 from openclaw_launch.config.model import Config
 from openclaw_launch.errors import ConfigError, Problem
+from openclaw_launch.limits import MAX_CONFIG_BYTES
 from openclaw_launch.safe_read import InputFileError, read_input
 
 

@@ -8,13 +8,6 @@ from typing import Any
 
 import yaml
 
-from openclaw_launch.config.limits import (
-    MAX_ENV_VALUE,
-    MAX_RANKS_PER_NODE,
-    MAX_WORLD_SIZE,
-    MIN_HANG_TIMEOUT_S,
-    host_problem,
-)
 from openclaw_launch.config.model import (
     BINDING_POLICIES,
     MEM_POLICIES,
@@ -31,6 +24,13 @@ from openclaw_launch.config.model import (
     procs_per_gpu_problem,
 )
 from openclaw_launch.config.yaml_nodes import NAME_RE, Entry, NodeReader, given, is_null, join_path, kind_of, line_of
+from openclaw_launch.limits import (
+    MAX_ENV_VALUE,
+    MAX_RANKS_PER_NODE,
+    MAX_WORLD_SIZE,
+    MIN_HANG_TIMEOUT_S,
+    host_problem,
+)
 
 MPS_KEYS = tuple(k for k in RUNTIME_KEYS if k.startswith("mps_"))
 

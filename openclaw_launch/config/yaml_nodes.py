@@ -16,8 +16,8 @@ from typing import Any
 
 import yaml
 
-from openclaw_launch.config.limits import MAX_SECONDS, MAX_YAML_DEPTH, seconds_problem
 from openclaw_launch.errors import Problem
+from openclaw_launch.limits import MAX_SECONDS, MAX_YAML_DEPTH, seconds_problem
 
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # a plain key (and an environment variable name)
 TAG = "tag:yaml.org,2002:"

@@ -1,13 +1,14 @@
 """The run's facts, decided once per command before the plan is built: its id, its free port and
 every path of its private run directory.
 
-Pure: computing a path touches nothing (``run/launch.py`` creates the directory and removes it).
+Pure: computing a path touches nothing (``job/launch.py`` creates the directory and removes it).
 ``plan`` and ``run --dry-run`` make the same context as ``run`` except for what only a running
 launcher knows, which they show as a placeholder (docs/plan-format.md, "Placeholders").
 """
 
 from __future__ import annotations
 
+import socket
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
@@ -144,3 +145,29 @@ def telemetry_socket_name(run_id: str, pid: str) -> str:
         digest = hashlib.sha256(run_id.encode(errors="surrogateescape")).hexdigest()[:16]
         shown = "".join(c if c.isalnum() or c in "-_." else "_" for c in run_id[:20]) + "~" + digest
     return f"@openclaw-{shown}-{pid}"
+
+
+_held_ports: list[socket.socket] = []
+
+
+def free_port() -> int:
+    """A TCP port free on this host, held by this launcher until it exits: a one-node job's
+    MASTER_PORT (torchrun's port 0 and ``--standalone``).
+
+    Finding a free port and closing it again leaves a gap before rank 0 binds it, in which another
+    launcher may draw the same one (two jobs, one EADDRINUSE). The port stays bound here instead
+    (SO_REUSEADDR, never listening, close-on-exec): the kernel gives it to no other bind or connect,
+    while rank 0's store, which also sets SO_REUSEADDR, can listen on it, at every restart too.
+    """
+    held = socket.socket()
+    held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    held.bind(("", 0))
+    _held_ports.append(held)
+    return int(held.getsockname()[1])
+
+
+def release_port(port: int) -> None:
+    """Stop holding a port ``free_port`` gave (a node that did not become node rank 0)."""
+    for held in [h for h in _held_ports if h.getsockname()[1] == port]:
+        _held_ports.remove(held)
+        held.close()

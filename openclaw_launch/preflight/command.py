@@ -13,13 +13,13 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from openclaw_launch.config.defaults import GRACE_PERIOD_S, PREFLIGHT_SLOW_PCT
-from openclaw_launch.config.limits import MAX_RECORD_BYTES
 from openclaw_launch.config.model import PreflightSettings
 from openclaw_launch.errors import OpenclawError
 from openclaw_launch.files import check_output_path, write_atomic
+from openclaw_launch.limits import MAX_RECORD_BYTES
 from openclaw_launch.plan.model import LaunchPlan
 from openclaw_launch.preflight.decide import GEMM_MATMULS, GEMM_N, GEMM_REPS, Floors, decide, format_decision
 from openclaw_launch.preflight.decide import exit_code as decision_exit_code
@@ -40,10 +40,17 @@ from openclaw_launch.report.codec import from_json, to_json
 from openclaw_launch.report.preflight import NetworkExpectation, PreflightDecision, PreflightTier, PreflightVerdict
 from openclaw_launch.topology.model import Topology
 
+if TYPE_CHECKING:
+    from openclaw_launch.run.supervise import SuperviseOptions
+
 WORKER_MODULE = "openclaw_launch.preflight.worker"
 #: The launcher's exit code when the workers themselves failed (a crash, a hang killed by a signal
 #: to the launcher keeps 128+N): distinct from 1, "measured and found slow or wrong".
 WORKERS_FAILED = 3
+
+
+#: How the probe's plan runs: (plan, supervision options, report path, verdict) -> exit code.
+Launch = Callable[[LaunchPlan, "SuperviseOptions", "str | None", Callable[[int], PreflightVerdict]], int]
 
 
 @dataclass(frozen=True)
@@ -67,9 +74,11 @@ def run_preflight(
     read_topology: Callable[[bool], Topology],
     settings: PreflightSettings,
     options: PreflightOptions,
+    launch: Launch,
 ) -> int:
     """The whole command; returns its exit code (docs/preflight.md). ``make_plan(script)`` plans
-    ``python -m SCRIPT...`` as ``run`` would; ``read_topology(with_gpus)`` reads the same host."""
+    ``python -m SCRIPT...`` as ``run`` would; ``read_topology(with_gpus)`` reads the same host;
+    ``launch`` runs the probe's plan through the job's own machinery (job/launch.py, a stage above)."""
     outputs = (
         ("--record", options.record_path),
         ("--report", options.report_path),
@@ -125,7 +134,7 @@ def run_preflight(
             judged.append(_document(plan, topology, results, decision, size, iters, launch_code, job))
             return judged[-1]
 
-        launch_code = _launch(plan, options, verdict)
+        launch_code = _launch(plan, options, verdict, launch)
         doc = judged[-1] if judged else verdict(launch_code)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -168,7 +177,7 @@ def _write_spec(
 ) -> None:
     import socket
 
-    from openclaw_launch.cli.torchrun_resolve import free_port
+    from openclaw_launch.plan.context import free_port
 
     kind = "gpu" if plan.backend == "nccl" else "cpu"
     firsts: dict[str | None, Any] = {}
@@ -194,14 +203,15 @@ def _write_spec(
     path.write_text(json.dumps(spec))
 
 
-def _launch(plan: LaunchPlan, options: PreflightOptions, verdict: Callable[[int], PreflightVerdict]) -> int:
-    """The workers through the job's own machinery; their console goes to stderr so that stdout
-    holds only the verdict (or the JSON). ``verdict`` goes into the run report ``launch`` writes."""
-    from openclaw_launch.run.launch import launch
+def _launch(
+    plan: LaunchPlan, options: PreflightOptions, verdict: Callable[[int], PreflightVerdict], launch: Launch
+) -> int:
+    """The workers' console goes to stderr so that stdout holds only the verdict (or the JSON).
+    ``verdict`` goes into the run report ``launch`` writes."""
     from openclaw_launch.run.supervise import SuperviseOptions
 
     supervise = SuperviseOptions(grace_period_s=options.grace_period_s, stdout=sys.stderr, error_files_kept=False)
-    return launch(plan, supervise, report_path=options.report_path, preflight=verdict)
+    return launch(plan, supervise, options.report_path, verdict)
 
 
 def _read_results(out_dir: Path) -> dict[int, dict[str, Any]]:

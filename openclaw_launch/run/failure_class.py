@@ -3,7 +3,7 @@ pure classifier (no I/O; the evidence is gathered by run/failure_policy.py).
 
 Each class says whether restarting the job can help (the cause is outside the script: a node, a
 GPU, the fabric) or not (the script fails the same way each time). The table builds the classes'
-rows of docs/failures.md (``python -m openclaw_launch.run.failure_docs --write``).
+rows of docs/failures.md (``python -m tools.failure_docs --write``).
 """
 
 from __future__ import annotations

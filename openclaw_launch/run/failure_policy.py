@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 
-from openclaw_launch.run.exit_codes import class_exit_code
+from openclaw_launch.exit_codes import class_exit_code
 from openclaw_launch.run.failure_class import Evidence, Failure, GpuEvent, classify
 from openclaw_launch.run.participant import Participant, StopKind, StopReason
 
@@ -93,7 +93,7 @@ class FailurePolicy(Participant):
 
     def exit_code(self, code: int, attempts: int, signal_received: int | None) -> int:
         """``--exit-code-classes``: a failed job's code from its last attempt's class (70: do not
-        requeue, 75: requeue; run/exit_codes.py); success and a signal to the launcher keep theirs."""
+        requeue, 75: requeue; exit_codes.py); success and a signal to the launcher keep theirs."""
         failure = self.failures.get(attempts - 1)
         if code == 0 or signal_received is not None or failure is None:
             return code

@@ -17,7 +17,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO, Protocol
 
-from openclaw_launch.config.limits import MAX_ERROR_FILE_BYTES
+from openclaw_launch.limits import MAX_ERROR_FILE_BYTES
 from openclaw_launch.run import terminal
 from openclaw_launch.run.cgroup import join as join_cgroup
 from openclaw_launch.run.terminal import Terminal

@@ -10,8 +10,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, BinaryIO
 
+from openclaw_launch import exit_codes
 from openclaw_launch.errors import LaunchError
-from openclaw_launch.run import exit_codes
 from openclaw_launch.run.failure_class import Evidence
 from openclaw_launch.run.osproc import OsLayer, Reaped
 from openclaw_launch.run.results import WorkerResult, read_error_file

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sized
 from dataclasses import dataclass, field
 
-from openclaw_launch.run import exit_codes
+from openclaw_launch import exit_codes
 from openclaw_launch.telemetry import gpu_events, wire
 
 HANG_EXIT_CODE = exit_codes.HANG  # 124, as timeout(1): the job was stopped because it made no progress

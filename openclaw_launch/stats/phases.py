@@ -1,5 +1,5 @@
 """The one phase accounting: which measured phase is input, work or waiting, and how a rank's step
-splits into the three. The table (report/format.py), the plot (stats/plot.py), the verdict
+splits into the three. The table (report/format.py), the plot (report/plot.py), the verdict
 (stats/verdict.py) and the report's shares (report/build.py) all use it, so they cannot disagree.
 
 - **input** (the input/host stage): ``input`` (the DataLoader, ``section("data")``) and ``host``

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from openclaw_launch.config.limits import MAX_CPU_ID
+from openclaw_launch.limits import MAX_CPU_ID
 
 _ITEM_RE = re.compile(r"^(\d+)(?:-(\d+))?$")
 

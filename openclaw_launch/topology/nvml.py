@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from openclaw_launch.config.limits import MAX_SNAPSHOT_BYTES
 from openclaw_launch.errors import TopologyError
+from openclaw_launch.limits import MAX_SNAPSHOT_BYTES
 from openclaw_launch.safe_read import InputFileError, parse_json, read_input
 from openclaw_launch.topology.cpulist import format_cpulist, parse_cpulist
 from openclaw_launch.topology.model import NvLink, PcieLink, normalize_bus_id

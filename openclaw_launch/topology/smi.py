@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from openclaw_launch.config.limits import MAX_SMI_BYTES
 from openclaw_launch.errors import TopologyError
+from openclaw_launch.limits import MAX_SMI_BYTES
 from openclaw_launch.safe_read import InputFileError, read_input
 from openclaw_launch.topology.cpulist import cpu_ranges, parse_cpulist
 from openclaw_launch.topology.model import GpuInfo, Topology

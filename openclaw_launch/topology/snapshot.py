@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from openclaw_launch.config.limits import MAX_CPU_ID, MAX_SNAPSHOT_BYTES
 from openclaw_launch.errors import TopologyError
 from openclaw_launch.files import write_atomic
+from openclaw_launch.limits import MAX_CPU_ID, MAX_SNAPSHOT_BYTES
 from openclaw_launch.safe_read import InputFileError, parse_json, read_input
 from openclaw_launch.topology.cpulist import format_cpulist, parse_cpulist
 from openclaw_launch.topology.model import GpuInfo, IbPort, Nic, NvLink, PcieLink, Topology

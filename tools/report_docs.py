@@ -1,7 +1,7 @@
 """The tables of docs/report-format.md, rendered from the report types' fields.
 
 Each table follows a marker ``<!-- table: NAME -->`` (report/markdown.py: the rule of every generated table).
-``python -m openclaw_launch.report.docs [--write] [FILE]`` prints what differs (or rewrites FILE);
+``python -m tools.report_docs [--write] [FILE]`` prints what differs (or rewrites FILE);
 tests/test_report_format.py holds the file to the fields.
 """
 
@@ -13,7 +13,6 @@ from pathlib import Path
 
 from openclaw_launch.report.codec import DOC, JOB_DOC, LEGACY, hints, type_name
 from openclaw_launch.report.failure import AttemptFailure
-from openclaw_launch.report.markdown import check_or_write, update_tables
 from openclaw_launch.report.membership import AttemptMembership
 from openclaw_launch.report.model import (
     AttemptEntry,
@@ -38,8 +37,9 @@ from openclaw_launch.report.preflight import (
     PreflightVerdict,
 )
 from openclaw_launch.report.rank import GpuStats, RankEntry, SectionTimes, StepStatistics, StepTimes
+from tools.markdown_tables import check_or_write, update_tables
 
-DOCS_FILE = Path(__file__).resolve().parents[2] / "docs" / "report-format.md"
+DOCS_FILE = Path(__file__).resolve().parents[1] / "docs" / "report-format.md"
 # table name in the docs -> the type whose fields it lists
 TABLES: dict[str, type] = {
     "report": NodeReport,

@@ -1,7 +1,7 @@
 """The tables of docs/failures.md, rendered from the failure classes and the exit codes.
 
 Each table follows a marker ``<!-- table: NAME -->`` (report/markdown.py).
-``python -m openclaw_launch.run.failure_docs [--write]`` says whether the file differs (or rewrites
+``python -m tools.failure_docs [--write]`` says whether the file differs (or rewrites
 it); tests/test_failure_class.py holds the file to the tables.
 """
 
@@ -11,11 +11,11 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from openclaw_launch.report.markdown import check_or_write, update_tables
-from openclaw_launch.run.exit_codes import exit_codes_markdown
+from openclaw_launch.exit_codes import exit_codes_markdown
 from openclaw_launch.run.failure_class import classes_markdown
+from tools.markdown_tables import check_or_write, update_tables
 
-DOCS_FILE = Path(__file__).resolve().parents[2] / "docs" / "failures.md"
+DOCS_FILE = Path(__file__).resolve().parents[1] / "docs" / "failures.md"
 TABLES: dict[str, Callable[[], str]] = {"failure classes": classes_markdown, "exit codes": exit_codes_markdown}
 
 

@@ -1,5 +1,5 @@
 """Generated tables in the docs, one rule for every generated file: a table follows a marker line
-``<!-- table: NAME -->`` and ends at the first line that is not a table row; ``python -m MODULE
+``<!-- table: NAME -->`` and ends at the first line that is not a table row; ``python -m tools.NAME
 [--write]`` says whether a file differs from its sources (exit 1) or rewrites it."""
 
 from __future__ import annotations
