@@ -16,9 +16,9 @@ from openclaw_launch.agents.membership import ElasticSpec
 from openclaw_launch.cli.common import Common, fail, node_name_for, plan_and_config
 from openclaw_launch.cli.run_options import RunOptions
 from openclaw_launch.cli.torchrun_resolve import Resolved
+from openclaw_launch.config.defaults import MASTER_PORT
 from openclaw_launch.config.model import Config
 from openclaw_launch.errors import OpenclawError
-from openclaw_launch.plan.build import DEFAULT_MASTER_PORT
 
 if TYPE_CHECKING:
     from openclaw_launch.agents.elastic_agent import ElasticLink, World
@@ -48,7 +48,7 @@ def elastic_job(c: Common, want: Resolved, r: RunOptions, loaded: Config | None 
     rt = config.runtime if config is not None else None
     if config is not None and rt is not None and rt.min_nodes is not None and rt.max_nodes is not None:
         node = node_name_for(config, c.node)
-        master_port = want.master_port or rt.master_port or DEFAULT_MASTER_PORT
+        master_port = want.master_port or rt.master_port or MASTER_PORT
         port = r.agent_port or (master_port + 1 if master_port < 65535 else master_port - 1)
         addr = config.nodes[0].ip or want.master_addr or rt.master_addr or "localhost"
         spec = ElasticSpec(rt.min_nodes, rt.max_nodes, want.last_call_timeout_s)

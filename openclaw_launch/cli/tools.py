@@ -28,11 +28,12 @@ from openclaw_launch.cli.common import (
 from openclaw_launch.cli.option_types import slow_percent
 from openclaw_launch.cli.run_options import RunOptions, console_choices, startup_timeout_s, with_run_options
 from openclaw_launch.cli.torchrun_resolve import resolve
-from openclaw_launch.config.defaults import PREFLIGHT_SLOW_PCT
+from openclaw_launch.config.defaults import PREFLIGHT_ITERS, PREFLIGHT_SIZE_MIB, PREFLIGHT_SLOW_PCT
 from openclaw_launch.config.model import Config
 from openclaw_launch.config.reader import load_config
 from openclaw_launch.errors import OpenclawError
 from openclaw_launch.plan.format import format_plan_table
+from openclaw_launch.preflight.tiers import RECORDED_MARGIN
 
 if TYPE_CHECKING:
     from openclaw_launch.plan.model import LaunchPlan
@@ -84,14 +85,18 @@ def plan(c: Common, r: RunOptions, as_json: bool, suggest_parallel: bool) -> Non
 
 @click.command(context_settings=SCRIPT_LAST)
 @with_common
-@click.option("--size-mib", type=click.IntRange(min=1), help="All-reduce size (default 1024; CPU ranks 4).")
-@click.option("--iters", type=click.IntRange(min=1), help="Timed all-reduces per tier (default 20).")
+@click.option(
+    "--size-mib",
+    type=click.IntRange(min=1),
+    help=f"All-reduce size (default {PREFLIGHT_SIZE_MIB['gpu']}; CPU ranks {PREFLIGHT_SIZE_MIB['cpu']}).",
+)
+@click.option("--iters", type=click.IntRange(min=1), help=f"Timed all-reduces per tier (default {PREFLIGHT_ITERS}).")
 @click.option("--record", "record_path", type=click.Path(dir_okay=False), help="Save the measured bandwidths here.")
 @click.option(
     "--expect",
     "expect_path",
     type=click.Path(exists=True, dir_okay=False),
-    help="Expect at least 0.8 x the bandwidths a --record file saved.",
+    help=f"Expect at least {RECORDED_MARGIN:g} x the bandwidths a --record file saved.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False), help="Write the run report (with it).")

@@ -18,6 +18,7 @@ from openclaw_launch.config.defaults import (
     FORWARD_ONLY_SIGNALS,
     GRACE_PERIOD_S,
     HANDLED_SIGNALS,
+    MASTER_PORT,
     MAX_RESTARTS,
     RDZV_PORT,
 )
@@ -224,7 +225,7 @@ FLAGS: tuple[Flag, ...] = (
         "master_port",
         _both("master-port"),
         "MASTER_PORT of every rank; 0: a free one (one node only). Default: config, else a free port for a "
-        "one-node job, 29500 for several nodes ($MASTER_PORT of the shell is ignored, as by torchrun).",
+        f"one-node job, {MASTER_PORT} for several nodes ($MASTER_PORT of the shell is ignored, as by torchrun).",
         env=_pet("master_port"),
         kwargs={"type": click.IntRange(0, 65535)},
     ),

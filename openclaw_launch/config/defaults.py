@@ -15,7 +15,7 @@ MAX_RESTARTS = 0
 RESTART_BACKOFF_S = 1.0  # restart k waits this times 2**k ...
 RESTART_BACKOFF_MAX_S = 30.0  # ... at most this
 #: What the launcher forwards and stops on: torchrun's four, plus Slurm's SIGUSR1/SIGUSR2 (sent
-#: before a job's time limit).
+#: before a job's time limit). Its helpers ignore them and its guardian takes their defaults back.
 HANDLED_SIGNALS: tuple[str, ...] = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
 #: Of those, the ones forwarded without stopping the job (checkpoint requests).
 FORWARD_ONLY_SIGNALS: tuple[str, ...] = ("SIGUSR1", "SIGUSR2")
@@ -31,10 +31,14 @@ AGENT_TIMEOUT_S = 300.0  # several nodes: how long the agents wait for every nod
 KEEPALIVE_S = 15.0  # several nodes: a node silent this long is lost
 LAST_CALL_TIMEOUT_S = 30.0  # elastic: once MIN nodes are there, wait this long for more (torchrun's c10d default)
 RDZV_PORT = 29400  # torchrun's rendezvous port when --rdzv-endpoint has none
+MASTER_PORT = 29500  # several nodes with no port given (torchrun's); a one-node job draws a free one
 #: ``preflight --slow-pct``: a GEMM or a node pair this many % below its reference is slow and its node
 #: excluded (docs/preflight.md). CPU ranks (gloo) share cores, caches and the OS with the rest of the
 #: host, and loopback test nodes share one host, so their bar is wider.
 PREFLIGHT_SLOW_PCT: dict[str, float] = {"gpu": 10.0, "cpu": 50.0}
+#: ``preflight --size-mib`` (config ``preflight.size_mib``): the all-reduce size, by rank kind.
+PREFLIGHT_SIZE_MIB: dict[str, int] = {"gpu": 1024, "cpu": 4}
+PREFLIGHT_ITERS = 20  # ``preflight --iters`` (config ``preflight.iters``): timed all-reduces per tier
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from openclaw_launch.config.checks import identity_checks, planned_numa_node
+from openclaw_launch.config.defaults import MASTER_PORT
 from openclaw_launch.config.model import Config, GpuSpec, NodeSpec, node_rank_counts, procs_per_gpu_problem
 from openclaw_launch.config.parallel import size_problems
 from openclaw_launch.errors import PlanError, TopologyError
@@ -35,7 +36,6 @@ from openclaw_launch.topology.model import GpuInfo, Topology
 from openclaw_launch.topology.nic import NicChoice
 
 DEFAULT_MASTER_ADDR = "127.0.0.1"
-DEFAULT_MASTER_PORT = 29500
 
 
 @dataclass(frozen=True)
@@ -160,7 +160,7 @@ def _master_port(config: Config, context: RunContext, options: PlanOptions) -> i
         return given
     if len(config.nodes) == 1 or context.by_arrival:
         return context.free_master_port
-    return DEFAULT_MASTER_PORT
+    return MASTER_PORT
 
 
 def _shell_rendezvous_warnings(base_env: Mapping[str, str], master_addr: str, master_port: int | None) -> list[str]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from openclaw_launch.config.defaults import GRACE_PERIOD_S, PREFLIGHT_SLOW_PCT
+from openclaw_launch.config.defaults import GRACE_PERIOD_S, PREFLIGHT_ITERS, PREFLIGHT_SLOW_PCT
 from openclaw_launch.config.model import PreflightSettings
 from openclaw_launch.errors import OpenclawError
 from openclaw_launch.files import check_output_path, write_atomic
@@ -25,7 +25,6 @@ from openclaw_launch.preflight.decide import GEMM_MATMULS, GEMM_N, GEMM_REPS, Fl
 from openclaw_launch.preflight.decide import exit_code as decision_exit_code
 from openclaw_launch.preflight.record import Recording, decision_floors, record, recorded_floors, usable_floors
 from openclaw_launch.preflight.tiers import (
-    DEFAULT_ITERS,
     PREFLIGHT_SCHEMA,
     WARMUP_ITERS,
     TierResult,
@@ -36,7 +35,7 @@ from openclaw_launch.preflight.tiers import (
     network_expectations,
     plan_tiers,
 )
-from openclaw_launch.report.codec import from_json, to_json
+from openclaw_launch.codec import from_json, to_json
 from openclaw_launch.report.preflight import NetworkExpectation, PreflightDecision, PreflightTier, PreflightVerdict
 from openclaw_launch.topology.model import Topology
 
@@ -99,7 +98,7 @@ def run_preflight(
         size = default_size_bytes(plan, settings, options.size_mib)
         recorded, record_warnings = _compare(recording, options.expect_path or "", tiers, plan, size)
         expected = expectations(tiers, plan, topology, settings, recorded, options.expect_path or "")
-        iters = options.iters or settings.iters or DEFAULT_ITERS
+        iters = options.iters or settings.iters or PREFLIGHT_ITERS
         kind = "gpu" if plan.backend == "nccl" else "cpu"
         slow_pct = options.slow_pct if options.slow_pct is not None else PREFLIGHT_SLOW_PCT[kind]
         floors, floor_warnings = (

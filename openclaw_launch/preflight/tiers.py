@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from openclaw_launch.config.defaults import PREFLIGHT_SIZE_MIB
 from openclaw_launch.config.model import PreflightSettings
 from openclaw_launch.plan.model import LaunchPlan
 from openclaw_launch.topology.model import GpuInfo, Topology
@@ -44,8 +45,6 @@ FAIL_BELOW = 0.5
 RECORDED_MARGIN = 0.8
 #: The most NVLinks one GPU has (H100/H200/B200): more NV# in a matrix row means NVSwitch.
 MAX_NVLINKS_PER_GPU = 18
-DEFAULT_SIZE_MIB = {"gpu": 1024, "cpu": 4}
-DEFAULT_ITERS = 20
 WARMUP_ITERS = 5
 
 
@@ -293,5 +292,5 @@ def format_line(r: TierResult) -> str:
 
 
 def default_size_bytes(plan: LaunchPlan, settings: PreflightSettings, size_mib: int | None) -> int:
-    mib = size_mib or settings.size_mib or DEFAULT_SIZE_MIB["gpu" if plan.backend == "nccl" else "cpu"]
+    mib = size_mib or settings.size_mib or PREFLIGHT_SIZE_MIB["gpu" if plan.backend == "nccl" else "cpu"]
     return mib * 2**20

@@ -22,6 +22,9 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from openclaw_launch.config.defaults import HANDLED_SIGNALS
+from openclaw_launch.config.signals import signal_numbers
+
 DEFAULT_COMMAND_TIMEOUT_S = 10.0
 DEFAULT_CLOSE_TIMEOUT_S = 5.0
 
@@ -164,7 +167,7 @@ def _detach(keep_fd: int) -> None:
     """Own session, no inherited fds (a held pipe would keep a reader waiting for EOF), default signals."""
     os.setsid()
     signal.set_wakeup_fd(-1)
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
+    for sig in signal_numbers(HANDLED_SIGNALS):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     devnull = os.open(os.devnull, os.O_RDWR)

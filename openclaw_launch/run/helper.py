@@ -30,11 +30,13 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
+from openclaw_launch.config.defaults import HANDLED_SIGNALS
+from openclaw_launch.config.signals import signal_numbers
+
 PR_SET_PDEATHSIG = 1
 PR_SET_NAME = 15
 PENDING_MAX_BYTES = 4 << 20  # what the launcher keeps for a helper that does not read, at most
 CLOSE_TIMEOUT_S = 5.0
-_STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
 _running: dict[int, str] = {}  # pid -> name of every helper this process started and not yet ended
 
@@ -216,7 +218,7 @@ def _become_helper(launcher: int, name: str, keep_fds: Collection[int]) -> None:
     libc.prctl(PR_SET_NAME, name.encode()[:15], 0, 0, 0)
     os.setsid()
     signal.set_wakeup_fd(-1)
-    for sig in _STOPPING_SIGNALS:
+    for sig in signal_numbers(HANDLED_SIGNALS):
         signal.signal(sig, signal.SIG_IGN)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     devnull = os.open(os.devnull, os.O_RDWR)
