@@ -24,6 +24,7 @@ from openclaw_launch.files import write_atomic
 from openclaw_launch.job.agents import AgentSetup
 from openclaw_launch.job.participants import participants_of
 from openclaw_launch.job.reports import job_report, node_report
+from openclaw_launch.plan.context import LogDir
 from openclaw_launch.plan.model import LaunchPlan
 from openclaw_launch.run import cgroup, console
 from openclaw_launch.run.errorfile import write_parent_error_file
@@ -71,7 +72,7 @@ def launch(
     ``preflight``: judges the workers' measurements once they ended (given the exit code); its verdict
     goes into the report. ``exit_code_classes``: a failed job exits 70 or 75 by its failure class
     (exit_codes.py), not with the worker's code."""
-    hint = f"{options.log_dir}/{plan.run_id}" if options.log_dir else None
+    hint = str(LogDir.of(options.log_dir, plan.run_id).path) if options.log_dir else None
     out, err = console.wrap(options.stdout or sys.stdout, hint), console.wrap(options.stderr or sys.stderr, hint)
     options = dataclasses.replace(options, stdout=out, stderr=err)  # never blocks supervision
     os_layer = RealOs()

@@ -34,6 +34,31 @@ MPS_PIPE_SUBDIR, MPS_LOG_SUBDIR = "pipe", "log"
 
 
 @dataclass(frozen=True)
+class LogDir:
+    """``--log-dir DIR``: what a job keeps after it, under ``DIR/RUNID`` (every node's launcher and
+    every attempt alike): each rank's logs of each attempt and, with ``--log-dir`` given, the error
+    files (``RunDir.errors_dir``). The one definition of that layout."""
+
+    path: PurePosixPath  # DIR/RUNID
+
+    @classmethod
+    def of(cls, log_dir: str, run_id: str) -> LogDir:
+        return cls(PurePosixPath(log_dir) / run_id)
+
+    @property
+    def errors_dir(self) -> PurePosixPath:
+        return self.path / "errors"
+
+    def rank_dir(self, rank: int, attempt: int) -> PurePosixPath:
+        """The rank's logs of that attempt: ``attempt-N/rank-R/``."""
+        return self.path / f"attempt-{attempt}" / f"rank-{rank}"
+
+    def rank_log(self, rank: int, attempt: int, stream: str) -> PurePosixPath:
+        """``stream`` (stdout or stderr) of the rank in that attempt."""
+        return self.rank_dir(rank, attempt) / f"{stream}.log"
+
+
+@dataclass(frozen=True)
 class RunDir:
     """One launcher's private directory (mode 0700, removed at the end) and the run's files.
 
@@ -108,7 +133,7 @@ def run_context(
     _check_run_id(run_id)
     shown_pid = PID_PLACEHOLDER if pid is None else str(pid)
     path = PurePosixPath(tmp_dir) / f"openclaw-{run_id}-{shown_pid}"
-    errors = PurePosixPath(log_dir) / run_id / "errors" if log_dir else path / "errors"
+    errors = LogDir.of(log_dir, run_id).errors_dir if log_dir else path / "errors"
     run_dir = RunDir(path=path, errors_dir=errors, socket=telemetry_socket_name(run_id, shown_pid))
     return RunContext(run_id=run_id, run_dir=run_dir, free_master_port=free_master_port, by_arrival=by_arrival)
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 from openclaw_launch import exit_codes
 from openclaw_launch.errors import LaunchError
+from openclaw_launch.plan.context import LogDir
 from openclaw_launch.run.failure_class import Evidence
 from openclaw_launch.run.osproc import OsLayer, Reaped
 from openclaw_launch.run.results import WorkerResult, read_error_file
@@ -171,14 +172,13 @@ def close_logs(logs: Logs) -> None:
 
 
 class AttemptFiles:
-    """Each rank's log files (``<log_dir>/<run_id>/attempt-<n>/rank-<r>/{stdout,stderr}.log``) and
+    """Each rank's log files (``LogDir.rank_log``: ``<log_dir>/<run_id>/attempt-<n>/rank-<r>/``) and
     fresh error file. A log that cannot be written stops nothing once the job runs: the console is
     warned once and the report lists it (``log_errors``)."""
 
     def __init__(self, os_layer: OsLayer, log_dir: str | None, run_id: str, warn: Callable[[str], None]) -> None:
         self.os = os_layer
-        self.log_dir = log_dir
-        self.run_id = run_id
+        self.logs = LogDir.of(log_dir, run_id) if log_dir else None
         self._warn = warn
         self.log_errors: list[str] = []
 
@@ -205,12 +205,12 @@ class AttemptFiles:
 
     def _open(self, rank: RankPlan, attempt: int) -> Logs:
         logs: Logs = {"stdout": None, "stderr": None}
-        if not self.log_dir:
+        if self.logs is None:
             return logs
-        base = f"{self.log_dir}/{self.run_id}/attempt-{attempt}/rank-{rank.rank}"
+        base = self.logs.rank_dir(rank.rank, attempt)
         try:
             for name in logs:
-                logs[name] = self.os.open_log(f"{base}/{name}.log")
+                logs[name] = self.os.open_log(str(self.logs.rank_log(rank.rank, attempt, name)))
         except OSError as exc:
             close_logs(logs)
             if attempt == 0:  # nothing started yet: say so now

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from openclaw_launch.config import defaults
+from openclaw_launch.plan.context import LogDir
 from openclaw_launch.plan.model import LaunchPlan
 from openclaw_launch.run.participant import Participant
 from openclaw_launch.run.results import JobResult
@@ -67,10 +68,10 @@ def _start_live(
         from openclaw_launch.stats.hang import HangWatch
         from openclaw_launch.stats.hang_monitor import HangMonitor, stack_files, watched
 
+        logs = LogDir.of(options.log_dir, plan.run_id) if options.log_dir else None
+
         def log_path(rank: int, attempt: int) -> str | None:
-            if not options.log_dir:
-                return None
-            return f"{options.log_dir}/{plan.run_id}/attempt-{attempt}/rank-{rank}/stderr.log"
+            return str(logs.rank_log(rank, attempt, "stderr")) if logs is not None else None
 
         watch = HangWatch(stats.hang_timeout_s, watched(plan.ranks), stats.startup_timeout_s)
         session.hang = HangMonitor(watch, say, stack_files(plan.ranks), log_path)
