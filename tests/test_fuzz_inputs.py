@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 import yaml
 
+from openclaw_launch.codec import to_json
 from openclaw_launch.config.reader import parse_config
 from openclaw_launch.errors import OpenclawError
 from openclaw_launch.plan.build import build_plan
 from openclaw_launch.plan.context import run_context
 from openclaw_launch.plan.model import Entry, PlanOptions
 from openclaw_launch.report.build import load_report
-from openclaw_launch.report.codec import to_json
 from openclaw_launch.report.format import format_report
 from openclaw_launch.topology.snapshot import topology_from_snapshot
 from tests.report_samples import HANG, PREFLIGHT, STRAGGLER, node_report

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from openclaw_launch.codec import DOC, ReportShapeError, from_json, hints, to_json
 from openclaw_launch.errors import OpenclawError
 from openclaw_launch.report.build import load_report, write_report
-from openclaw_launch.report.codec import DOC, ReportShapeError, from_json, hints, to_json
 from openclaw_launch.report.format import format_report
 from openclaw_launch.report.model import LEGACY_SCHEMAS, SCHEMA, JobReport, NodeReport
 from tests.report_samples import HANG, PREFLIGHT, STRAGGLER, node_report

@@ -7,8 +7,8 @@ import dataclasses
 import json
 
 from openclaw_launch.agents.merge import NodePayload, merge_reports, node_payload
+from openclaw_launch.codec import from_json, to_json
 from openclaw_launch.report.build import CONTAINMENT
-from openclaw_launch.report.codec import from_json, to_json
 from openclaw_launch.report.model import JobReport, NodeReport, Report
 from openclaw_launch.stats.collect import PhaseSummary, RankSummary
 from tests.report_samples import HANG, node_report

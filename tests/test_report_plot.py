@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from openclaw_launch.report.codec import to_json
+from openclaw_launch.codec import to_json
 from openclaw_launch.report.model import StragglerEntry
 from openclaw_launch.report.rank import SectionTimes, StepStatistics, StepTimes
 from tests.report_samples import node_report, rank_entry, step_statistics

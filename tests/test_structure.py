@@ -16,7 +16,7 @@ from pathlib import Path
 PACKAGE = "openclaw_launch"
 ROOT = Path(__file__).resolve().parent.parent / PACKAGE
 #: The stages, top first (docs/design.md, "Layout"): an import goes only from a stage to one below it.
-#: A module of the package root (errors, exit_codes, files, limits, safe_read, startup) is the ground.
+#: A module of the package root (codec, errors, exit_codes, files, limits, safe_read, startup) is the ground.
 STAGES = (
     ("cli",),
     ("job",),

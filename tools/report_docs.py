@@ -11,7 +11,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from openclaw_launch.report.codec import DOC, JOB_DOC, LEGACY, hints, type_name
+from openclaw_launch.codec import DOC, JOB_DOC, LEGACY, hints, type_name
 from openclaw_launch.report.failure import AttemptFailure
 from openclaw_launch.report.membership import AttemptMembership
 from openclaw_launch.report.model import (

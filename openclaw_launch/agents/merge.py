@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from openclaw_launch.codec import to_json
 from openclaw_launch.report.build import run_statistics, statistics_entry, straggler_entry
-from openclaw_launch.report.codec import to_json
 from openclaw_launch.report.model import (
     JOB_SCOPE,
     AttemptEntry,

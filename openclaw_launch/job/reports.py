@@ -67,8 +67,8 @@ def job_report(
 ) -> None:
     """Every node sends its report to the first node, which prints and writes the job's."""
     from openclaw_launch.agents.merge import NodePayload, merge_reports, node_payload
+    from openclaw_launch.codec import ReportShapeError, from_json, to_json
     from openclaw_launch.report.build import write_report
-    from openclaw_launch.report.codec import ReportShapeError, from_json, to_json
     from openclaw_launch.report.format import format_report
 
     own = node_payload(report, statistics)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from openclaw_launch.codec import from_json, to_json
 from openclaw_launch.config.defaults import GRACE_PERIOD_S, PREFLIGHT_ITERS, PREFLIGHT_SLOW_PCT
 from openclaw_launch.config.model import PreflightSettings
 from openclaw_launch.errors import OpenclawError
@@ -35,7 +36,6 @@ from openclaw_launch.preflight.tiers import (
     network_expectations,
     plan_tiers,
 )
-from openclaw_launch.codec import from_json, to_json
 from openclaw_launch.report.preflight import NetworkExpectation, PreflightDecision, PreflightTier, PreflightVerdict
 from openclaw_launch.topology.model import Topology
 

@@ -13,10 +13,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
+from openclaw_launch.codec import ReportShapeError, from_json, to_json
 from openclaw_launch.errors import OpenclawError
 from openclaw_launch.files import write_atomic
 from openclaw_launch.limits import MAX_REPORT_BYTES
-from openclaw_launch.report.codec import ReportShapeError, from_json, to_json
 from openclaw_launch.report.failure import AttemptFailure
 from openclaw_launch.report.model import (
     JOB_SCOPE,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from openclaw_launch.report.codec import doc
+from openclaw_launch.codec import doc
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from openclaw_launch.report.codec import doc
+from openclaw_launch.codec import doc
 from openclaw_launch.report.failure import AttemptFailure
 from openclaw_launch.report.membership import AttemptMembership
 from openclaw_launch.report.preflight import PreflightVerdict
