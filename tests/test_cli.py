@@ -1,4 +1,5 @@
-"""The command line as users meet it: real `python -m openclaw_launch` processes."""
+"""The command line as users meet it: real `python -m openclaw_launch` processes; the usage errors
+in this process (tests/cli_runner.py), each family with one case through the real entry point."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_runner import invoke
 
 ROOT = Path(__file__).resolve().parent.parent
 BAD = sorted((ROOT / "tests" / "bad_configs").glob("*.yaml"))
@@ -38,7 +40,8 @@ def expected_locations(path: Path) -> list[str]:
 @pytest.mark.parametrize("command", ["plan", "validate", "run"])
 def test_bad_config_exits_2_naming_path_and_line(path: Path, command: str) -> None:
     extra = ["--", "examples/train.py"] if command != "validate" else []
-    proc = launcher(command, "--config", str(path), *extra)
+    through_the_entry_point = path == BAD[0] and command == "run"
+    proc = (launcher if through_the_entry_point else invoke)(command, "--config", str(path), *extra)
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     for where in expected_locations(path):
@@ -50,7 +53,7 @@ def test_missing_uuid_lists_the_gpus_that_are_there(tmp_path: Path) -> None:
     cfg.write_text(
         "cluster:\n  nodes:\n    - name: n0\n      gpus:\n        - uuid: GPU-00000000-1111-2222-3333-444444444444\n"
     )
-    proc = launcher("plan", "--config", str(cfg), "--topology", str(SNAPSHOT))
+    proc = invoke("plan", "--config", str(cfg), "--topology", str(SNAPSHOT))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "GPU-00000000-1111-2222-3333-444444444444" in proc.stderr
     assert "GPU-584f87b1-e561-d9a3-aa91-5ea20ea584ee" in proc.stderr  # what the host has
@@ -142,10 +145,10 @@ def test_unknown_subcommand_is_the_script() -> None:
 
 
 def test_usage_errors_exit_2() -> None:
-    assert launcher("--nproc-per-node", "0", "x.py").returncode == 2
-    assert launcher("run").returncode == 2
+    assert invoke("--nproc-per-node", "0", "x.py").returncode == 2
+    assert invoke("run").returncode == 2
     env = {**os.environ, "SLURM_NODEID": "5"}
-    proc = launcher("plan", "--config", "configs/two-nodes-loopback.yaml", env=env)
+    proc = invoke("plan", "--config", "configs/two-nodes-loopback.yaml", env=env)
     assert proc.returncode == 2 and "SLURM_NODEID=5" in proc.stderr
 
 
@@ -162,7 +165,7 @@ def test_report_renders_a_saved_run_and_rejects_other_files(tmp_path: Path) -> N
     shown = launcher("report", str(report))
     assert shown.returncode == 0 and "exit 0" in shown.stdout and "bound cpus" in shown.stdout
     (tmp_path / "other.json").write_text("{}")
-    bad = launcher("report", str(tmp_path / "other.json"))
+    bad = invoke("report", str(tmp_path / "other.json"))
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
 
 
@@ -222,7 +225,7 @@ BAD_INPUT_NAMES = [
 @pytest.mark.parametrize("name", BAD_INPUT_NAMES)
 def test_bad_input_exits_2_with_a_clear_message(tmp_path: Path, name: str) -> None:
     args, says = _bad_inputs(tmp_path)[name]
-    proc = launcher(*args)
+    proc = (launcher if name == BAD_INPUT_NAMES[0] else invoke)(*args)  # one through the entry point
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr and says in proc.stderr, proc.stderr
     assert proc.stdout == ""

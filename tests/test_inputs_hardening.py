@@ -1,4 +1,5 @@
-"""Issue 21 items 7-9: inputs, limits and signals, through the real launcher process.
+"""Issue 21 items 7-9: inputs, limits and signals, through the real launcher process; the usage
+errors in this process (tests/cli_runner.py), each family with one case through the real entry point.
 
 Each case asserts the exit code, that there is no traceback, and (where a job ran) that the report is
 complete: duration options refuse nan/inf/huge, ``preflight --expect`` reads through the bounded
@@ -20,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_runner import Invocation, invoke
 
 LAUNCHER = [sys.executable, "-m", "openclaw_launch"]
 
@@ -28,7 +30,7 @@ def _launch(args: list[str], timeout_s: float = 120, **kw: object) -> subprocess
     return subprocess.run([*LAUNCHER, *args], capture_output=True, text=True, timeout=timeout_s, **kw)  # type: ignore[call-overload]
 
 
-def _clean(p: subprocess.CompletedProcess[str]) -> None:
+def _clean(p: subprocess.CompletedProcess[str] | Invocation) -> None:
     assert "Traceback" not in p.stderr + p.stdout, p.stderr
 
 
@@ -61,7 +63,9 @@ DURATION_OPTIONS = [
 @pytest.mark.parametrize("option", DURATION_OPTIONS)
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e300", "1e999", "-1"])
 def test_duration_options_refuse_non_finite_and_huge(option: str, value: str) -> None:
-    p = _launch(["plan", "--nproc-per-node", "1", option, value, "--no-python", "true"], timeout_s=30)
+    args = ["plan", "--nproc-per-node", "1", option, value, "--no-python", "true"]
+    through_the_entry_point = option == DURATION_OPTIONS[0] and value == "nan"
+    p = _launch(args, timeout_s=30) if through_the_entry_point else invoke(*args)
     assert p.returncode == 2, p.stderr
     _clean(p)
     line = p.stderr.strip()
@@ -70,7 +74,9 @@ def test_duration_options_refuse_non_finite_and_huge(option: str, value: str) ->
 
 @pytest.mark.parametrize("variable", ["OPENCLAW_AGENT_TIMEOUT_S", "OPENCLAW_KEEPALIVE_S", "PET_SHUTDOWN_TIMEOUT"])
 def test_duration_variables_refuse_nan(variable: str) -> None:
-    p = _launch(["plan", "--nproc-per-node", "1", "--no-python", "true"], env={**os.environ, variable: "nan"})
+    args, env = ["plan", "--nproc-per-node", "1", "--no-python", "true"], {**os.environ, variable: "nan"}
+    through_the_entry_point = variable == "OPENCLAW_AGENT_TIMEOUT_S"
+    p = _launch(args, env=env) if through_the_entry_point else invoke(*args, env=env)
     assert p.returncode == 2, p.stderr
     _clean(p)
     assert "not a number of seconds" in p.stderr
@@ -82,7 +88,7 @@ def test_config_duration_refuses_non_finite(tmp_path: Path, value: str) -> None:
     config.write_text(
         f"cluster:\n  nodes:\n    - name: localhost\n      cpu_workers: 1\nruntime:\n  hang_timeout_s: {value}\n"
     )
-    p = _launch(["plan", "--config", str(config)], timeout_s=30)
+    p = invoke("plan", "--config", str(config))
     assert p.returncode == 2, p.stderr
     _clean(p)
     assert "runtime.hang_timeout_s (line 6)" in p.stderr
@@ -277,7 +283,7 @@ def _record(tiers: dict[str, object], node: str = "localhost") -> str:
     return json.dumps({"format": "openclaw-preflight-record/1", "node": node, "tiers": tiers})
 
 
-def _one_error_line(p: subprocess.CompletedProcess[str]) -> str:
+def _one_error_line(p: subprocess.CompletedProcess[str] | Invocation) -> str:
     assert p.returncode == 2, p.stderr
     _clean(p)
     lines = p.stderr.strip().splitlines()
@@ -287,28 +293,28 @@ def _one_error_line(p: subprocess.CompletedProcess[str]) -> str:
 
 
 def test_expect_dev_zero() -> None:
-    line = _one_error_line(_launch([*PREFLIGHT, "--expect", "/dev/zero"], timeout_s=30))
+    line = _one_error_line(invoke(*PREFLIGHT, "--expect", "/dev/zero"))
     assert "/dev/zero" in line and "not a regular file" in line
 
 
 def test_expect_fifo_does_not_block(tmp_path: Path) -> None:
     fifo = tmp_path / "rec.fifo"
     os.mkfifo(fifo)
-    line = _one_error_line(_launch([*PREFLIGHT, "--expect", str(fifo)], timeout_s=30))
+    line = _one_error_line(_launch([*PREFLIGHT, "--expect", str(fifo)], timeout_s=30))  # through the entry point
     assert "a FIFO" in line
 
 
 def test_expect_deep_json(tmp_path: Path) -> None:
     deep = tmp_path / "deep.json"
     deep.write_text("[" * 100_000 + "]" * 100_000)
-    line = _one_error_line(_launch([*PREFLIGHT, "--expect", str(deep)], timeout_s=30))
+    line = _one_error_line(invoke(*PREFLIGHT, "--expect", str(deep)))
     assert "nests deeper than" in line
 
 
 def test_expect_oversized(tmp_path: Path) -> None:
     big = tmp_path / "big.json"
     big.write_text(" " * (2 << 20))
-    line = _one_error_line(_launch([*PREFLIGHT, "--expect", str(big)], timeout_s=30))
+    line = _one_error_line(invoke(*PREFLIGHT, "--expect", str(big)))
     assert "larger than" in line
 
 
@@ -316,7 +322,7 @@ def test_expect_oversized(tmp_path: Path) -> None:
 def test_expect_values_are_finite_positive_numbers(tmp_path: Path, value: str) -> None:
     rec = tmp_path / "rec.json"
     rec.write_text(_record({"node": {"busbw_gbps": 1}}).replace('"busbw_gbps": 1', f'"busbw_gbps": {value}'))
-    line = _one_error_line(_launch([*PREFLIGHT, "--expect", str(rec)], timeout_s=30))
+    line = _one_error_line(invoke(*PREFLIGHT, "--expect", str(rec)))
     assert str(rec) in line and ("busbw_gbps" in line or "not valid JSON" in line), line
 
 
@@ -326,14 +332,14 @@ def test_expect_sizes_are_whole_numbers(tmp_path: Path, key: str, value: str) ->
     rec.write_text(
         _record({"node": {"busbw_gbps": 1.0}}).replace('"busbw_gbps": 1.0', f'"busbw_gbps": 1.0, "{key}": {value}')
     )
-    line = _one_error_line(_launch([*PREFLIGHT, "--expect", str(rec)], timeout_s=30))
+    line = _one_error_line(invoke(*PREFLIGHT, "--expect", str(rec)))
     assert f"tiers.node.{key}" in line
 
 
 def test_expect_from_another_topology_is_refused(tmp_path: Path) -> None:
     rec = tmp_path / "rec.json"
     rec.write_text(_record({"nvlink:0,1": {"busbw_gbps": 300.0}, "nvlink:2,3": {"busbw_gbps": 300.0}}))
-    line = _one_error_line(_launch([*PREFLIGHT, "--expect", str(rec)], timeout_s=30))
+    line = _one_error_line(invoke(*PREFLIGHT, "--expect", str(rec)))
     assert "another topology" in line and "nvlink:0,1" in line and "node" in line
 
 
@@ -342,7 +348,7 @@ def test_expect_from_another_topology_is_refused(tmp_path: Path) -> None:
 def test_preflight_outputs_checked_before_measuring(tmp_path: Path, option: str, target: str) -> None:
     (tmp_path / "FILE").write_text("x")
     path = target.replace("DIR", str(tmp_path)).replace("FILE", str(tmp_path / "FILE"))
-    line = _one_error_line(_launch([*PREFLIGHT, option, path], timeout_s=30))
+    line = _one_error_line(invoke(*PREFLIGHT, option, path))
     assert f"{option} {path}: " in line or f"'{option}'" in line, line  # ours, or click's for a directory
 
 
@@ -495,7 +501,8 @@ def test_json_inputs_are_bounded(tmp_path: Path, which: int, content: str) -> No
     elif content == "fifo":
         os.mkfifo(path)
     target = "/dev/zero" if content == "zero" else str(path)
-    p = _launch(_json_inputs(target)[which], timeout_s=30)
+    args, through_the_entry_point = _json_inputs(target)[which], which == 0 and content == "deep"
+    p = _launch(args, timeout_s=30) if through_the_entry_point else invoke(*args)
     assert p.returncode == 2, p.stderr
     _clean(p)
     assert len(p.stderr.strip().splitlines()) == 1, p.stderr
