@@ -1,6 +1,6 @@
 """The tables of docs/failures.md, rendered from the failure classes and the exit codes.
 
-Each table follows a marker ``<!-- table: NAME -->`` (report/markdown.py).
+Each table follows a marker ``<!-- table: NAME -->`` (tools/markdown_tables.py).
 ``python -m tools.failure_docs [--write]`` says whether the file differs (or rewrites
 it); tests/test_failure_class.py holds the file to the tables.
 """
