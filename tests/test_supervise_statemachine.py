@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import pytest
 from supervise_driver import make_plan
 
+from openclaw_launch.plan.model import RankPlan
 from openclaw_launch.run.osproc import Reaped, Spawned
 from openclaw_launch.run.participant import Participant, StopKind, StopReason
 from openclaw_launch.run.supervise import JobResult, SuperviseOptions, supervise
@@ -318,3 +319,77 @@ def test_a_signal_while_stopping_for_a_failure_is_a_reason_too_no_restart() -> N
     assert other.told == [(0, StopKind.FAILURE), (0, StopKind.SIGNAL)]
     assert result.attempts == 1 and result.exit_code == 3  # the root cause's code, as before
     assert (2.0, 101) in fake.signals_sent(KILL)  # the second stop request escalates
+
+
+class Witness(Participant):
+    """Records every question the supervisor asks it; answers with ``ranks_of`` (the ranks it wants
+    of the plan's), ``reason`` from the clock's ``at``, ``vote`` and ``holds`` (until the clock's
+    ``holds_until``)."""
+
+    def __init__(
+        self,
+        fake: FakeOs,
+        ranks_of: slice | None = None,
+        reason: StopReason | None = None,
+        at: float = 0.0,
+        vote: bool = True,
+        holds_until: float = 0.0,
+    ) -> None:
+        self.fake, self.ranks_of, self.reason, self.at = fake, ranks_of, reason, at
+        self.vote, self.holds_until = vote, holds_until
+        self.asked: list[tuple[str, float]] = []  # (question, the clock then)
+        self.planned: list[tuple[object, ...]] = []  # the ranks ``attempt_ranks`` was given
+        self.began: list[int] = []  # how many ranks ``begin_ranks`` was told of
+        self.told: list[StopKind] = []
+
+    def timers(self) -> list[tuple[float, Callable[[], None]]]:
+        return [(0.5, lambda: None)]
+
+    def attempt_ranks(self, attempt: int, ranks: tuple[RankPlan, ...]) -> tuple[RankPlan, ...]:
+        self.asked.append(("attempt_ranks", self.fake.now))
+        self.planned.append(ranks)
+        return ranks if self.ranks_of is None else ranks[self.ranks_of]
+
+    def begin_ranks(self, attempt: int, ranks: tuple[RankPlan, ...]) -> None:
+        self.began.append(len(ranks))
+
+    def stop_reason(self) -> StopReason | None:
+        self.asked.append(("stop_reason", self.fake.now))
+        return self.reason if self.reason is not None and self.fake.now >= self.at else None
+
+    def on_stop(self, reason: StopReason) -> None:
+        self.told.append(reason.kind)
+
+    def holds_attempt(self) -> bool:
+        self.asked.append(("holds_attempt", self.fake.now))
+        return self.fake.now < self.holds_until
+
+    def vote_restart(self, attempt: int, wish: bool) -> bool:
+        self.asked.append(("vote_restart", self.fake.now))
+        return self.vote and wish
+
+
+def test_every_participant_is_asked_every_question_and_the_first_answer_by_list_order_counts() -> None:
+    """The attempt's ranks: every one is asked with the plan's, the first other answer is the
+    attempt's; two reasons in one step: both kept and told, the first's exit code; the holds and the
+    restart votes: every one asked, one "no" ends the job."""
+    lost = StopReason(StopKind.LOST, 75, "node node1 is lost", True, "node1")
+    fake = FakeOs([FakeProc(dies_on=frozenset({TERM}))])
+    first = Witness(fake, ranks_of=slice(0, 1), reason=HANG, at=2.0, vote=False)
+    second = Witness(fake, ranks_of=slice(1, 2), reason=lost, at=2.0, holds_until=3.0)
+    third = Witness(fake)
+    result = run(fake, 2, [first, second, third], max_restarts=3)
+    planned = first.planned[0]
+    assert len(planned) == 2 and all(w.planned == [planned] for w in (second, third))  # never another's answer
+    assert [w.began for w in (first, second, third)] == [[1]] * 3  # the first answer other than the plan's
+    assert len(fake.spawned) == 1
+    assert first.told == [StopKind.LOST] and second.told == [StopKind.HANG]  # each told of the other's
+    assert third.told == [StopKind.HANG, StopKind.LOST]
+    assert result.exit_code == 75 and result.attempts == 1  # the job-wide reason's code; a "no" vote and a hang
+    for w in (first, second, third):
+        questions = [q for q, _ in w.asked]
+        assert questions.count("attempt_ranks") == 1 and questions.count("vote_restart") == 1
+        assert ("holds_attempt", 3.0) in w.asked  # every one, also while the second holds the attempt
+    for w in (first, second):  # asked until it gave its reason, at 2.0
+        assert [t for q, t in w.asked if q == "stop_reason" and t >= 2.0] == [2.0]
+    assert [t for q, t in third.asked if q == "stop_reason"][-1] >= 3.0  # every step while the attempt is open

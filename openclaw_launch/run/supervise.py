@@ -1,4 +1,5 @@
-"""Turn a LaunchPlan into running workers, watch them, and never leave an orphan.
+"""Turn a LaunchPlan into running workers, watch them, and never leave an orphan: the supervisor's
+state machine.
 
 One thread, one event loop (``run/event_loop.py``) for signals, worker output and the
 participants' descriptors. The job is an explicit state machine::
@@ -9,32 +10,30 @@ participants' descriptors. The job is an explicit state machine::
                         -> DONE
 
 The parts that take part in supervision are ``Participant``s (``run/participant.py``), one list
-asked the same questions at the same points. An attempt stops for the first ``StopReason`` (a
-failed worker, a signal, a participant's reason); it restarts iff every reason of it is
-restartable, attempts are left and no participant votes no; the exit code is the job-wide
-reason's (the agents' fate), else the first one's. Every OS call goes through an ``OsLayer``
-(``osproc.RealOs``; a fake in tests). Call ``supervise`` from the main thread: it installs signal
-handlers and reaps every child of this process while it runs.
+of which every one is asked each question at the same points. An attempt stops for the first
+``StopReason`` (a failed worker, a signal, a participant's reason); it restarts iff every reason of
+it is restartable, attempts are left and no participant votes no; the exit code is the job-wide
+reason's (the agents' fate), else the first one's. Starting a worker is ``run/spawn.py``'s, its
+output on the console ``run/streams.py``'s, stopping the workers ``run/teardown.py``'s. Every OS
+call goes through an ``OsLayer`` (``osproc.RealOs``; a fake in tests). Call ``supervise`` from the
+main thread: it installs signal handlers and reaps every child of this process while it runs.
 """
 
 from __future__ import annotations
 
 import enum
 import signal
-import sys
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, BinaryIO, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from openclaw_launch.config import defaults
 from openclaw_launch.config.signals import signal_numbers
-from openclaw_launch.run import console
 from openclaw_launch.run.event_loop import EventLoop
 from openclaw_launch.run.guard import Guardian
 from openclaw_launch.run.helper import running_helpers
 from openclaw_launch.run.osproc import OsLayer, RealOs, Reaped
-from openclaw_launch.run.participant import Participant, StopKind, StopReason
+from openclaw_launch.run.participant import Participant, Participants, StopKind, StopReason
 from openclaw_launch.run.results import (
     JobResult,
     WorkerResult,
@@ -43,9 +42,10 @@ from openclaw_launch.run.results import (
     signal_name,
     why_ended,
 )
+from openclaw_launch.run.spawn import Spawner
+from openclaw_launch.run.streams import LauncherStreams
 from openclaw_launch.run.teardown import Teardown
-from openclaw_launch.run.worker_output import ConsoleLine, WorkerStream, console_key, console_prefix, shown_streams
-from openclaw_launch.run.worker_record import AttemptFiles, Logs, WorkerRecord, attempt_results, close_logs, read_back
+from openclaw_launch.run.worker_record import AttemptFiles, Logs, WorkerRecord, attempt_results, close_logs
 
 if TYPE_CHECKING:  # plan.py pulls in config/yaml; the supervisor only needs the shapes
     from openclaw_launch.plan.build import LaunchPlan, RankPlan
@@ -103,7 +103,7 @@ def supervise(
     if own_guardian:
         guardian = Guardian.start()
     try:
-        return _Supervisor(plan, options, os_layer or RealOs(), tuple(participants), guardian).run()
+        return _Supervisor(plan, options, os_layer or RealOs(), Participants(participants), guardian).run()
     finally:
         if own_guardian and guardian is not None:
             guardian.close()
@@ -115,7 +115,7 @@ class _Supervisor:
         plan: LaunchPlan,
         options: SuperviseOptions,
         os_layer: OsLayer,
-        participants: tuple[Participant, ...],
+        participants: Participants,
         guardian: Guardian | None,
     ) -> None:
         self.plan = plan
@@ -124,23 +124,19 @@ class _Supervisor:
         self.participants = participants
         self.guardian = guardian
         hint = f"{options.log_dir}/{plan.run_id}" if options.log_dir else None
-        self.stdout = console.wrap(options.stdout or sys.stdout, hint) or sys.stdout
-        self.stderr = console.wrap(options.stderr or sys.stderr, hint) or sys.stderr
-        self.files = AttemptFiles(os_layer, options.log_dir, plan.run_id, self._console_err)
-        readers = {fd: call for p in participants for fd, call in p.readers().items()}
-        self.loop = EventLoop(os_layer, readers, (self.stdout, self.stderr))
+        self.streams = LauncherStreams(options.stdout, options.stderr, hint)
+        self.files = AttemptFiles(os_layer, options.log_dir, plan.run_id, self.streams.say)
+        self.loop = EventLoop(os_layer, participants.readers(), (self.streams.stdout, self.streams.stderr))
         self.teardown = Teardown(os_layer, self.loop, options.grace_period_s, options.kill_timeout_s, self._exempt)
+        self.spawner = Spawner(os_layer, self.loop, self.streams, self.files, options)
         self._guardian_warned = False
         self.state = State.STARTING
         self.signal_received: int | None = None
-        self.warned_ranks: set[int] = set()
-        self._console_lines: dict[object, ConsoleLine] = {}  # per console file: whose line is open
         # per attempt
         self.workers: list[WorkerRecord] = []
         self.live: dict[int, WorkerRecord] = {}
         self.failure: WorkerRecord | None = None
         self.reasons: list[StopReason] = []  # why the attempt stops, in the order they came
-        self._reported: set[int] = set()  # id() of the participants whose reason is in ``reasons``
         self.attempt_open = False
 
     # ---- top level -------------------------------------------------------------------------------
@@ -167,23 +163,19 @@ class _Supervisor:
         attempt = 0
         while True:
             self.state = State.STARTING
-            for p in self.participants:
-                p.begin_attempt(attempt)
+            self.participants.begin_attempt(attempt)
             results, root_cause = self._run_attempt(attempt)
             all_results.append(results)
             root_causes.append(root_cause)
-            for p in self.participants:
-                p.end_attempt(attempt)
-            wish = self._restart_wish(attempt)
-            votes = [p.vote_restart(attempt, wish) for p in self.participants]  # every one is asked
-            if not (wish and all(votes)):
+            self.participants.end_attempt(attempt)
+            if not self.participants.vote_restart(attempt, self._restart_wish(attempt)):
                 break
             self._backoff(attempt)
             if self.signal_received is not None:
                 break
             why = why_ended(root_cause) if root_cause is not None else self.reasons[0].headline
             attempt += 1
-            self._console_err(f"openclaw-launch: attempt {attempt + 1}/{self.opt.max_restarts + 1} after {why}")
+            self.streams.say(f"openclaw-launch: attempt {attempt + 1}/{self.opt.max_restarts + 1} after {why}")
         self.state = State.DONE
         job = JobResult(
             exit_code=self._exit_code(all_results[-1]),
@@ -198,7 +190,7 @@ class _Supervisor:
         )
         summary = format_summary(job, self.opt.kill_timeout_s, self.opt.error_files_kept)
         if self.opt.print_summary and summary:
-            self._console_err(summary)
+            self.streams.say(summary)
         return job
 
     def _restart_wish(self, attempt: int) -> bool:
@@ -215,24 +207,17 @@ class _Supervisor:
             return 128 + self.signal_received
         return 0 if all(r.succeeded for r in last) else 1
 
-    def _console_err(self, text: str) -> None:
-        try:
-            self.stderr.write(text + "\n")
-            self.stderr.flush()
-        except (OSError, ValueError):
-            pass
-
     # ---- one attempt -----------------------------------------------------------------------------
 
     def _run_attempt(self, attempt: int) -> tuple[tuple[WorkerResult, ...], WorkerResult | None]:
         self.workers, self.live = [], {}
         self.teardown.begin(self.workers, self.live)
         self.attempt_open = True
-        self.failure, self.reasons, self._reported = None, [], set()
-        ranks = self.plan.attempt_ranks(attempt)  # this attempt's restart count and error files
-        ranks = next((r for p in self.participants if (r := p.attempt_ranks(attempt, ranks)) is not ranks), ranks)
-        for p in self.participants:
-            p.begin_ranks(attempt, ranks)
+        self.failure = None
+        self.reasons = []
+        planned = self.plan.attempt_ranks(attempt)  # this attempt's restart count and error files
+        ranks = self.participants.attempt_ranks(attempt, planned)  # an elastic job's new world
+        self.participants.begin_ranks(attempt, ranks)
         logs = self.files.prepare(ranks, attempt)  # raises before any worker of the attempt starts
         for rank, rank_logs in zip(ranks, logs, strict=True):
             if self.state is State.STARTING:
@@ -241,12 +226,14 @@ class _Supervisor:
                 close_logs(rank_logs)
         if self.state is State.STARTING:
             self.state = State.RUNNING
-        for p in self.participants:  # their timers run while the attempt is open
-            for interval_s, callback in p.timers():
-                self.loop.repeat(interval_s, callback, lambda: self.attempt_open)
-        held = lambda: any([p.holds_attempt() for p in self.participants])  # noqa: E731 (every one is asked)
-        self._loop(lambda: (not self.live and not held()) or self.teardown.gave_up)
+        for interval_s, callback in self.participants.timers():  # they run while the attempt is open
+            self.loop.repeat(interval_s, callback, lambda: self.attempt_open)
+        self._loop(self._attempt_over)
         return self._finish_attempt()
+
+    def _attempt_over(self) -> bool:
+        """Its workers are gone and no participant holds it, or the kill timeout gave up on them."""
+        return (not self.live and not self.participants.holds_attempt()) or self.teardown.gave_up
 
     def _finish_attempt(self) -> tuple[tuple[WorkerResult, ...], WorkerResult | None]:
         """After the workers: kill leftovers, drain output, turn records into results."""
@@ -263,37 +250,15 @@ class _Supervisor:
         return attempt_results(self.workers, self.failure, self.os.read_error_file)
 
     def _spawn(self, rank: RankPlan, attempt: int, logs: Logs) -> None:
-        w = WorkerRecord(rank, attempt, self.os.time(), self.os.monotonic(), readbacks_left=self.opt.readback_attempts)
-        w.tail = deque(maxlen=self.opt.stderr_tail_lines)
+        w = self.spawner.start(rank, attempt, logs)
         self.workers.append(w)
-        shown = shown_streams(rank.rank, rank.local_rank, self.opt.console_ranks, self.opt.console_hidden)
-        prefix = console_prefix(self.opt.prefix_template, rank, attempt)
-        try:
-            spawned = self.os.spawn(rank.argv, rank.env, self.loop.terminal_for(shown, prefix))
-        except OSError as exc:
-            close_logs(logs)
-            w.not_started(exc, self.os.time())
+        if w.pid is None:  # could not be started: a failure like any other
             self._failed(w)
             return
-        w.pid = spawned.pid
         self.live[w.pid] = w
-        for p in self.participants:
-            p.on_spawn(rank.rank, w.pid)
+        self.participants.on_spawn(rank.rank, w.pid)
         if self.guardian is not None:
             self.guardian.watch_pgid(w.pid)
-        for fd, name in ((spawned.stdout_fd, "stdout"), (spawned.stderr_fd, "stderr")):
-            if fd is not None:
-                self._open_stream(w, fd, name, logs[name], shown[name], prefix)
-        read_back(w, self.os, self.loop.at, self.opt.readback_delay_s, self._binding_warning)
-
-    def _open_stream(self, w: WorkerRecord, fd: int, name: str, log: BinaryIO | None, show: bool, prefix: str) -> None:
-        shown = (self.stdout if name == "stdout" else self.stderr) if show else None
-        tail = w.tail if name == "stderr" else None
-        line = self._console_lines.setdefault(console_key(shown, name), ConsoleLine())
-        label = f"rank {w.rank.rank} {name} log"
-        self.loop.add_stream(
-            WorkerStream(fd, prefix, shown, log, tail, line, lambda exc: self.files.log_error(label, exc))
-        )
 
     # ---- event loop ------------------------------------------------------------------------------
 
@@ -308,23 +273,15 @@ class _Supervisor:
             self._on_reaped(reaped)
         self.loop.run_timers()
         if self.attempt_open:
-            self._poll_reasons()
+            self.participants.poll_stop_reasons(self._stop_for)
         self.loop.flush_consoles()
-
-    def _poll_reasons(self) -> None:
-        for p in self.participants:
-            if id(p) not in self._reported and (reason := p.stop_reason()) is not None:
-                self._reported.add(id(p))
-                self._stop_for(reason, source=p)
 
     # ---- transitions -----------------------------------------------------------------------------
 
     def _stop_for(self, reason: StopReason, source: Participant | None = None, sig: int = signal.SIGTERM) -> None:
         """Record why this node stops, tell every other participant, stop the workers (once)."""
         self.reasons.append(reason)
-        for p in self.participants:
-            if p is not source:
-                p.on_stop(reason)
+        self.participants.on_stop(reason, source)
         if self.state in (State.STARTING, State.RUNNING):
             self.state = State.STOPPING
             self.teardown.stop(sig)
@@ -334,7 +291,8 @@ class _Supervisor:
         self.loop.read_pending()  # its last words (a traceback, NCCL's) into its tail before it is judged
         result = w.result(None, None)
         code = result.code if result.code is not None else 1
-        text, evidence = format_root_cause(result, self.opt.error_files_kept), w.evidence(self.os.read_error_file)
+        text = format_root_cause(result, self.opt.error_files_kept)
+        evidence = w.evidence(self.os.read_error_file)
         self._stop_for(StopReason(StopKind.FAILURE, code, text, True, w.rank.node, w.rank.rank, evidence))
 
     def _on_reaped(self, reaped: Reaped) -> None:
@@ -367,25 +325,21 @@ class _Supervisor:
                 self.teardown.signal_groups(sig)
         # RESTARTING: no workers; the backoff loop sees signal_received and ends the job
 
-    def _binding_warning(self, w: WorkerRecord, warning: str) -> None:
-        if w.rank.rank not in self.warned_ranks:  # once per rank for the job, not per attempt
-            self.warned_ranks.add(w.rank.rank)
-            self._console_err(f"openclaw-launch: warning: {warning}")
-
     def _exempt(self) -> set[int]:
         """Processes never killed as leftovers (with everything under them): the guardian, this
         launcher's helper processes (run/helper.py), what the participants name."""
         exempt = {self.guardian.pid} if self.guardian is not None else set()
         exempt.update(running_helpers())
-        for p in self.participants:
-            exempt.update(p.exempt_pids())
+        exempt.update(self.participants.exempt_pids())
         return exempt
 
     def _guardian_lost(self) -> str | None:
-        lost = self.guardian.lost if self.guardian is not None else None
+        if self.guardian is None:
+            return None
+        lost = self.guardian.lost
         if lost is not None and not self._guardian_warned:
             self._guardian_warned = True
-            self._console_err(
+            self.streams.say(
                 f"openclaw-launch: warning: the guardian is gone ({lost}): if this launcher is killed now, "
                 "its workers' children are not cleaned up"
             )
