@@ -1,6 +1,7 @@
 """Issue 8: no input gives a traceback or a hang. Mutations of the shipped configs and snapshots
 (in process: only a clean result or an OpenclawError), and bad values for the launcher's options
-through the real command line (only exit 2 with a message)."""
+through the command line's error handling (only exit 2 with a message; in this process,
+tests/cli_runner.py, and one of them through the real entry point)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
+from cli_runner import invoke
 
 from openclaw_launch.codec import to_json
 from openclaw_launch.config.reader import parse_config
@@ -193,13 +195,16 @@ BAD_OPTIONS = [
 @pytest.mark.parametrize("bad", BAD_OPTIONS, ids=lambda a: " ".join(a)[:40])
 def test_bad_option_values_exit_2_with_the_option_named(bad: list[str], tmp_path: Path) -> None:
     ready = tmp_path / "ready"
-    argv = [sys.executable, "-m", "openclaw_launch", "--nproc-per-node", "1", *bad, "--no-python", "--"]
-    argv += [sys.executable, "-c", f"open({str(ready)!r}, 'w').close()"]
-    if bad[0] == "--nproc-per-node":
-        argv[3:5] = []
-    if bad[0] == "--config":
-        argv[3:5] = []
-    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    args = ["--nproc-per-node", "1", *bad, "--no-python", "--"]
+    args += [sys.executable, "-c", f"open({str(ready)!r}, 'w').close()"]
+    if bad[0] in ("--nproc-per-node", "--config"):
+        args[0:2] = []
+    if bad[0] == "--master-addr":  # through the entry point
+        proc = subprocess.run(
+            [sys.executable, "-m", "openclaw_launch", *args], cwd=ROOT, capture_output=True, text=True, timeout=60
+        )
+    else:
+        proc = invoke(*args)
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     name = bad[0] if bad[0] not in ("--config", "--topology") else "/dev/zero"

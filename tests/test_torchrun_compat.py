@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from cli_runner import invoke
 
 from openclaw_launch.cli.torchrun_compat import FLAGS, compat_table_markdown
 from openclaw_launch.config import defaults
@@ -345,14 +346,12 @@ def test_a_free_port_is_held_until_the_launcher_exits() -> None:
 )
 def test_refused_before_anything_starts(tmp_path: Path, args: list[str], says: str) -> None:
     marker = tmp_path / "started"
-    proc = subprocess.run(
-        [*launcher_cmd("openclaw"), *args, "--no-python", "touch", str(marker)],
-        env=env_for({}),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-    )
+    line = [*args, "--no-python", "touch", str(marker)]
+    if says == "--bogus":  # through the entry point
+        cmd = [*launcher_cmd("openclaw"), *line]
+        proc = subprocess.run(cmd, env=env_for({}), cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S)
+    else:
+        proc = invoke(*line, env=env_for({}))
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert says in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
@@ -361,21 +360,12 @@ def test_refused_before_anything_starts(tmp_path: Path, args: list[str], says: s
 
 @pytest.mark.parametrize("command", [["vaildate"], ["paln", "--config", "x.yaml"], ["rn", "train.py"]])
 def test_misspelled_command_is_not_run_as_a_script(command: list[str]) -> None:
-    proc = subprocess.run(
-        [*launcher_cmd("openclaw"), *command], env=env_for({}), cwd=ROOT, capture_output=True, text=True, timeout=60
-    )
+    proc = invoke(*command, env=env_for({}))
     assert proc.returncode == 2 and "did you mean" in proc.stderr, proc.stderr
 
 
 def test_plan_refuses_an_unknown_option_instead_of_putting_it_in_argv() -> None:
-    proc = subprocess.run(
-        [*launcher_cmd("openclaw"), "plan", "--nproc-per-node=1", "--max_restarst=1", "train.py"],
-        env=env_for({}),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = invoke("plan", "--nproc-per-node=1", "--max_restarst=1", "train.py", env=env_for({}))
     assert proc.returncode == 2 and "--max_restarts" in proc.stderr, proc.stderr
 
 
