@@ -5,16 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from openclaw_launch.codec import doc
+from openclaw_launch.run.failure_class import CLASSES
+
+
+def _class_names() -> str:
+    """Every failure class, in the table's order: docs/report-format.md's list is made from the code."""
+    names = [f"`{c.name}`" for c in CLASSES]
+    return f"{', '.join(names[:-1])} or {names[-1]}"
 
 
 @dataclass(frozen=True)
 class AttemptFailure:
-    failure_class: str = field(
-        metadata=doc(
-            "`gpu-xid`, `gpu-ecc`, `node-lost`, `hang`, `nccl`, `killed`, `host-oom`, `cuda-oom`, `exception`, "
-            "`crash`, `not-started`, `exit` or `remote` ([`docs/failures.md`](failures.md))"
-        )
-    )
+    failure_class: str = field(metadata=doc(f"{_class_names()} ([`docs/failures.md`](failures.md#classes))"))
     restart_helps: bool = field(
         metadata=doc("the class's: the cause is outside the script (`--exit-code-classes`: 75, else 70)")
     )
