@@ -1,5 +1,6 @@
 """``openclaw-launch report RUN.json --plot out.png``: a hand-built schema-2 report is drawn to a PNG;
-a report without step statistics and an unwritable path are one clean error each (exit 2)."""
+a report without step statistics and an unwritable path are one clean error each (exit 2, in this
+process: tests/cli_runner.py; the missing matplotlib through the real entry point)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_runner import Invocation, invoke
 
 from openclaw_launch.codec import to_json
 from openclaw_launch.report.model import StragglerEntry
@@ -62,18 +64,27 @@ STRAGGLER = StragglerEntry(
 )
 
 
+def saved(tmp_path: Path, report: dict[str, Any]) -> Path:
+    run_json = tmp_path / "run.json"
+    run_json.write_text(json.dumps(report))
+    return run_json
+
+
 def report_plot(
     tmp_path: Path, report: dict[str, Any], out: Path, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    run_json = tmp_path / "run.json"
-    run_json.write_text(json.dumps(report))
     return subprocess.run(
-        [sys.executable, "-m", "openclaw_launch", "report", str(run_json), "--plot", str(out)],
+        [sys.executable, "-m", "openclaw_launch", "report", str(saved(tmp_path, report)), "--plot", str(out)],
         capture_output=True,
         text=True,
         timeout=60,
         env=env,
     )
+
+
+def refused_plot(tmp_path: Path, report: dict[str, Any], out: Path) -> Invocation:
+    """A plot expected to be refused, in this process."""
+    return invoke("report", str(saved(tmp_path, report)), "--plot", str(out))
 
 
 def test_plot_writes_a_png(tmp_path: Path) -> None:
@@ -110,7 +121,7 @@ def test_plot_without_straggler(tmp_path: Path) -> None:
 
 def test_report_without_statistics_is_a_clean_error(tmp_path: Path) -> None:
     out = tmp_path / "run.png"
-    proc = report_plot(tmp_path, _report([None, None], []), out)
+    proc = refused_plot(tmp_path, _report([None, None], []), out)
     assert proc.returncode == 2
     assert "no step statistics" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -120,14 +131,14 @@ def test_report_without_statistics_is_a_clean_error(tmp_path: Path) -> None:
 def test_unwritable_path_is_a_clean_error(tmp_path: Path) -> None:
     parent = tmp_path / "a-file"  # a path under a regular file: unwritable even for root
     parent.write_text("")
-    proc = report_plot(tmp_path, _report([_stats(0.2, 2.8, 1.0)], []), parent / "run.png")
+    proc = refused_plot(tmp_path, _report([_stats(0.2, 2.8, 1.0)], []), parent / "run.png")
     assert proc.returncode == 2
     assert "cannot write plot" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
 def test_missing_directory_is_a_clean_error(tmp_path: Path) -> None:
-    proc = report_plot(tmp_path, _report([_stats(0.2, 2.8, 1.0)], []), tmp_path / "no" / "such" / "run.png")
+    proc = refused_plot(tmp_path, _report([_stats(0.2, 2.8, 1.0)], []), tmp_path / "no" / "such" / "run.png")
     assert proc.returncode == 2
     assert "cannot write plot" in proc.stderr
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr

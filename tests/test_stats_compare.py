@@ -1,6 +1,6 @@
 """``openclaw-launch compare BASE.json NEW.json``: recorded reports of one job (2 CPU ranks of
 examples/train.py, then the same with rank 1's DataLoader 5 ms slower), GPU facts that differ, and
-reports that cannot be compared (exit 2, one line)."""
+reports that cannot be compared (exit 2, one line; in this process: tests/cli_runner.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import dataclasses
 import subprocess
 import sys
 from pathlib import Path
+
+from cli_runner import invoke
 
 from openclaw_launch.report.build import write_report
 from openclaw_launch.report.compare import compare_reports
@@ -56,7 +58,8 @@ def test_reports_of_different_jobs_or_unreadable_files_exit_2_in_one_line(tmp_pa
     ranks = tuple(rank_entry(r, "n0", step_statistics()) for r in range(4))
     write_report(other, node_report("n0", world_size=4, ranks=ranks))
     for args in ((BASE, other), (BASE, tmp_path / "missing.json"), (BASE, tmp_path)):
-        proc = compare(*args)
+        proc = invoke("compare", *map(str, args))
         assert proc.returncode == 2 and proc.stdout == ""
         assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr, proc.stderr
-    assert "not reports of the same job: world size 2 in BASE, 4 in NEW" in compare(BASE, other).stderr
+    refused = invoke("compare", str(BASE), str(other))
+    assert "not reports of the same job: world size 2 in BASE, 4 in NEW" in refused.stderr
