@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from cli_runner import invoke
 from supervise_driver import make_plan
 
 from openclaw_launch.agents.fingerprint import Differences, differences, fingerprint, warn_only_table_markdown
@@ -178,13 +179,7 @@ def test_supervisor_forwards_usr1_without_stopping_and_stops_on_term(tmp_path: P
 
 
 def test_forward_signals_option_is_checked() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "openclaw_launch", "--forward-signals", "SIGKILL", "--dry-run", "t.py"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=60,
-    )
+    out = invoke("--forward-signals", "SIGKILL", "--dry-run", "t.py")
     assert out.returncode == 2 and "--forward-signals" in out.stderr
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from cli_runner import invoke
 
 from openclaw_launch.agents.membership import ElasticSpec, Member, first_world, next_world, wants_growth
 
@@ -282,23 +283,7 @@ def test_config_elastic_keys_are_checked(tmp_path: Path) -> None:
     ):
         config = tmp_path / "c.yaml"
         config.write_text(ELASTIC_CONFIG.split("  min_nodes")[0] + bad)
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "openclaw_launch",
-                "--config",
-                str(config),
-                "--node",
-                "node0",
-                "--no-python",
-                "true",
-            ],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT_S,
-        )
+        proc = invoke("--config", str(config), "--node", "node0", "--no-python", "true")
         assert proc.returncode == 2 and says in proc.stderr and "Traceback" not in proc.stderr, (bad, proc.stderr)
 
 
@@ -365,40 +350,20 @@ def test_a_launcher_of_the_other_kind_is_refused(
 )
 def test_bad_input_exits_2_naming_the_option(tmp_path: Path, args: list[str], says: str) -> None:
     marker = tmp_path / "started"
-    proc = subprocess.run(
-        [sys.executable, "-m", "openclaw_launch", *args, "--no-python", "touch", str(marker)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-    )
+    line = [*args, "--no-python", "touch", str(marker)]
+    if says == "--rdzv-endpoint":  # through the entry point
+        cmd = [sys.executable, "-m", "openclaw_launch", *line]
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S)
+    else:
+        proc = invoke(*line)
     assert proc.returncode == 2, proc.stderr
     assert says in proc.stderr and "Traceback" not in proc.stderr
     assert not marker.exists()
 
 
 def test_bad_config_line_with_elastic_nnodes() -> None:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "openclaw_launch",
-            "--config",
-            str(ROOT / "configs" / "h200x2.yaml"),
-            "--nnodes",
-            "1:2",
-            "--rdzv-backend",
-            "c10d",
-            "--rdzv-endpoint",
-            "h:9",
-            "--no-python",
-            "true",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-    )
+    line = ["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:9", "--no-python", "true"]
+    proc = invoke("--config", str(ROOT / "configs" / "h200x2.yaml"), *line)
     assert proc.returncode == 2 and "--nnodes" in proc.stderr and "Traceback" not in proc.stderr
 
 

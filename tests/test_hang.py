@@ -15,6 +15,7 @@ from typing import IO
 
 import psutil
 import pytest
+from cli_runner import invoke
 
 from openclaw_launch.run.participant import StopKind, StopReason
 from openclaw_launch.stats.hang import HANG_EXIT_CODE, HangWatch
@@ -355,21 +356,7 @@ def test_config_key_and_option_share_the_bound(tmp_path: Path) -> None:
     for bad in ("1", ".nan", "'10'", "true"):
         with pytest.raises(ConfigError, match="hang_timeout_s"):
             parse_config(base.format(bad))
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "openclaw_launch",
-            "--nproc-per-node",
-            "1",
-            "--hang-timeout-s",
-            str(MIN_HANG_TIMEOUT_S / 2),
-            "x.py",
-        ],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": ROOT},
-    )
+    result = invoke("--nproc-per-node", "1", "--hang-timeout-s", str(MIN_HANG_TIMEOUT_S / 2), "x.py")
     assert result.returncode == 2 and "--hang-timeout-s" in result.stderr
 
 

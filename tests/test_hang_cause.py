@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from cli_runner import invoke
 
 from openclaw_launch.config import defaults
 from openclaw_launch.config.reader import parse_config
@@ -175,15 +173,11 @@ def test_the_start_up_allowance_key_option_and_default() -> None:
     assert defaults.startup_timeout_s(30.0, None) == defaults.STARTUP_TIMEOUT_FLOOR_S
     assert defaults.startup_timeout_s(3600.0, None) == 3600.0
     assert defaults.startup_timeout_s(30.0, 5.0) == 5.0
-    launcher = [sys.executable, "-m", "openclaw_launch", "--nproc-per-node", "1"]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
     for args, needle in (
         (["--startup-timeout-s", "1"], "--startup-timeout-s"),
         (["--startup-timeout-s", "9"], "needs"),
     ):
-        done = subprocess.run([*launcher, *args, "x.py"], capture_output=True, text=True, env=env)
+        done = invoke("--nproc-per-node", "1", *args, "x.py")
         assert done.returncode == 2 and needle in done.stderr and "Traceback" not in done.stderr, done.stderr
-        planned = subprocess.run(
-            [*launcher[:3], "plan", *launcher[3:], *args, "x.py"], capture_output=True, text=True, env=env
-        )
+        planned = invoke("plan", "--nproc-per-node", "1", *args, "x.py")
         assert planned.returncode == 2 and needle in planned.stderr, planned.stderr  # plan checks it as run

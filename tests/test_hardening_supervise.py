@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from cli_runner import invoke
 from supervise_driver import make_plan
 
 from openclaw_launch.files import check_output_path, write_atomic
@@ -249,13 +250,8 @@ def test_output_files_honour_umask_and_go_through_symlinks_and_devices(tmp_path:
 def test_bad_report_path_fails_before_any_worker_starts(tmp_path: Path) -> None:
     ready = tmp_path / "ready"
     code = f"open('{ready}', 'w').close()"
-    proc = launcher(
-        ["--nproc-per-node", "1", "--report", "/proc/self/nope.json", *py(code)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    _, err = proc.communicate(timeout=HANG_GUARD_S)
-    assert proc.returncode == 2 and b"--report" in err and b"Traceback" not in err
+    proc = invoke("--nproc-per-node", "1", "--report", "/proc/self/nope.json", *py(code))
+    assert proc.returncode == 2 and "--report" in proc.stderr and "Traceback" not in proc.stderr
     assert not ready.exists()
 
 

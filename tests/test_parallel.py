@@ -9,6 +9,7 @@ from itertools import combinations
 from pathlib import Path
 
 import pytest
+from cli_runner import invoke
 
 from openclaw_launch.config.discover import host_config
 from openclaw_launch.config.parallel import ParallelSpec, size_problems
@@ -177,6 +178,6 @@ def test_plan_cli_suggests_layouts_and_names_the_flag(tmp_path: Path) -> None:
     doc = json.loads(out.stdout)
     assert doc["parallel"] is None
     assert doc["parallel_suggestions"][0] == {"tp": 2, "pp": 1, "dp": 1, "tp_nvlinked": True}
-    bad = subprocess.run([*base, "--dp", "3", "--", "t.py"], capture_output=True, text=True)
+    bad = invoke(*base[3:], "--dp", "3", "--", "t.py")  # base less the interpreter: in this process
     assert bad.returncode == 2
     assert bad.stderr.strip() == "openclaw-launch: tp x pp x dp must be the world size 2, but --dp 3 make 3"

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from cli_runner import invoke
 
 from openclaw_launch.config.discover import host_config
 from openclaw_launch.config.model import PreflightSettings
@@ -226,10 +227,10 @@ def test_preflight_cli_fails_below_expectation_then_records_and_expects(tmp_path
     line = again.stdout.splitlines()[0]
     assert line.startswith("PASS  node  2 ranks  busbw ")
     assert f"(expected >= 0.04: 0.05 GB/s recorded in {rec} x 0.8)" in line
-    assert _cli("preflight", "--nproc-per-node", "2", "train.py").returncode == 2
+    assert invoke("preflight", "--nproc-per-node", "2", "train.py").returncode == 2
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
-    refused = _cli("preflight", "--nproc-per-node", "2", "--expect", str(bad))
+    refused = invoke("preflight", "--nproc-per-node", "2", "--expect", str(bad))
     assert refused.returncode == 2 and "not a preflight recording" in refused.stderr
 
 

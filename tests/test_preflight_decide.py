@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_runner import invoke
 
 from openclaw_launch.agents.hostlist import compress_hostlist, parse_hostlist
 from openclaw_launch.preflight.decide import EXCLUDED_SOME, Floors, decide, exit_code
@@ -233,13 +234,7 @@ def test_scope_node_measures_one_node_of_a_multinode_plan_alone(tmp_path: Path) 
 
 @pytest.mark.parametrize("value", ["0", "100", "-5", "nan", "inf", "many"])
 def test_bad_slow_pct_is_exit_2_naming_the_option(value: str) -> None:
-    p = subprocess.run(
-        [sys.executable, "-m", "openclaw_launch", "preflight", "--nproc-per-node", "1", "--slow-pct", value],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    p = invoke("preflight", "--nproc-per-node", "1", "--slow-pct", value)
     assert p.returncode == 2 and "--slow-pct" in p.stderr and "Traceback" not in p.stderr, p.stderr
     assert "[rank" not in p.stdout + p.stderr  # nothing was measured
 
@@ -248,12 +243,6 @@ def test_bad_slow_pct_is_exit_2_naming_the_option(value: str) -> None:
 def test_unwritable_exclude_file_is_exit_2_before_measuring(tmp_path: Path, target: str) -> None:
     (tmp_path / "FILE").write_text("x")
     path = target.replace("DIR", str(tmp_path)).replace("FILE", str(tmp_path / "FILE"))
-    p = subprocess.run(
-        [sys.executable, "-m", "openclaw_launch", "preflight", "--nproc-per-node", "1", "--exclude-file", path],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    p = invoke("preflight", "--nproc-per-node", "1", "--exclude-file", path)
     assert p.returncode == 2 and "--exclude-file" in p.stderr and "Traceback" not in p.stderr, p.stderr
     assert "[rank" not in p.stdout + p.stderr

@@ -13,6 +13,7 @@ from typing import Any
 
 import psutil
 import pytest
+from cli_runner import invoke
 
 from openclaw_launch.plan.context import MAX_RUN_ID_BYTES, run_context
 from openclaw_launch.stats.hang import HANG_EXIT_CODE
@@ -145,12 +146,7 @@ def test_a_long_tmpdir_and_run_id_run(tmp_path: Path) -> None:
     assert len(str(tmp)) >= 200 and job.code == 0, job.err
     assert job.steps() == {0: 9, 1: 9}
     _no_traceback(job)
-    too_long = subprocess.run(
-        [sys.executable, "-m", "openclaw_launch", "--nproc-per-node", "1", "--run-id", "r" * 300, WORKER],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": ROOT},
-    )
+    too_long = invoke("--nproc-per-node", "1", "--run-id", "r" * 300, WORKER)
     assert too_long.returncode == 2 and "at most 200 bytes" in too_long.stderr and "Traceback" not in too_long.stderr
 
 
