@@ -3,16 +3,7 @@ the report tests: the codec, the docs tables, the merge, the fuzzed loader."""
 
 from __future__ import annotations
 
-from openclaw_launch.report.model import (
-    SCHEMA,
-    AttemptEntry,
-    DroppedDatagrams,
-    Hang,
-    HangRank,
-    NodeReport,
-    RunStatistics,
-    StragglerEntry,
-)
+from openclaw_launch.report.model import SCHEMA, AttemptEntry, NodeReport
 from openclaw_launch.report.preflight import (
     NetworkExpectation,
     PreflightDecision,
@@ -20,7 +11,8 @@ from openclaw_launch.report.preflight import (
     PreflightTier,
     PreflightVerdict,
 )
-from openclaw_launch.report.rank import GpuStats, RankEntry, RankOutcome, SectionTimes, StepStatistics, StepTimes
+from openclaw_launch.report.rank import RankEntry, RankOutcome, SectionTimes, StepStatistics, StepTimes
+from openclaw_launch.stats.result import DroppedDatagrams, GpuStats, Hang, HangRank, RunStatistics, Straggler
 
 
 def outcome(rank: int, node: str, attempt: int = 0, exit_code: int | None = 0) -> RankOutcome:
@@ -111,7 +103,7 @@ HANG = Hang(
         ),
     ),
 )
-STRAGGLER = StragglerEntry(
+STRAGGLER = Straggler(
     rank=1,
     node="n0",
     phase="input",

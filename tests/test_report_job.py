@@ -11,6 +11,8 @@ from openclaw_launch.codec import from_json, to_json
 from openclaw_launch.report.build import CONTAINMENT
 from openclaw_launch.report.model import JobReport, NodeReport, Report
 from openclaw_launch.stats.collect import PhaseSummary, RankSummary
+from openclaw_launch.stats.result import SessionResult
+from openclaw_launch.stats.verdict import run_statistics
 from tests.report_samples import HANG, node_report
 
 
@@ -37,15 +39,20 @@ def _summary(rank: int, step_s: float, work_s: float) -> RankSummary:
     )
 
 
+def _session(*summaries: RankSummary) -> SessionResult:
+    """What a node's statistics session hands its report and the first node."""
+    statistics = run_statistics(summaries, 5.0, None, None, {})
+    return SessionResult(statistics=statistics, stragglers=(), hang=None, summaries=summaries, gpus={})
+
+
 def _sent(payload: NodePayload) -> NodePayload:
     """Through the store as the agents send it: JSON text, read back with the codec."""
     return from_json(NodePayload, json.loads(json.dumps(to_json(payload))))
 
 
 def test_job_report_judges_stragglers_over_every_node_and_names_node_and_rank() -> None:
-    stats = {"threshold_pct": 5.0}
-    a = node_payload(node_report("a", (0, 1)), {**stats, "summaries": [_summary(0, 0.1, 0.05), _summary(1, 0.1, 0.05)]})
-    b = node_payload(node_report("b", (2,)), {**stats, "summaries": [_summary(2, 0.1, 0.095)]})
+    a = node_payload(node_report("a", (0, 1)), _session(_summary(0, 0.1, 0.05), _summary(1, 0.1, 0.05)))
+    b = node_payload(node_report("b", (2,)), _session(_summary(2, 0.1, 0.095)))
     job = merge_reports([_sent(a), _sent(b)], ["a", "b", "c"], 0, {0: "a"})
     assert job.scope == "job" and [r.rank for r in job.ranks] == [0, 1, 2]
     assert [n.node for n in job.nodes] == ["a", "b"] and job.missing_nodes == ("c",)
@@ -90,5 +97,5 @@ def test_a_payload_with_step_windows_reads_back_as_sent() -> None:
     """The windows are (step index, medians) pairs: the codec reads a pair place by place (a
     whole job once lost every node's statistics to 'expected int')."""
     summary = dataclasses.replace(_summary(0, 0.1, 0.05), windows=((0, {"compute": 0.05}), (5, {"compute": 0.06})))
-    payload = node_payload(node_report("a", (0,)), {"threshold_pct": 5.0, "summaries": [summary]})
+    payload = node_payload(node_report("a", (0,)), _session(summary))
     assert _sent(payload) == payload

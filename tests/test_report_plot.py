@@ -17,8 +17,8 @@ import pytest
 from cli_runner import Invocation, invoke
 
 from openclaw_launch.codec import to_json
-from openclaw_launch.report.model import StragglerEntry
 from openclaw_launch.report.rank import SectionTimes, StepStatistics, StepTimes
+from openclaw_launch.stats.result import Straggler
 from tests.report_samples import node_report, rank_entry, step_statistics
 
 pytest.importorskip("matplotlib")
@@ -42,14 +42,14 @@ def _stats(input_ms: float, work_ms: float, wait_ms: float) -> StepStatistics:
     )
 
 
-def _report(ranks_stats: list[StepStatistics | None], stragglers: list[StragglerEntry]) -> dict[str, Any]:
+def _report(ranks_stats: list[StepStatistics | None], stragglers: list[Straggler]) -> dict[str, Any]:
     """Two ranks per node, as ``run --report`` writes it."""
     ranks = tuple(rank_entry(i, f"node{i // 2}", s) for i, s in enumerate(ranks_stats))
     report = node_report("node0", world_size=len(ranks), ranks=ranks, stragglers=tuple(stragglers))
     return dict(to_json(report))
 
 
-STRAGGLER = StragglerEntry(
+STRAGGLER = Straggler(
     rank=2,
     node="node1",
     phase="input",

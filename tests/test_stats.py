@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -11,6 +12,7 @@ from openclaw_launch.report.format import format_verdict
 from openclaw_launch.stats.collect import WARMUP_STEPS, Collector, RankSummary
 from openclaw_launch.stats.gpu import GpuSampler, GpuSummary, RecordedSource
 from openclaw_launch.stats.histogram import LogHistogram
+from openclaw_launch.stats.result import GpuStats
 from openclaw_launch.stats.verdict import RankFacts, find_stragglers, sync_bound
 from openclaw_launch.telemetry import wire
 
@@ -100,15 +102,26 @@ def test_a_single_rank_or_too_few_steps_gives_no_verdict() -> None:
     assert find_stragglers(collector.summaries(), {}) == []
 
 
+def _gpu(sm_clock_mhz_mean: float, memory_used_mib_max: float, clock_event_reasons: tuple[str, ...] = ()) -> GpuStats:
+    """A GPU summary with these values and no other."""
+    return replace(
+        GpuSummary().stats(),
+        samples=10,
+        sm_clock_mhz_mean=sm_clock_mhz_mean,
+        memory_used_mib_max=memory_used_mib_max,
+        clock_event_reasons=clock_event_reasons,
+    )
+
+
 def test_gpu_hints_name_clocks_throttling_and_memory() -> None:
     normal = {"input": 0.02, "forward": 0.03, "backward": 0.04}
     slow = {"input": 0.02, "forward": 0.04, "backward": 0.03}
     ranks = _ranks({0: normal, 1: slow}, **DDP)
     facts = {
-        0: RankFacts("a", gpu={"sm_clock_mhz_mean": 1980.0, "memory_used_mib_max": 40000.0, "clock_event_reasons": []}),
+        0: RankFacts("a", gpu=_gpu(sm_clock_mhz_mean=1980.0, memory_used_mib_max=40000.0)),
         1: RankFacts(
             "a",
-            gpu={"sm_clock_mhz_mean": 1600.0, "memory_used_mib_max": 60000.0, "clock_event_reasons": ["sw_power_cap"]},
+            gpu=_gpu(sm_clock_mhz_mean=1600.0, memory_used_mib_max=60000.0, clock_event_reasons=("sw_power_cap",)),
             binding_warning="rank 1 runs on CPUs 0-3 but the plan says 8-11",
         ),
     }
@@ -136,13 +149,13 @@ def test_gpu_sampler_summarises_replayed_samples() -> None:
         ]
     }
     sampler = GpuSampler(RecordedSource(samples), ["GPU-a", "GPU-missing"], interval_s=0.01).start()
-    while sampler.summaries()["GPU-a"]["samples"] < 4:  # type: ignore[operator]
+    while sampler.summaries()["GPU-a"].samples < 4:
         pass
     sampler.stop()
     summary = sampler.summaries()["GPU-a"]
-    assert summary["sm_clock_mhz_min"] == 1900.0 and summary["temp_c_max"] == 65.0
-    assert summary["clock_event_reasons"] == ["sw_power_cap"]
-    assert sampler.summaries()["GPU-missing"] == GpuSummary().to_json()
+    assert summary.sm_clock_mhz_min == 1900.0 and summary.temp_c_max == 65.0
+    assert summary.clock_event_reasons == ("sw_power_cap",) and summary.memory_used_mib_max is None
+    assert sampler.summaries()["GPU-missing"] == GpuSummary().stats()
 
 
 def test_gpu_ranks_without_the_flight_recorder_still_name_a_slow_input_stage() -> None:

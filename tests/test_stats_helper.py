@@ -15,8 +15,10 @@ from typing import Any, cast
 
 import pytest
 
+from openclaw_launch.codec import from_json, to_json
 from openclaw_launch.errors import LaunchError
 from openclaw_launch.stats.gpu import RecordedSource, SampleSource
+from openclaw_launch.stats.result import SessionResult
 from openclaw_launch.stats.session import StatsSession
 
 SAMPLES = Path(__file__).parent / "data" / "nvml-samples-h200x2.json"
@@ -91,8 +93,9 @@ def test_samples_metrics_and_stats_file_come_from_the_helper(tmp_path: Path) -> 
     lines = [json.loads(line) for line in stats_file.read_text().splitlines()]
     assert len(lines) == 2 and set(lines[-1]["gpus"]) == set(UUIDS)  # the interval's line and the final one
     assert [r["gpu_uuid"] for r in lines[-1]["ranks"]] == UUIDS
-    assert result["gpu_error"] is None and all(result["gpus"][u]["samples"] >= 1 for u in UUIDS)
-    assert result["gpus"][UUIDS[0]]["sm_clock_mhz_min"] == 1980.0
+    assert result.statistics.gpu_error is None and all(result.gpus[u].samples >= 1 for u in UUIDS)
+    assert result.gpus[UUIDS[0]].sm_clock_mhz_min == 1980.0
+    assert from_json(SessionResult, json.loads(json.dumps(to_json(result)))) == result  # typed, in the one codec
     assert not _alive(helper.pid) and said == []
     with pytest.raises(OSError):
         urllib.request.urlopen(url, timeout=10)  # the endpoint went with the helper
@@ -115,7 +118,7 @@ def test_nvml_that_does_not_start_is_a_warning_and_in_the_report(tmp_path: Path)
     _until(warned, "no warning from the helper")
     assert said == ["openclaw-launch: warning: GPU sampling off: NVML Shared Library Not Found"]
     result = session.finish({})
-    assert result["gpu_error"] == "GPU sampling off: NVML Shared Library Not Found" and result["gpus"] == {}
+    assert result.statistics.gpu_error == "GPU sampling off: NVML Shared Library Not Found" and result.gpus == {}
 
 
 def test_no_gpus_no_metrics_no_file_no_helper(tmp_path: Path) -> None:

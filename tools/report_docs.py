@@ -14,19 +14,7 @@ from pathlib import Path
 from openclaw_launch.codec import DOC, JOB_DOC, LEGACY, hints, type_name
 from openclaw_launch.report.failure import AttemptFailure
 from openclaw_launch.report.membership import AttemptMembership
-from openclaw_launch.report.model import (
-    AttemptEntry,
-    DroppedDatagrams,
-    Hang,
-    HangCause,
-    HangRank,
-    JobReport,
-    NodeReport,
-    NodeSummary,
-    Report,
-    RunStatistics,
-    StragglerEntry,
-)
+from openclaw_launch.report.model import AttemptEntry, JobReport, NodeReport, NodeSummary, Report
 from openclaw_launch.report.preflight import (
     NetworkExpectation,
     PreflightDecision,
@@ -36,7 +24,8 @@ from openclaw_launch.report.preflight import (
     PreflightTier,
     PreflightVerdict,
 )
-from openclaw_launch.report.rank import GpuStats, RankEntry, SectionTimes, StepStatistics, StepTimes
+from openclaw_launch.report.rank import RankEntry, SectionTimes, StepStatistics, StepTimes
+from openclaw_launch.stats.result import DroppedDatagrams, GpuStats, Hang, HangCause, HangRank, RunStatistics, Straggler
 from tools.markdown_tables import check_or_write, update_tables
 
 DOCS_FILE = Path(__file__).resolve().parents[1] / "docs" / "report-format.md"
@@ -45,7 +34,7 @@ TABLES: dict[str, type] = {
     "report": NodeReport,
     "statistics": RunStatistics,
     "statistics.dropped_datagrams": DroppedDatagrams,
-    "stragglers[]": StragglerEntry,
+    "stragglers[]": Straggler,
     "hang": Hang,
     "hang.ranks[]": HangRank,
     "hang.cause": HangCause,

@@ -9,21 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
-from openclaw_launch.codec import to_json
-from openclaw_launch.report.build import run_statistics, statistics_entry, straggler_entry
-from openclaw_launch.report.model import (
-    JOB_SCOPE,
-    AttemptEntry,
-    JobReport,
-    NodeReport,
-    NodeSummary,
-    RunStatistics,
-    StragglerEntry,
-)
+from openclaw_launch.report.build import statistics_entry, straggler_entry
+from openclaw_launch.report.model import JOB_SCOPE, AttemptEntry, JobReport, NodeReport, NodeSummary
 from openclaw_launch.stats.collect import RankSummary
-from openclaw_launch.stats.verdict import RankFacts, find_stragglers, sync_bound, waited_for_others
+from openclaw_launch.stats.result import RunStatistics, SessionResult, Straggler
+from openclaw_launch.stats.verdict import RankFacts, find_stragglers, run_statistics, waited_for_others
 
 
 @dataclass(frozen=True)
@@ -36,9 +27,10 @@ class NodePayload:
     threshold_pct: float | None
 
 
-def node_payload(report: NodeReport, statistics: Mapping[str, Any] | None) -> NodePayload:
-    stats = statistics or {}
-    return NodePayload(report, tuple(stats.get("summaries", ())), stats.get("threshold_pct"))
+def node_payload(report: NodeReport, statistics: SessionResult | None) -> NodePayload:
+    if statistics is None:
+        return NodePayload(report, (), None)
+    return NodePayload(report, statistics.summaries, statistics.statistics.threshold_pct)
 
 
 def merge_reports(
@@ -52,13 +44,13 @@ def merge_reports(
     got = {r.node for r in reports}
     ranks = sorted((r for rep in reports for r in rep.ranks), key=lambda r: r.rank)
     statistics: RunStatistics | None = None
-    stragglers: tuple[StragglerEntry, ...] = ()
+    stragglers: tuple[Straggler, ...] = ()
     if any(rep.statistics is not None for rep in reports):
         summaries = [s for p in payloads for s in p.summaries]
         threshold = next((p.threshold_pct for p in payloads if p.threshold_pct is not None), None)
         by_rank = {s.rank: s for s in summaries}
         waited = waited_for_others(summaries)
-        facts = {r.rank: RankFacts(r.node, to_json(r.gpu), r.binding_warning) for r in ranks}
+        facts = {r.rank: RankFacts(r.node, r.gpu, r.binding_warning) for r in ranks}
         found = find_stragglers(summaries, facts, threshold) if threshold is not None else []
         stragglers = tuple(straggler_entry(s) for s in found)
         ranks = [
@@ -69,7 +61,6 @@ def merge_reports(
         statistics = run_statistics(
             summaries,
             threshold,
-            sync_bound(summaries),
             next((s.gpu_error for s in node_stats if s.gpu_error), None),
             next((s.stats_file_error for s in node_stats if s.stats_file_error), None),
             {rank: d for s in node_stats for rank, d in s.dropped_datagrams.items()},  # ranks are per node

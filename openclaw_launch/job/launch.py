@@ -18,7 +18,7 @@ import json
 import shutil
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from openclaw_launch.files import write_atomic
 from openclaw_launch.job.agents import AgentSetup
@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from openclaw_launch.agents.fate import Agent
     from openclaw_launch.report.model import PreflightVerdict
     from openclaw_launch.run.failure_class import Failure
+    from openclaw_launch.stats.result import SessionResult
     from openclaw_launch.stats.session import StatsSession
 
 
@@ -141,7 +142,7 @@ def _run(
     stats: StatsOptions,
     agent: Agent | None = None,
     exit_code_classes: bool = False,
-) -> tuple[JobResult, dict[str, Any] | None, dict[int, Failure]]:
+) -> tuple[JobResult, SessionResult | None, dict[int, Failure]]:
     """Set everything up, supervise, tear everything down (in reverse order, whatever happens).
     Returns the job's result, its statistics and each attempt's classified failure."""
     run_dir = make_run_dir(Path(plan.run_dir.path))  # the plan's paths (plan/context.py); it adds nothing to a rank

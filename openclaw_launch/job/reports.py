@@ -3,7 +3,7 @@ printed on every exit; with agents, the job's, merged on the first node from eve
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from openclaw_launch.run.setup import say
 
@@ -13,12 +13,13 @@ if TYPE_CHECKING:
     from openclaw_launch.report.model import NodeReport, PreflightVerdict
     from openclaw_launch.run.failure_class import Failure
     from openclaw_launch.run.supervise import JobResult, SuperviseOptions
+    from openclaw_launch.stats.result import SessionResult
 
 
 def node_report(
     plan: LaunchPlan,
     result: JobResult,
-    statistics: dict[str, Any] | None,
+    statistics: SessionResult | None,
     failures: dict[int, Failure],
     *,
     dropped_lines: int,
@@ -61,7 +62,7 @@ def job_report(
     agent: Agent,
     job_report_path: str | None,
     report: NodeReport,
-    statistics: dict[str, Any] | None,
+    statistics: SessionResult | None,
     code: int,
     options: SuperviseOptions,
 ) -> None:

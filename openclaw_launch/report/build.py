@@ -9,35 +9,25 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
-from dataclasses import fields
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from openclaw_launch.codec import ReportShapeError, from_json, to_json
 from openclaw_launch.errors import OpenclawError
 from openclaw_launch.files import write_atomic
 from openclaw_launch.limits import MAX_REPORT_BYTES
 from openclaw_launch.report.failure import AttemptFailure
-from openclaw_launch.report.model import (
-    JOB_SCOPE,
-    LEGACY_SCHEMAS,
-    SCHEMA,
-    AttemptEntry,
-    DroppedDatagrams,
-    Hang,
-    JobReport,
-    NodeReport,
-    RunStatistics,
-    StragglerEntry,
-)
+from openclaw_launch.report.model import JOB_SCOPE, LEGACY_SCHEMAS, SCHEMA, AttemptEntry, JobReport, NodeReport
 from openclaw_launch.report.preflight import PreflightVerdict
-from openclaw_launch.report.rank import GpuStats, RankEntry, RankOutcome, SectionTimes, StepStatistics, StepTimes
+from openclaw_launch.report.rank import RankEntry, RankOutcome, SectionTimes, StepStatistics, StepTimes
 from openclaw_launch.run.failure_class import Failure
 from openclaw_launch.run.results import JobResult, WorkerResult, signal_name
 from openclaw_launch.safe_read import InputFileError, parse_json, read_input
 from openclaw_launch.stats.collect import RankSummary
 from openclaw_launch.stats.phases import split as phase_split
-from openclaw_launch.stats.verdict import Straggler, wait_source, waited_for_others
+from openclaw_launch.stats.result import SessionResult, Straggler
+from openclaw_launch.stats.verdict import waited_for_others
 from openclaw_launch.topology.cpulist import format_cpulist
 
 if TYPE_CHECKING:
@@ -110,68 +100,37 @@ def _r(seconds: float) -> float:
     return round(seconds, 6)
 
 
-def straggler_entry(s: Straggler) -> StragglerEntry:
-    return StragglerEntry(
-        rank=s.rank,
-        node=s.node,
-        phase=s.phase,
-        section=s.section,
+def straggler_entry(s: Straggler) -> Straggler:
+    """A straggler as the report holds it: its times to the microsecond, its share to 0.1 %."""
+    return replace(
+        s,
         excess_s=_r(s.excess_s),
         excess_pct=round(s.excess_pct, 1),
         busy_s=_r(s.busy_s),
         peers_busy_s=_r(s.peers_busy_s),
         peers_wait_s=_r(s.peers_wait_s),
-        wait_source=s.wait_source,
-        hints=tuple(s.hints),
-    )
-
-
-def gpu_stats(summary: Mapping[str, Any]) -> GpuStats:
-    """A GPU's summary (stats/gpu.py, keys only for what was measured) as the report's type."""
-    values = {f.name: summary.get(f.name) for f in fields(GpuStats)}
-    values["clock_event_reasons"] = list(summary.get("clock_event_reasons", ()))  # JSON-shaped, as from_json takes it
-    return from_json(GpuStats, values)
-
-
-def run_statistics(
-    summaries: Sequence[RankSummary],
-    threshold_pct: float | None,
-    sync_bound_share: float | None,
-    gpu_error: str | None,
-    stats_file_error: str | None,
-    dropped: Mapping[str, DroppedDatagrams],
-) -> RunStatistics:
-    return RunStatistics(
-        threshold_pct=threshold_pct,
-        wait_source=wait_source(summaries),
-        sync_bound_share=sync_bound_share,
-        gpu_error=gpu_error,
-        stats_file_error=stats_file_error,
-        bad_datagrams=sum(d.invalid + d.not_rank_process + d.over_rate for d in dropped.values()),
-        dropped_datagrams=dict(dropped),
     )
 
 
 def build_report(
     plan: LaunchPlan,
     result: JobResult,
-    statistics: Mapping[str, Any] | None,
+    statistics: SessionResult | None,
     exit_code: int,
     console_dropped_lines: int = 0,
     preflight: PreflightVerdict | None = None,
     failures: Mapping[int, Failure] | None = None,
 ) -> NodeReport:
-    """The node's report. ``statistics``: what the statistics session found (stats/session.py), None
-    with telemetry off; ``exit_code``: the launcher's, decided before (several nodes: the job's);
+    """The node's report. ``statistics``: what the statistics session found (``StatsSession.finish``),
+    None with telemetry off; ``exit_code``: the launcher's, decided before (several nodes: the job's);
     ``preflight``: the verdict of ``openclaw-launch preflight``; ``failures``: each attempt's
     classified failure (run/failure_policy.py)."""
     planned = {r.rank: r for r in plan.ranks}
     last = result.results[-1] if result.results else ()
-    stats = statistics or {}
-    summaries: Sequence[RankSummary] = stats.get("summaries", ())
+    summaries = statistics.summaries if statistics is not None else ()
     by_rank = {s.rank: s for s in summaries}
     waited = waited_for_others(summaries)
-    gpus: Mapping[str, Mapping[str, Any]] = stats.get("gpus", {})
+    gpus = statistics.gpus if statistics is not None else {}
     ranks = []
     for w in last:
         p = planned.get(w.rank)
@@ -185,11 +144,10 @@ def build_report(
                 numa_node=p.numa_node if p is not None else None,
                 planned_cpus=format_cpulist(p.cpus) if p is not None else None,
                 statistics=statistics_entry(summary, waited[w.rank]) if summary is not None else None,
-                gpu=gpu_stats(gpu) if gpu is not None else None,
+                gpu=gpu,
                 nic=p.nic if p is not None else None,
             )
         )
-    hang = stats.get("hang")
     return NodeReport(
         schema=SCHEMA,
         run_id=plan.run_id,
@@ -212,21 +170,9 @@ def build_report(
         log_errors=tuple(result.log_errors),
         console_dropped_lines=console_dropped_lines,
         guardian_lost=result.guardian_lost,
-        statistics=None
-        if statistics is None
-        else run_statistics(
-            summaries,
-            stats.get("threshold_pct"),
-            stats.get("sync_bound_share"),
-            stats.get("gpu_error"),
-            stats.get("stats_file_error"),
-            {
-                str(rank): DroppedDatagrams(d.invalid, d.not_rank_process, d.over_rate)
-                for rank, d in stats.get("dropped_datagrams", {}).items()
-            },
-        ),
-        stragglers=tuple(straggler_entry(s) for s in stats.get("stragglers", ())),
-        hang=from_json(Hang, hang) if hang is not None else None,  # --hang-timeout-s fired (stats/hang.py)
+        statistics=statistics.statistics if statistics is not None else None,
+        stragglers=tuple(straggler_entry(s) for s in statistics.stragglers) if statistics is not None else (),
+        hang=statistics.hang if statistics is not None else None,
         ranks=tuple(ranks),
         unkillable_pids=tuple(result.unkillable),
         containment=result.containment or CONTAINMENT,

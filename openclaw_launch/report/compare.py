@@ -14,9 +14,10 @@ import statistics
 from collections.abc import Sequence
 
 from openclaw_launch.errors import OpenclawError
-from openclaw_launch.report.model import JobReport, NodeReport, StragglerEntry
-from openclaw_launch.report.rank import GpuStats, RankEntry, StepStatistics
+from openclaw_launch.report.model import JobReport, NodeReport
+from openclaw_launch.report.rank import RankEntry, StepStatistics
 from openclaw_launch.stats import phases
+from openclaw_launch.stats.result import GpuStats, Straggler
 
 Report = NodeReport | JobReport
 CLOCK_CHANGE = 0.03  # an SM clock this much lower or higher is a difference
@@ -92,7 +93,7 @@ def _explanation(before: dict[int, StepStatistics], after: dict[int, StepStatist
     return lines
 
 
-def _verdict(found: Sequence[StragglerEntry]) -> str:
+def _verdict(found: Sequence[Straggler]) -> str:
     if not found:
         return "none"
     return ", ".join(f"rank {s.rank} ({s.phase}, {s.section}) {_signed_ms(s.excess_s)} ms/step" for s in found)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import statistics
 
-from openclaw_launch.report.model import JobReport, NodeReport, Report, StragglerEntry
+from openclaw_launch.report.model import JobReport, NodeReport, Report
 from openclaw_launch.report.rank import StepStatistics
 from openclaw_launch.stats.collect import OTHER
 from openclaw_launch.stats.phases import GPU_WORK, StepSplit, split
+from openclaw_launch.stats.result import Straggler
 from openclaw_launch.telemetry.wire import HOST, INPUT
 
 _SECTION_WORDS = {
@@ -50,7 +51,7 @@ def format_report(report: NodeReport | JobReport) -> str:
     return "\n".join(lines + _failure_lines(report) + _hang_lines(report) + _verdict_lines(report))
 
 
-def format_verdict(s: StragglerEntry, median_step_s: float) -> str:
+def format_verdict(s: Straggler, median_step_s: float) -> str:
     words = _SECTION_WORDS.get(s.section, s.section)
     where = f"its input/host stage ({words})" if s.phase == INPUT else f"compute ({words})"
     text = (

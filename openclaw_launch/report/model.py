@@ -1,4 +1,5 @@
-"""The run report's types: a node's report, the job's (several nodes), and what they hold.
+"""The run report's types: a node's report, the job's (several nodes), and what they hold (the
+statistics' parts are stats/result.py's, which the statistics session produces).
 
 Frozen and built once from final data (report/build.py for a node, agents/merge.py for the job);
 ``codec.to_json`` writes them and ``codec.from_json`` reads and checks them. Each field's ``doc`` is
@@ -15,188 +16,12 @@ from openclaw_launch.report.failure import AttemptFailure
 from openclaw_launch.report.membership import AttemptMembership
 from openclaw_launch.report.preflight import PreflightVerdict
 from openclaw_launch.report.rank import RankEntry, RankOutcome
+from openclaw_launch.stats.result import Hang, RunStatistics, Straggler
 
 SCHEMA = "openclaw-report/5"
 # Schemas ``report`` still reads: a key added since takes its legacy value (codec.doc).
 LEGACY_SCHEMAS = ("openclaw-report/1", "openclaw-report/2", "openclaw-report/3", "openclaw-report/4")
 JOB_SCOPE = "job"
-
-
-@dataclass(frozen=True)
-class DroppedDatagrams:
-    """A rank's statistics datagrams the launcher did not take (the channel is untrusted input)."""
-
-    invalid: int = field(
-        metadata=doc("failed the check: types, finite numbers, bounds, sizes, names, or another rank's number")
-    )
-    not_rank_process: int = field(
-        metadata=doc("sent by a process other than the one the launcher started for the rank (a forked child)")
-    )
-    over_rate: int = field(metadata=doc("above the rank's rate limit (stats/inbox.py: `RATE_PER_S`, `BURST`)"))
-
-
-@dataclass(frozen=True)
-class RunStatistics:
-    threshold_pct: float | None = field(metadata=doc("`--straggler-threshold-pct`"))
-    wait_source: str = field(
-        metadata=doc(
-            "`nccl-flight-recorder`: waiting measured as NCCL collective time from torch's flight recorder; "
-            "`cpu-phases`: as time in `sync` sections, blocking `torch.distributed` calls and DDP's "
-            "`backward` on a group whose backend blocks the host (gloo), the host's waits on the GPU "
-            "(`device-wait`) under NCCL; `none`",
-            legacy="none",
-        )
-    )
-    sync_bound_share: float | None = field(
-        metadata=doc(
-            "set when every rank waits at least 30 % of its step: the collectives themselves are slow, not one rank"
-        )
-    )
-    gpu_error: str | None = field(metadata=doc("why GPU sampling stopped or never started"))
-    stats_file_error: str | None = field(
-        metadata=doc(
-            "the first error writing `--stats-file` (a full disk; the console said it once, the job went on, "
-            "later lines may be lost); null: none",
-            legacy=None,
-        )
-    )
-    bad_datagrams: int = field(
-        metadata=doc("statistics datagrams dropped: the sum of `dropped_datagrams` (not fatal)", legacy=0)
-    )
-    dropped_datagrams: dict[str, DroppedDatagrams] = field(
-        metadata=doc("per rank (the key) with any dropped: why (see `statistics.dropped_datagrams`)")
-    )
-
-
-@dataclass(frozen=True)
-class StragglerEntry:
-    """A rank that holds the others back."""
-
-    rank: int = field(metadata=doc("the straggler"))
-    node: str = field(metadata=doc("its node"))
-    phase: str = field(
-        metadata=doc(
-            "`input` (the input/host stage: the DataLoader and the time before the step's first forward) or `compute`"
-        )
-    )
-    section: str = field(
-        metadata=doc(
-            'the measured phase carrying the excess: `input` (the DataLoader, `section("data")`), `host` (from '
-            "the step boundary to the first forward: batches sliced in the loop, copies, logging), `forward`, "
-            "`backward`, `optimizer`, a section name of the API, `other` (loop code outside every hooked phase) "
-            "or `gpu` (its GPU work: timed with CUDA events on every 5th step, or with the flight recorder "
-            "the wait signal says it is late and its input stage does not)"
-        )
-    )
-    excess_s: float = field(
-        metadata=doc(
-            "per step, the straggler's time in `section` (for `input`/`host`: in the whole input/host stage) "
-            "over the median of the other ranks, as the median over 5-step windows (for `gpu`: its GPU work "
-            "per sampled step over the others', or with the flight recorder and no GPU samples how much longer "
-            "the others wait in NCCL than it does)"
-        )
-    )
-    excess_pct: float = field(metadata=doc("`excess_s` as % of the job's median step"))
-    busy_s: float = field(metadata=doc("per step, the straggler's time not spent waiting for other ranks"))
-    peers_busy_s: float = field(metadata=doc("the median of the other ranks' `busy_s`"))
-    peers_wait_s: float = field(metadata=doc("per step, how much longer the other ranks waited than the straggler"))
-    wait_source: str = field(metadata=doc("as in `statistics`"))
-    hints: tuple[str, ...] = field(
-        metadata=doc(
-            "evidence for why: input-wait share, binding in force differing from the plan, lower SM clock "
-            "than the other GPUs, clock-event (throttle) reasons, GPU memory differing by more than 10 %"
-        )
-    )
-
-
-@dataclass(frozen=True)
-class HangRank:
-    rank: int = field(metadata=doc("a rank without a step for the timeout"))
-    local_rank: int = field(metadata=doc("its local rank"))
-    node: str = field(metadata=doc("its node"))
-    pid: int | None = field(
-        metadata=doc("the worker process the launcher spawned for the rank (never a pid a datagram names)")
-    )
-    stuck: bool = field(
-        metadata=doc(
-            "true: the others wait for it (it is not in a collective or `sync` section, or every silent rank "
-            "is); false: it waits for a peer"
-        )
-    )
-    steps: int = field(
-        metadata=doc("steps it made (a step ends at each boundary after the first), as in `ranks[].statistics`")
-    )
-    no_step_s: float | None = field(metadata=doc("seconds since its last step at the verdict; null: it never stepped"))
-    phase: str = field(
-        metadata=doc(
-            "what it was doing: `input`, `forward`, `backward`, `optimizer`, `collective`, a section name, or "
-            "`other` outside every phase"
-        )
-    )
-    in_phase_s: float | None = field(metadata=doc("for how long"))
-    collective: str | None = field(
-        metadata=doc("the last blocking collective it called from Python, e.g. `all_reduce`, when known")
-    )
-    stack: tuple[str, ...] = field(
-        metadata=doc(
-            "the first 40 lines of its stack dump, the main thread first (the whole dump is in the rank's "
-            "`stderr.log` under `--log-dir`)"
-        )
-    )
-
-
-@dataclass(frozen=True)
-class HangCause:
-    kind: str = field(
-        metadata=doc(
-            "`not-entered`: with torch's flight recorder, `ranks` never entered collective `seq` that `waiting` "
-            "wait in; `outside`: `ranks` in their own code (`phase`) while `waiting` wait in a collective; "
-            "`gpu-behind`: every host waits, but the GPU of `ranks` never passed a mark of the step (`phase`: "
-            "the GPU work before it) that the GPUs of `waiting` passed (a kernel that does not end); "
-            "`all-waiting`: every silent rank waits (mismatched collectives, a peer lost on another node); "
-            "`no-first-step`: the start-up allowance ran out before `ranks` made a first step"
-        )
-    )
-    ranks: tuple[int, ...] = field(metadata=doc("the ranks the others wait for (the `stuck` ones)"))
-    waiting: tuple[int, ...] = field(metadata=doc("the ranks that wait for them"))
-    collective: str | None = field(metadata=doc("what the waiting ranks wait in, e.g. `all_reduce`"))
-    seq: int | None = field(metadata=doc("the flight recorder's `collective_seq_id` of it (`not-entered`)"))
-    phase: str | None = field(
-        metadata=doc(
-            "what `ranks` were doing: a phase name, `other` outside every phase, or their GPU's work (`gpu-behind`)"
-        )
-    )
-    text: str = field(metadata=doc("the console's `cause:` line"))
-
-
-@dataclass(frozen=True)
-class Hang:
-    timeout_s: float = field(metadata=doc("the timeout in force"))
-    exit_code: int = field(metadata=doc("124, the launcher's exit code for a hang"))
-    all_silent: bool = field(
-        metadata=doc("true: no rank of this node made a step for the timeout; false: other ranks kept stepping")
-    )
-    stack_source: str | None = field(
-        metadata=doc(
-            "`py-spy` (installed on the launcher's PATH), `faulthandler` (the bootstrap's handler, triggered "
-            "by SIGRTMIN+7), or null: no stack could be taken"
-        )
-    )
-    ranks: tuple[HangRank, ...] = field(
-        metadata=doc(
-            "every rank without a step for the timeout (at start-up: without a first step), stuck ones first "
-            "(see `hang.ranks[]`)"
-        )
-    )
-    startup_timeout_s: float | None = field(
-        default=None, metadata=doc("the start-up allowance in force (`--startup-timeout-s`); null: none")
-    )
-    startup: bool = field(
-        default=False, metadata=doc("true: judged by the start-up allowance (no first step)", legacy=False)
-    )
-    cause: HangCause | None = field(
-        default=None, metadata=doc("whom the others wait for, and how that is known (see `hang.cause`)")
-    )
 
 
 @dataclass(frozen=True)
@@ -304,7 +129,7 @@ class Report:
             job="judged over every rank of every node; null when no node had statistics",
         )
     )
-    stragglers: tuple[StragglerEntry, ...] = field(
+    stragglers: tuple[Straggler, ...] = field(
         metadata=doc(
             "the verdict: empty when no rank holds the others back (see `stragglers[]`)",
             job="judged over every rank of every node: a straggler's `node` and `rank` name it",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from openclaw_launch.codec import doc
+from openclaw_launch.stats.result import GpuStats
 
 
 @dataclass(frozen=True)
@@ -57,31 +58,6 @@ class StepStatistics:
     )
     busy_s: float = field(metadata=doc("mean step minus `wait_s`"))
     dropped_batches: int = field(metadata=doc("statistics batches the rank could not send (launcher busy)"))
-
-
-@dataclass(frozen=True)
-class GpuStats:
-    """NVML sampled once a second over the run; a metric the GPU does not give is null."""
-
-    samples: int = field(metadata=doc("samples taken"))
-    util_pct_mean: float | None = field(metadata=doc("mean GPU utilisation, %"))
-    sm_clock_mhz_mean: float | None = field(metadata=doc("mean SM clock"))
-    sm_clock_mhz_min: float | None = field(metadata=doc("lowest SM clock seen"))
-    power_w_mean: float | None = field(metadata=doc("mean power draw"))
-    temp_c_max: float | None = field(metadata=doc("highest temperature"))
-    memory_used_mib_max: float | None = field(metadata=doc("most GPU memory in use"))
-    clock_event_reasons: tuple[str, ...] = field(
-        metadata=doc(
-            "names of the throttle reasons seen: `sw_power_cap`, `hw_slowdown`, `sw_thermal_slowdown`, "
-            "`hw_thermal_slowdown`, `hw_power_brake_slowdown`"
-        )
-    )
-    pcie_rx_mbps_mean: float | None = field(
-        metadata=doc("mean PCIe receive throughput (read every 30th sample: the call blocks about 20 ms)")
-    )
-    pcie_tx_mbps_mean: float | None = field(metadata=doc("mean PCIe transmit throughput (as `pcie_rx_mbps_mean`)"))
-    sm_activity_pct_mean: float | None = field(metadata=doc("mean SM activity (GPUs with GPM: Hopper and newer)"))
-    tensor_activity_pct_mean: float | None = field(metadata=doc("mean tensor core activity, with GPM"))
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from openclaw_launch.stats.result import GpuStats
+
 Sample = dict[str, float]
 
 # nvmlClocksEventReason bits that slow a busy GPU down (idle and application clocks do not).
@@ -26,15 +28,6 @@ CLOCK_EVENT_REASONS = {
     0x40: "hw_thermal_slowdown",
     0x80: "hw_power_brake_slowdown",
 }
-_MEAN_KEYS = (
-    "util_pct",
-    "sm_clock_mhz",
-    "power_w",
-    "pcie_rx_mbps",
-    "pcie_tx_mbps",
-    "sm_activity_pct",
-    "tensor_activity_pct",
-)
 
 
 Event = dict[str, Any]  # an NVML event: {"kind": "xid" | "ecc", "uuid": ..., "code": XID number or 0}
@@ -203,19 +196,34 @@ class GpuSummary:
             self._min[key] = min(self._min.get(key, value), value)
             self._max[key] = max(self._max.get(key, value), value)
 
-    def to_json(self) -> dict[str, object]:
-        out: dict[str, object] = {"samples": self.samples}
-        for key in _MEAN_KEYS:
-            if self._counts.get(key):
-                out[f"{key}_mean"] = round(self._sums[key] / self._counts[key], 2)
-        if "sm_clock_mhz" in self._min:
-            out["sm_clock_mhz_min"] = self._min["sm_clock_mhz"]
-        if "temp_c" in self._max:
-            out["temp_c_max"] = self._max["temp_c"]
-        if "memory_used_mib" in self._max:
-            out["memory_used_mib_max"] = round(self._max["memory_used_mib"], 1)
-        out["clock_event_reasons"] = [name for bit, name in CLOCK_EVENT_REASONS.items() if self._reasons & bit]
-        return out
+    def stats(self) -> GpuStats:
+        """The summary as the report holds it: means to 0.01, memory to 0.1 MiB, null where the GPU
+        gave no value."""
+        return GpuStats(
+            samples=self.samples,
+            util_pct_mean=self._mean("util_pct"),
+            sm_clock_mhz_mean=self._mean("sm_clock_mhz"),
+            sm_clock_mhz_min=_float(self._min.get("sm_clock_mhz")),
+            power_w_mean=self._mean("power_w"),
+            temp_c_max=_float(self._max.get("temp_c")),
+            memory_used_mib_max=_float(self._max.get("memory_used_mib"), 1),
+            clock_event_reasons=tuple(name for bit, name in CLOCK_EVENT_REASONS.items() if self._reasons & bit),
+            pcie_rx_mbps_mean=self._mean("pcie_rx_mbps"),
+            pcie_tx_mbps_mean=self._mean("pcie_tx_mbps"),
+            sm_activity_pct_mean=self._mean("sm_activity_pct"),
+            tensor_activity_pct_mean=self._mean("tensor_activity_pct"),
+        )
+
+    def _mean(self, key: str) -> float | None:
+        count = self._counts.get(key)
+        return round(self._sums[key] / count, 2) if count else None
+
+
+def _float(value: float | None, digits: int | None = None) -> float | None:
+    """A sampled value as a float (a recorded sample may hold an int), rounded to ``digits`` if given."""
+    if value is None:
+        return None
+    return float(value) if digits is None else round(float(value), digits)
 
 
 class GpuSampler:
@@ -278,9 +286,9 @@ class GpuSampler:
         with self._lock:
             return {u: dict(s) for u, s in self._latest.items()}
 
-    def summaries(self) -> dict[str, dict[str, object]]:
+    def summaries(self) -> dict[str, GpuStats]:
         with self._lock:
-            return {u: s.to_json() for u, s in self._summaries.items()}
+            return {u: s.stats() for u, s in self._summaries.items()}
 
     def events(self) -> list[Event]:
         with self._lock:

@@ -32,6 +32,7 @@ from collections.abc import Iterable, Sized
 from dataclasses import dataclass, field
 
 from openclaw_launch import exit_codes
+from openclaw_launch.stats.result import Hang, HangCause, HangRank
 from openclaw_launch.telemetry import gpu_events, wire
 
 HANG_EXIT_CODE = exit_codes.HANG  # 124, as timeout(1): the job was stopped because it made no progress
@@ -71,65 +72,6 @@ class _Rank:
         """In a phase that waits for peers (the one rule for "stuck" and for the cause)."""
         phase = self.phase or ""
         return phase in self.sync_phases or (self.backend == "nccl" and phase in GPU_WAIT_PHASES)
-
-
-@dataclass(frozen=True)
-class RankHang:
-    """One rank at the moment of the verdict."""
-
-    rank: int
-    local_rank: int
-    node: str
-    stuck: bool  # the others wait for it (False: it waits for peers, or it was still stepping)
-    steps: int
-    no_step_s: float | None  # seconds since its last step (None: it never stepped)
-    phase: str  # what it was doing: a phase name, or "other" outside every phase
-    in_phase_s: float | None
-    collective: str | None
-    pid: int | None
-
-    def describe(self) -> str:
-        what = self.phase
-        if self.phase == wire.COLLECTIVE and self.collective:
-            what = f"collective {self.collective}"
-        text = f"rank {self.rank} (local rank {self.local_rank}, node {self.node}"
-        text += f", pid {self.pid})" if self.pid else ")"
-        if self.in_phase_s is not None:
-            text += f" in {what} for {self.in_phase_s:.1f} s"
-        else:
-            text += f" in {what}"
-        if self.no_step_s is None:
-            text += ", no step yet"
-        else:
-            text += f", last step {self.no_step_s:.1f} s ago (step {self.steps})"
-        if self.collective and self.phase != wire.COLLECTIVE:
-            text += f", last collective {self.collective}"
-        return text
-
-
-@dataclass(frozen=True)
-class HangCause:
-    """Whom the others wait for, and how that is known."""
-
-    kind: str  # "not-entered" | "outside" | "gpu-behind" | "all-waiting" | "no-first-step"
-    ranks: tuple[int, ...]  # the cause
-    waiting: tuple[int, ...]  # the ranks that wait for them
-    collective: str | None  # what the waiting ranks wait in
-    seq: int | None  # its flight-recorder sequence number (kind "not-entered")
-    phase: str | None  # what the cause ranks do (kinds "outside", "no-first-step"; "gpu-behind": the GPU's)
-    text: str  # the console's "cause: ..." line, without "cause: "
-
-
-@dataclass(frozen=True)
-class Verdict:
-    ranks: tuple[RankHang, ...]  # every rank without a step for the timeout, stuck ones first
-    all_silent: bool  # no rank progressed for the timeout
-    cause: HangCause | None = None
-    startup: bool = False  # judged by the start-up allowance: no first step
-
-    @property
-    def stuck(self) -> tuple[RankHang, ...]:
-        return tuple(r for r in self.ranks if r.stuck)
 
 
 class HangWatch:
@@ -190,7 +132,8 @@ class HangWatch:
         r.last_collectives = p.last_collectives or r.last_collectives
         r.gpu = p.gpu or r.gpu
 
-    def check(self, now: float) -> Verdict | None:
+    def check(self, now: float) -> Hang | None:
+        """The hang, when there is one (its stacks are the monitor's to add: stats/hang_monitor.py)."""
         live = [r for r in self.ranks.values() if not r.finished]
         armed = [r for r in live if r.last_step is not None]
         startup = (
@@ -210,22 +153,32 @@ class HangWatch:
         cause = _cause(quiet, startup and not hung)
         culprits = set(cause.ranks)
         out = [
-            RankHang(
+            HangRank(
                 rank=r.rank,
                 local_rank=r.local_rank,
                 node=r.node,
+                pid=r.pid,
                 stuck=r.rank in culprits,
                 steps=r.steps,
                 no_step_s=None if r.last_step is None else round(now - r.last_step, 3),
                 phase=r.phase or "other",
                 in_phase_s=None if r.phase_since is None else round(now - r.phase_since, 3),
                 collective=r.collective,
-                pid=r.pid,
+                stack=(),
             )
             for r in quiet
         ]
         out.sort(key=lambda h: (not h.stuck, h.rank))
-        return Verdict(tuple(out), all_silent, cause, startup and not hung)
+        return Hang(
+            timeout_s=self.timeout_s,
+            exit_code=HANG_EXIT_CODE,
+            all_silent=all_silent,
+            stack_source=None,
+            ranks=tuple(out),
+            startup_timeout_s=self.startup_timeout_s,
+            startup=startup and not hung,
+            cause=cause,
+        )
 
 
 def _ranks(ranks: Iterable[int]) -> str:

@@ -11,17 +11,17 @@ stopping is no hang), and it votes against a restart once it has a verdict in th
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any
+from dataclasses import dataclass, replace
+from typing import IO, TYPE_CHECKING
 
 from openclaw_launch.run.participant import Participant, StopKind, StopReason, Timer
+from openclaw_launch.single_thread import assert_single_threaded
 from openclaw_launch.stats.hang import (
     CHECK_INTERVAL_S,
     EXCERPT_LINES,
@@ -31,8 +31,8 @@ from openclaw_launch.stats.hang import (
     PY_SPY_TIMEOUT_S,
     SIGNAL_WAIT_S,
     HangWatch,
-    Verdict,
 )
+from openclaw_launch.stats.result import Hang
 from openclaw_launch.telemetry import wire
 
 if TYPE_CHECKING:
@@ -58,6 +58,7 @@ class PySpy:
     def start(self, rank: int, pid: int) -> None:
         out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()  # noqa: SIM115 (closed in take)
         argv = [self.exe, "dump", "--pid", str(pid)]
+        assert_single_threaded("start py-spy")
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err)
         except OSError as exc:
@@ -94,11 +95,6 @@ class PySpy:
                 f.close()
         self._runs = {}
         return {**texts, **self._failed}
-
-
-def json_tuples(d: dict[str, Any]) -> dict[str, Any]:
-    """A dataclass's dict as JSON holds it (tuples as lists)."""
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
 
 
 def read_stack_file(path: str) -> str:
@@ -169,7 +165,7 @@ class HangMonitor(Participant):
         """Nothing of the previous attempt survives: no armed rank, no verdict, no stop."""
         self.attempt = attempt
         self.watch.reset(self.os.monotonic())
-        self.verdict: Verdict | None = None
+        self.verdict: Hang | None = None
         self.stacks: dict[int, str] = {}
         self.stack_source: str | None = None
         self.detected_at: float | None = None
@@ -323,32 +319,10 @@ class HangMonitor(Participant):
         lines.append(f"openclaw-launch: hang: stopping the job (exit code {HANG_EXIT_CODE})")
         self._say("\n".join(lines))
 
-    def to_json(self) -> dict[str, Any] | None:
-        """The report's ``hang`` object (docs/report-format.md); None when there was no hang."""
+    def result(self) -> Hang | None:
+        """The report's ``hang`` (docs/report-format.md): the verdict with its stacks; None when
+        there was no hang."""
         if self.verdict is None:
             return None
-        return {
-            "timeout_s": self.watch.timeout_s,
-            "exit_code": HANG_EXIT_CODE,
-            "all_silent": self.verdict.all_silent,
-            "startup_timeout_s": self.watch.startup_timeout_s,
-            "startup": self.verdict.startup,
-            "cause": None if self.verdict.cause is None else json_tuples(dataclasses.asdict(self.verdict.cause)),
-            "stack_source": self.stack_source,
-            "ranks": [
-                {
-                    "rank": h.rank,
-                    "local_rank": h.local_rank,
-                    "node": h.node,
-                    "pid": h.pid,
-                    "stuck": h.stuck,
-                    "steps": h.steps,
-                    "no_step_s": h.no_step_s,
-                    "phase": h.phase,
-                    "in_phase_s": h.in_phase_s,
-                    "collective": h.collective,
-                    "stack": excerpt(self.stacks.get(h.rank, "")),
-                }
-                for h in self.verdict.ranks
-            ],
-        }
+        ranks = tuple(replace(h, stack=tuple(excerpt(self.stacks.get(h.rank, "")))) for h in self.verdict.ranks)
+        return replace(self.verdict, stack_source=self.stack_source, ranks=ranks)

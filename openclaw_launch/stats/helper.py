@@ -8,7 +8,8 @@ Messages, one JSON object per line:
 - launcher -> helper: ``publish`` (the endpoint's snapshot), ``append`` (a stats-file line),
   ``finish`` (stop sampling, write what is queued, answer ``done``, exit).
 - helper -> launcher: ``gpus`` after every round of samples (the latest sample and the running
-  summary per GPU, the NVML events seen so far: XID, uncorrectable ECC), ``gpu_error`` (NVML did
+  summary per GPU, a ``GpuStats`` in the codec's JSON, the NVML events seen so far: XID,
+  uncorrectable ECC), ``gpu_error`` (NVML did
   not start), ``stats_file_error`` (the first line that could not be written: a full disk),
   ``done`` (the final summaries and errors).
 """
@@ -19,8 +20,10 @@ import socket
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from openclaw_launch.codec import from_json, to_json
 from openclaw_launch.run.failure_class import GpuEvent
 from openclaw_launch.run.helper import Helper, Link, Message
+from openclaw_launch.stats.result import GpuStats
 
 if TYPE_CHECKING:
     from openclaw_launch.stats.gpu import GpuSampler, Sample, SampleSource
@@ -37,7 +40,7 @@ class StatsHelper:
         self._helper = helper
         self._on_warning = on_warning
         self.latest: dict[str, Sample] = {}  # the last sample per GPU
-        self.summaries: dict[str, dict[str, object]] = {}  # the running summary per GPU
+        self._summaries: dict[str, Any] = {}  # the running summary per GPU, as sent (decoded when asked)
         self.gpu_events: list[GpuEvent] = []  # NVML events (XID, ECC), oldest first (bounded by the sampler)
         self.gpu_error: str | None = None  # why GPU sampling is off or stopped
         self.stats_file_error: str | None = None
@@ -70,6 +73,12 @@ class StatsHelper:
 
     def fileno(self) -> int:
         return self._helper.fileno()
+
+    @property
+    def summaries(self) -> dict[str, GpuStats]:
+        """The running summary per GPU (decoded here, not at every round's message: the launcher
+        asks only for the live line and at the end)."""
+        return {uuid: from_json(GpuStats, s) for uuid, s in self._summaries.items()}
 
     def drain(self) -> None:
         for message in self._helper.link.receive():
@@ -104,7 +113,7 @@ class StatsHelper:
         op = message["op"]
         if op in ("gpus", "done"):
             self.latest = message["latest"]
-            self.summaries = message["summaries"]
+            self._summaries = message["summaries"]
             self.gpu_events = [GpuEvent(str(e["kind"]), str(e["uuid"]), int(e["code"])) for e in message["events"]]
         if op == "gpu_error":
             self.gpu_error = message["text"]
@@ -156,7 +165,7 @@ def _serve(
             {
                 "op": "done",
                 "latest": sampler.latest() if sampler is not None else {},
-                "summaries": sampler.summaries() if sampler is not None else {},
+                "summaries": to_json(sampler.summaries()) if sampler is not None else {},
                 "events": sampler.events() if sampler is not None else [],
                 "gpu_error": sampler.error if sampler is not None else None,
                 "stats_file_error": writer.error if writer is not None else None,
@@ -173,7 +182,7 @@ def _start_sampler(
     from openclaw_launch.stats.gpu import GpuSampler
 
     def send(sampler: GpuSampler) -> None:
-        summaries, events = sampler.summaries(), sampler.events()
+        summaries, events = to_json(sampler.summaries()), sampler.events()
         link.send({"op": "gpus", "latest": sampler.latest(), "summaries": summaries, "events": events})
 
     try:

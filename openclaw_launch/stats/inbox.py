@@ -14,9 +14,10 @@ import errno
 import socket
 import struct
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import replace
 
 from openclaw_launch.errors import LaunchError
+from openclaw_launch.stats.result import DroppedDatagrams
 from openclaw_launch.telemetry import wire
 
 _RECEIVE_BUFFER_BYTES = 1 << 20  # per rank; capped by net.core.rmem_max: best effort
@@ -29,19 +30,6 @@ BURST = 400.0
 _COST_BYTES = 4096  # a datagram counts one per this many bytes
 
 
-@dataclass
-class Drops:
-    """One rank's datagrams the launcher did not take (report: ``statistics.dropped_datagrams``)."""
-
-    invalid: int = 0
-    not_rank_process: int = 0
-    over_rate: int = 0
-
-    @property
-    def total(self) -> int:
-        return self.invalid + self.not_rank_process + self.over_rate
-
-
 class _RankSocket:
     def __init__(self, rank: int, address: str) -> None:
         self.rank = rank
@@ -49,7 +37,7 @@ class _RankSocket:
         self.pid: int | None = None  # the process the launcher spawned for the rank (this attempt)
         self.tokens = BURST
         self.refilled_s = 0.0
-        self.drops = Drops()
+        self.drops = DroppedDatagrams(invalid=0, not_rank_process=0, over_rate=0)  # replaced at each drop
         self.strangers: set[int] = set()  # pids already warned about
         try:
             with contextlib.suppress(OSError):
@@ -119,7 +107,7 @@ class Inbox:
                 self._slots[local_rank].rank = rank
         self._socks = {s.rank: s for s in self._slots.values()}
 
-    def drops(self) -> dict[int, Drops]:
+    def drops(self) -> dict[int, DroppedDatagrams]:
         return {rank: s.drops for rank, s in sorted(self._socks.items()) if s.drops.total}
 
     def receive(self, fd: int, now_s: float) -> list[tuple[int, bytes]]:
@@ -135,7 +123,7 @@ class Inbox:
                 break
             pid = _sender_pid(anc)
             if pid is None or pid != s.pid:
-                s.drops.not_rank_process += 1
+                s.drops = replace(s.drops, not_rank_process=s.drops.not_rank_process + 1)
                 if pid is not None and pid not in s.strangers and len(s.strangers) < 8:
                     s.strangers.add(pid)
                     self.warn.append(
@@ -144,13 +132,14 @@ class Inbox:
                         "(a --no-python wrapper must exec the program) nor another process"
                     )
             elif not s.take(max(1.0, len(data) / _COST_BYTES), now_s):
-                s.drops.over_rate += 1
+                s.drops = replace(s.drops, over_rate=s.drops.over_rate + 1)
             else:
                 out.append((s.rank, data))
         return out
 
     def invalid(self, rank: int) -> None:
-        self._socks[rank].drops.invalid += 1
+        s = self._socks[rank]
+        s.drops = replace(s.drops, invalid=s.drops.invalid + 1)
 
     def close(self) -> None:
         """Idempotent: an abstract socket leaves no file behind."""

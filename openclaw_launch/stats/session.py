@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from openclaw_launch.run.participant import Participant, Timer
 from openclaw_launch.stats.collect import Collector, RankSummary
 from openclaw_launch.stats.inbox import Inbox
+from openclaw_launch.stats.result import GpuStats, SessionResult
 from openclaw_launch.telemetry import wire
 
 if TYPE_CHECKING:
@@ -198,10 +199,10 @@ class StatsSession(Participant):
 
     # ---- at the end ------------------------------------------------------------------------------
 
-    def finish(self, binding_warnings: Mapping[int, str]) -> dict[str, Any]:
-        """Stop sampling, read the last batches, judge. Returns the report's statistics part. Called
-        once the workers are gone: what they sent (a SIGTERM's flush too) is all in the sockets, read
-        to the end so that the counts are the ranks' last."""
+    def finish(self, binding_warnings: Mapping[int, str]) -> SessionResult:
+        """Stop sampling, read the last batches, judge. Called once the workers are gone: what they
+        sent (a SIGTERM's flush too) is all in the sockets, read to the end so that the counts are
+        the ranks' last."""
         while self.drain():
             pass
         if self.helper is not None and self.stats_file:  # the last line: the job's final numbers
@@ -211,24 +212,24 @@ class StatsSession(Participant):
 
         summaries = self.collector.summaries()
         found = verdict.find_stragglers(summaries, self._facts(binding_warnings), self.threshold_pct)
-        bound = verdict.sync_bound(summaries)
-        gpus = self._gpu_summaries()
         if found:
             import logging  # here, at the job's end, not at start-up
 
-            logging.getLogger(__name__).info("straggler verdict: %s", [s.to_json() for s in found])
-        return {
-            "hang": self.hang.to_json() if self.hang is not None else None,
-            "summaries": summaries,
-            "stragglers": found,
-            "sync_bound_share": bound,
-            "gpus": gpus,
-            "gpu_error": self.gpu_error,
-            "stats_file_error": self.helper.stats_file_error if self.helper is not None else None,
-            "threshold_pct": self.threshold_pct,
-            "bad_datagrams": sum(d.total for d in self.inbox.drops().values()),
-            "dropped_datagrams": self.inbox.drops(),
-        }
+            logging.getLogger(__name__).info("straggler verdict: %s", found)
+        statistics = verdict.run_statistics(
+            summaries,
+            self.threshold_pct,
+            self.gpu_error,
+            self.helper.stats_file_error if self.helper is not None else None,
+            {str(rank): d for rank, d in self.inbox.drops().items()},
+        )
+        return SessionResult(
+            statistics=statistics,
+            stragglers=tuple(found),
+            hang=self.hang.result() if self.hang is not None else None,
+            summaries=tuple(summaries),
+            gpus=self._gpu_summaries(),
+        )
 
     def close(self) -> None:
         """Idempotent: the launcher calls it on every path, ``finish`` on the normal one. The helper
@@ -237,7 +238,7 @@ class StatsSession(Participant):
             self.helper.finish()
         self.inbox.close()
 
-    def _gpu_summaries(self) -> dict[str, dict[str, object]]:
+    def _gpu_summaries(self) -> dict[str, GpuStats]:
         return self.helper.summaries if self.helper is not None else {}
 
     def _facts(self, binding_warnings: Mapping[int, str] | None = None) -> dict[int, verdict.RankFacts]:

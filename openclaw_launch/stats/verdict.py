@@ -38,13 +38,14 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from openclaw_launch.config.defaults import STRAGGLER_THRESHOLD_MARGIN as THRESHOLD_MARGIN
 from openclaw_launch.config.defaults import STRAGGLER_THRESHOLD_PCT
 from openclaw_launch.stats import phases
 from openclaw_launch.stats.collect import GPU_BUSY, INPUT_STAGE, OWN, STEP, RankSummary
 from openclaw_launch.stats.phases import GPU_WORK, INPUT_PHASES
+from openclaw_launch.stats.result import DroppedDatagrams, GpuStats, RunStatistics, Straggler
 from openclaw_launch.telemetry import wire
 
 MIN_STEPS = 5  # measured steps a rank needs before it is judged
@@ -56,34 +57,11 @@ _PURE_WAIT = (wire.SYNC, wire.COLLECTIVE)
 
 
 @dataclass(frozen=True)
-class Straggler:
-    rank: int
-    node: str
-    phase: str  # "input" (before compute: the input pipeline) or "compute"
-    section: str  # the measured phase that carries the excess (input, forward, other, a section name)
-    excess_s: float  # per step, over the median of the other ranks
-    excess_pct: float  # excess_s as % of the job's median step time
-    busy_s: float  # the straggler's own work per step
-    peers_busy_s: float  # median of the other ranks'
-    peers_wait_s: float  # how long the others waited per step, more than the straggler did
-    wait_source: str  # "nccl-flight-recorder" | "cpu-phases" | "none"
-    hints: tuple[str, ...] = ()
-
-    def to_json(self) -> dict[str, object]:
-        data = asdict(self)
-        data["hints"] = list(self.hints)
-        for key in ("excess_s", "busy_s", "peers_busy_s", "peers_wait_s"):
-            data[key] = round(float(data[key]), 6)
-        data["excess_pct"] = round(self.excess_pct, 1)
-        return data
-
-
-@dataclass(frozen=True)
 class RankFacts:
     """What else the launcher knows about a rank, for hints."""
 
     node: str
-    gpu: Mapping[str, object] | None = None  # the GPU summary of stats.gpu
+    gpu: GpuStats | None = None  # its GPU's samples
     binding_warning: str | None = None
 
 
@@ -283,16 +261,19 @@ def _hints(slow: RankSummary, section: str, mine: RankFacts, peers: Sequence[Ran
         )
     if mine.binding_warning:
         hints.append(f"affinity: {mine.binding_warning}")
-    gpu = mine.gpu or {}
-    peer_gpus = [p.gpu for p in peers if p is not None and p.gpu]
-    clock, peer_clocks = _number(gpu, "sm_clock_mhz_mean"), _numbers(peer_gpus, "sm_clock_mhz_mean")
+    gpu = mine.gpu
+    if gpu is None:
+        return hints
+    peer_gpus = [p.gpu for p in peers if p is not None and p.gpu is not None]
+    clock = gpu.sm_clock_mhz_mean
+    peer_clocks = [g.sm_clock_mhz_mean for g in peer_gpus if g.sm_clock_mhz_mean is not None]
     if clock is not None and peer_clocks and clock < 0.97 * statistics.median(peer_clocks):
         median_clock = statistics.median(peer_clocks)
         hints.append(f"clocks: its GPU ran at {clock:.0f} MHz vs {median_clock:.0f} MHz on the others")
-    reasons = gpu.get("clock_event_reasons")
-    if isinstance(reasons, list) and reasons:
-        hints.append(f"thermal/power: clock-event reasons on its GPU: {', '.join(map(str, reasons))}")
-    memory, peer_memory = _number(gpu, "memory_used_mib_max"), _numbers(peer_gpus, "memory_used_mib_max")
+    if gpu.clock_event_reasons:
+        hints.append(f"thermal/power: clock-event reasons on its GPU: {', '.join(gpu.clock_event_reasons)}")
+    memory = gpu.memory_used_mib_max
+    peer_memory = [g.memory_used_mib_max for g in peer_gpus if g.memory_used_mib_max is not None]
     if memory is not None and peer_memory:
         median_memory = statistics.median(peer_memory)
         if abs(memory - median_memory) > 0.1 * median_memory:
@@ -301,15 +282,6 @@ def _hints(slow: RankSummary, section: str, mine: RankFacts, peers: Sequence[Ran
                 "(uneven shards or batch sizes?)"
             )
     return hints
-
-
-def _number(values: Mapping[str, object], key: str) -> float | None:
-    value = values.get(key)
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def _numbers(many: Sequence[Mapping[str, object] | None], key: str) -> list[float]:
-    return [v for g in many if g is not None and (v := _number(g, key)) is not None]
 
 
 def sync_bound(ranks: Sequence[RankSummary]) -> float | None:
@@ -324,3 +296,24 @@ def sync_bound(ranks: Sequence[RankSummary]) -> float | None:
     ]
     least = min(shares)
     return least if least >= HIGH_SYNC_SHARE else None
+
+
+def run_statistics(
+    summaries: Sequence[RankSummary],
+    threshold_pct: float | None,
+    gpu_error: str | None,
+    stats_file_error: str | None,
+    dropped: Mapping[str, DroppedDatagrams],
+) -> RunStatistics:
+    """The report's ``statistics`` over ``summaries`` (a node's ranks, or every node's for the job
+    report): the wait signal they give, whether the synchronisation itself is slow, and what was
+    lost on the way (``dropped``: per rank, its number as the key)."""
+    return RunStatistics(
+        threshold_pct=threshold_pct,
+        wait_source=wait_source(summaries),
+        sync_bound_share=sync_bound(summaries),
+        gpu_error=gpu_error,
+        stats_file_error=stats_file_error,
+        bad_datagrams=sum(d.total for d in dropped.values()),
+        dropped_datagrams=dict(dropped),
+    )

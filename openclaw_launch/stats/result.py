@@ -1,0 +1,258 @@
+"""What a job's statistics hand the report: the session's result (``StatsSession.finish``) and the
+parts of it a report holds as they are: its ``statistics``, ``stragglers[]``, ``hang`` and each
+rank's ``gpu``.
+
+Frozen, and defined here since stats/ produces them and report/, above it, only reads them: one
+definition for the session, the report and the statistics helper's link, all written and read by
+the one codec (openclaw_launch/codec.py). Each field's ``doc`` is its row in docs/report-format.md
+(tools/report_docs.py renders the tables).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from openclaw_launch.codec import doc
+from openclaw_launch.stats.collect import RankSummary
+from openclaw_launch.telemetry import wire
+
+
+@dataclass(frozen=True)
+class DroppedDatagrams:
+    """A rank's statistics datagrams the launcher did not take (the channel is untrusted input)."""
+
+    invalid: int = field(
+        metadata=doc("failed the check: types, finite numbers, bounds, sizes, names, or another rank's number")
+    )
+    not_rank_process: int = field(
+        metadata=doc("sent by a process other than the one the launcher started for the rank (a forked child)")
+    )
+    over_rate: int = field(metadata=doc("above the rank's rate limit (stats/inbox.py: `RATE_PER_S`, `BURST`)"))
+
+    @property
+    def total(self) -> int:
+        return self.invalid + self.not_rank_process + self.over_rate
+
+
+@dataclass(frozen=True)
+class RunStatistics:
+    threshold_pct: float | None = field(metadata=doc("`--straggler-threshold-pct`"))
+    wait_source: str = field(
+        metadata=doc(
+            "`nccl-flight-recorder`: waiting measured as NCCL collective time from torch's flight recorder; "
+            "`cpu-phases`: as time in `sync` sections, blocking `torch.distributed` calls and DDP's "
+            "`backward` on a group whose backend blocks the host (gloo), the host's waits on the GPU "
+            "(`device-wait`) under NCCL; `none`",
+            legacy="none",
+        )
+    )
+    sync_bound_share: float | None = field(
+        metadata=doc(
+            "set when every rank waits at least 30 % of its step: the collectives themselves are slow, not one rank"
+        )
+    )
+    gpu_error: str | None = field(metadata=doc("why GPU sampling stopped or never started"))
+    stats_file_error: str | None = field(
+        metadata=doc(
+            "the first error writing `--stats-file` (a full disk; the console said it once, the job went on, "
+            "later lines may be lost); null: none",
+            legacy=None,
+        )
+    )
+    bad_datagrams: int = field(
+        metadata=doc("statistics datagrams dropped: the sum of `dropped_datagrams` (not fatal)", legacy=0)
+    )
+    dropped_datagrams: dict[str, DroppedDatagrams] = field(
+        metadata=doc("per rank (the key) with any dropped: why (see `statistics.dropped_datagrams`)")
+    )
+
+
+@dataclass(frozen=True)
+class Straggler:
+    """A rank that holds the others back."""
+
+    rank: int = field(metadata=doc("the straggler"))
+    node: str = field(metadata=doc("its node"))
+    phase: str = field(
+        metadata=doc(
+            "`input` (the input/host stage: the DataLoader and the time before the step's first forward) or `compute`"
+        )
+    )
+    section: str = field(
+        metadata=doc(
+            'the measured phase carrying the excess: `input` (the DataLoader, `section("data")`), `host` (from '
+            "the step boundary to the first forward: batches sliced in the loop, copies, logging), `forward`, "
+            "`backward`, `optimizer`, a section name of the API, `other` (loop code outside every hooked phase) "
+            "or `gpu` (its GPU work: timed with CUDA events on every 5th step, or with the flight recorder "
+            "the wait signal says it is late and its input stage does not)"
+        )
+    )
+    excess_s: float = field(
+        metadata=doc(
+            "per step, the straggler's time in `section` (for `input`/`host`: in the whole input/host stage) "
+            "over the median of the other ranks, as the median over 5-step windows (for `gpu`: its GPU work "
+            "per sampled step over the others', or with the flight recorder and no GPU samples how much longer "
+            "the others wait in NCCL than it does)"
+        )
+    )
+    excess_pct: float = field(metadata=doc("`excess_s` as % of the job's median step"))
+    busy_s: float = field(metadata=doc("per step, the straggler's time not spent waiting for other ranks"))
+    peers_busy_s: float = field(metadata=doc("the median of the other ranks' `busy_s`"))
+    peers_wait_s: float = field(metadata=doc("per step, how much longer the other ranks waited than the straggler"))
+    wait_source: str = field(metadata=doc("as in `statistics`"))
+    hints: tuple[str, ...] = field(
+        metadata=doc(
+            "evidence for why: input-wait share, binding in force differing from the plan, lower SM clock "
+            "than the other GPUs, clock-event (throttle) reasons, GPU memory differing by more than 10 %"
+        )
+    )
+
+
+@dataclass(frozen=True)
+class HangRank:
+    rank: int = field(metadata=doc("a rank without a step for the timeout"))
+    local_rank: int = field(metadata=doc("its local rank"))
+    node: str = field(metadata=doc("its node"))
+    pid: int | None = field(
+        metadata=doc("the worker process the launcher spawned for the rank (never a pid a datagram names)")
+    )
+    stuck: bool = field(
+        metadata=doc(
+            "true: the others wait for it (it is not in a collective or `sync` section, or every silent rank "
+            "is); false: it waits for a peer"
+        )
+    )
+    steps: int = field(
+        metadata=doc("steps it made (a step ends at each boundary after the first), as in `ranks[].statistics`")
+    )
+    no_step_s: float | None = field(metadata=doc("seconds since its last step at the verdict; null: it never stepped"))
+    phase: str = field(
+        metadata=doc(
+            "what it was doing: `input`, `forward`, `backward`, `optimizer`, `collective`, a section name, or "
+            "`other` outside every phase"
+        )
+    )
+    in_phase_s: float | None = field(metadata=doc("for how long"))
+    collective: str | None = field(
+        metadata=doc("the last blocking collective it called from Python, e.g. `all_reduce`, when known")
+    )
+    stack: tuple[str, ...] = field(
+        metadata=doc(
+            "the first 40 lines of its stack dump, the main thread first (the whole dump is in the rank's "
+            "`stderr.log` under `--log-dir`)"
+        )
+    )
+
+    def describe(self) -> str:
+        """The rank on the console's hang lines."""
+        what = self.phase
+        if self.phase == wire.COLLECTIVE and self.collective:
+            what = f"collective {self.collective}"
+        text = f"rank {self.rank} (local rank {self.local_rank}, node {self.node}"
+        text += f", pid {self.pid})" if self.pid else ")"
+        if self.in_phase_s is not None:
+            text += f" in {what} for {self.in_phase_s:.1f} s"
+        else:
+            text += f" in {what}"
+        if self.no_step_s is None:
+            text += ", no step yet"
+        else:
+            text += f", last step {self.no_step_s:.1f} s ago (step {self.steps})"
+        if self.collective and self.phase != wire.COLLECTIVE:
+            text += f", last collective {self.collective}"
+        return text
+
+
+@dataclass(frozen=True)
+class HangCause:
+    kind: str = field(
+        metadata=doc(
+            "`not-entered`: with torch's flight recorder, `ranks` never entered collective `seq` that `waiting` "
+            "wait in; `outside`: `ranks` in their own code (`phase`) while `waiting` wait in a collective; "
+            "`gpu-behind`: every host waits, but the GPU of `ranks` never passed a mark of the step (`phase`: "
+            "the GPU work before it) that the GPUs of `waiting` passed (a kernel that does not end); "
+            "`all-waiting`: every silent rank waits (mismatched collectives, a peer lost on another node); "
+            "`no-first-step`: the start-up allowance ran out before `ranks` made a first step"
+        )
+    )
+    ranks: tuple[int, ...] = field(metadata=doc("the ranks the others wait for (the `stuck` ones)"))
+    waiting: tuple[int, ...] = field(metadata=doc("the ranks that wait for them"))
+    collective: str | None = field(metadata=doc("what the waiting ranks wait in, e.g. `all_reduce`"))
+    seq: int | None = field(metadata=doc("the flight recorder's `collective_seq_id` of it (`not-entered`)"))
+    phase: str | None = field(
+        metadata=doc(
+            "what `ranks` were doing: a phase name, `other` outside every phase, or their GPU's work (`gpu-behind`)"
+        )
+    )
+    text: str = field(metadata=doc("the console's `cause:` line"))
+
+
+@dataclass(frozen=True)
+class Hang:
+    timeout_s: float = field(metadata=doc("the timeout in force"))
+    exit_code: int = field(metadata=doc("124, the launcher's exit code for a hang"))
+    all_silent: bool = field(
+        metadata=doc("true: no rank of this node made a step for the timeout; false: other ranks kept stepping")
+    )
+    stack_source: str | None = field(
+        metadata=doc(
+            "`py-spy` (installed on the launcher's PATH), `faulthandler` (the bootstrap's handler, triggered "
+            "by SIGRTMIN+7), or null: no stack could be taken"
+        )
+    )
+    ranks: tuple[HangRank, ...] = field(
+        metadata=doc(
+            "every rank without a step for the timeout (at start-up: without a first step), stuck ones first "
+            "(see `hang.ranks[]`)"
+        )
+    )
+    startup_timeout_s: float | None = field(
+        default=None, metadata=doc("the start-up allowance in force (`--startup-timeout-s`); null: none")
+    )
+    startup: bool = field(
+        default=False, metadata=doc("true: judged by the start-up allowance (no first step)", legacy=False)
+    )
+    cause: HangCause | None = field(
+        default=None, metadata=doc("whom the others wait for, and how that is known (see `hang.cause`)")
+    )
+
+    @property
+    def stuck(self) -> tuple[HangRank, ...]:
+        return tuple(r for r in self.ranks if r.stuck)
+
+
+@dataclass(frozen=True)
+class GpuStats:
+    """NVML sampled once a second over the run; a metric the GPU does not give is null."""
+
+    samples: int = field(metadata=doc("samples taken"))
+    util_pct_mean: float | None = field(metadata=doc("mean GPU utilisation, %"))
+    sm_clock_mhz_mean: float | None = field(metadata=doc("mean SM clock"))
+    sm_clock_mhz_min: float | None = field(metadata=doc("lowest SM clock seen"))
+    power_w_mean: float | None = field(metadata=doc("mean power draw"))
+    temp_c_max: float | None = field(metadata=doc("highest temperature"))
+    memory_used_mib_max: float | None = field(metadata=doc("most GPU memory in use"))
+    clock_event_reasons: tuple[str, ...] = field(
+        metadata=doc(
+            "names of the throttle reasons seen: `sw_power_cap`, `hw_slowdown`, `sw_thermal_slowdown`, "
+            "`hw_thermal_slowdown`, `hw_power_brake_slowdown`"
+        )
+    )
+    pcie_rx_mbps_mean: float | None = field(
+        metadata=doc("mean PCIe receive throughput (read every 30th sample: the call blocks about 20 ms)")
+    )
+    pcie_tx_mbps_mean: float | None = field(metadata=doc("mean PCIe transmit throughput (as `pcie_rx_mbps_mean`)"))
+    sm_activity_pct_mean: float | None = field(metadata=doc("mean SM activity (GPUs with GPM: Hopper and newer)"))
+    tensor_activity_pct_mean: float | None = field(metadata=doc("mean tensor core activity, with GPM"))
+
+
+@dataclass(frozen=True)
+class SessionResult:
+    """One job's statistics at its end: what the node's report holds of them, and the ranks'
+    summaries, which the job report judges again over every node's ranks (agents/merge.py)."""
+
+    statistics: RunStatistics
+    stragglers: tuple[Straggler, ...]  # the verdict over this node's ranks, as found (the report rounds)
+    hang: Hang | None  # --hang-timeout-s fired
+    summaries: tuple[RankSummary, ...]  # per rank, of the last attempt
+    gpus: dict[str, GpuStats]  # per sampled GPU, by UUID
