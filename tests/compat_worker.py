@@ -16,6 +16,8 @@ import signal
 import sys
 import time
 
+from guards import wait_for
+
 DUMPED = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES")
 DUMPED_PREFIXES = ("GROUP_", "ROLE_", "TORCHELASTIC_")
 
@@ -35,11 +37,8 @@ def main() -> int:
         env["sys_argv"] = json.dumps(["{dump}" if arg == a.dump else arg for arg in sys.argv[1:]])
         with open(os.path.join(a.dump, f"rank-{os.environ['RANK']}.json"), "w") as f:
             json.dump(env, f)
-        deadline = time.monotonic() + 30
-        while a.exit and time.monotonic() < deadline:  # fail only once every rank has dumped
-            if len(os.listdir(a.dump)) >= int(os.environ["WORLD_SIZE"]):
-                break
-            time.sleep(0.02)
+        if a.exit:  # fail only once every rank has dumped
+            wait_for(lambda: len(os.listdir(a.dump)) >= int(os.environ["WORLD_SIZE"]), "not every rank dumped")
     if a.checkpoint_on_sigterm:
         seconds, done = a.checkpoint_on_sigterm
 

@@ -3,7 +3,9 @@
 torchrun keeps ``/tmp/torchelastic_*`` after every job, and a launcher given ``-r/-t`` without
 ``--log-dir`` keeps the logs it wrote in a temporary directory (both on purpose, for the user). So
 every process the tests start gets a ``TMPDIR`` of the session's own, removed at the end: the test
-command leaves ``/tmp`` as it found it.
+command leaves ``/tmp`` as it found it. Under pytest-xdist each worker is a session of its own, in
+its own base directory (``pytest-N/popen-gwK``), so each worker has its own ``TMPDIR`` too, and the
+jobs of one worker's tests never see the other's (tests/test_launch_e2e.py's MPS check relies on it).
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ Failure options (--exit, --raise, --segfault, --error-file) apply to every rank,
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import resource
@@ -17,6 +18,8 @@ import signal
 import sys
 import time
 import traceback
+
+from guards import wait_for
 
 LOGGED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
@@ -52,7 +55,7 @@ def _sleeper(setsid: bool) -> int:
     return pid
 
 
-def _orphan_child(report: str, deadline_s: float = 10.0) -> None:
+def _orphan_child(report: str) -> None:
     """Double fork a short-lived grandchild; report whether its adopter reaps it or leaves <defunct>."""
     r, w = os.pipe()
     child = os.fork()
@@ -67,16 +70,11 @@ def _orphan_child(report: str, deadline_s: float = 10.0) -> None:
     grandchild = int(os.read(r, 64))
     os.close(r)
     os.waitpid(child, 0)
-    verdict = "zombie"
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{grandchild}/stat") as f:
-                f.read()
-        except (FileNotFoundError, ProcessLookupError):  # ESRCH: it went between open and read
-            verdict = "reaped"
-            break
-        time.sleep(0.02)
+    try:  # a zombie keeps its /proc entry until it is reaped
+        wait_for(lambda: not os.path.exists(f"/proc/{grandchild}"), "the orphan was never reaped")
+        verdict = "reaped"
+    except AssertionError:
+        verdict = "zombie"
     _write(report, verdict)
 
 
@@ -171,8 +169,8 @@ def main(argv: list[str]) -> int:
         _orphan_child(_path(a.orphan_child))
     if a.ready_file:
         _write(_path(a.ready_file), str(os.getpid()))
-    for path in a.wait_for:
-        _wait_for(_path(path))
+    for path in map(_path, a.wait_for):
+        wait_for(functools.partial(os.path.exists, path), f"{path} never appeared", poll_s=0.01)
     if fails:
         if a.error_file:
             _write_error_file()
@@ -188,12 +186,6 @@ def main(argv: list[str]) -> int:
     while (left := deadline - time.monotonic()) > 0:  # signals interrupt sleep; keep sleeping
         time.sleep(left)
     return 0
-
-
-def _wait_for(path: str, deadline_s: float = 30.0) -> None:
-    deadline = time.monotonic() + deadline_s
-    while not os.path.exists(path) and time.monotonic() < deadline:
-        time.sleep(0.01)
 
 
 def _write_error_file() -> None:

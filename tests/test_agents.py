@@ -9,12 +9,12 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 from cli_runner import invoke
+from guards import GUARD_S, wait_for
 from supervise_driver import make_plan
 
 from openclaw_launch.agents.fingerprint import Differences, differences, fingerprint, warn_only_table_markdown
@@ -167,9 +167,7 @@ def test_supervisor_forwards_usr1_without_stopping_and_stops_on_term(tmp_path: P
     opts = SuperviseOptions(pass_signals=(signal.SIGUSR1, signal.SIGUSR2), use_guardian=False, grace_period_s=2)
 
     def poke() -> None:
-        deadline = time.monotonic() + 20
-        while not all((tmp_path / f"ready-{r}").exists() for r in range(2)) and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_for(lambda: all((tmp_path / f"ready-{r}").exists() for r in range(2)), "workers never got ready")
         os.kill(os.getpid(), signal.SIGUSR1)
 
     threading.Thread(target=poke, daemon=True).start()
@@ -191,7 +189,7 @@ def test_a_one_node_run_never_imports_torch() -> None:
         capture_output=True,
         text=True,
         cwd=ROOT,
-        timeout=60,
+        timeout=GUARD_S,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     imported = {line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
@@ -231,5 +229,5 @@ def test_versions_are_read_from_the_files_never_by_importing_torch(tmp_path: Pat
         "v = node_versions(Path('/'), lambda: 'x'); print(v['torch'] != '<unset>', 'torch' in sys.modules)"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=GUARD_S, env=env)
     assert out.stdout.split() == ["True", "False"], out.stderr

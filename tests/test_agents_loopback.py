@@ -8,7 +8,6 @@ import dataclasses
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from guards import GUARD_S, wait_for
+from host import free_port, needs_torch
 from test_supervise_run import recorded_pids, wait_gone
 
 from openclaw_launch.report.build import load_report
@@ -24,13 +25,7 @@ from openclaw_launch.report.model import JobReport, NodeReport
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "configs" / "two-nodes-loopback.yaml"
 FAKE = [sys.executable, str(ROOT / "tests" / "fake_worker.py")]
-pytest.importorskip("torch")
-
-
-def free_port() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return str(s.getsockname()[1])
+pytestmark = needs_torch  # the agents meet through torch's TCPStore
 
 
 def start(
@@ -40,7 +35,7 @@ def start(
     env: dict[str, dict[str, str]] | None = None,
     config: dict[str, Path] | None = None,
 ) -> dict[str, subprocess.Popen[str]]:
-    master, agent = free_port(), free_port()
+    master, agent = str(free_port()), str(free_port())
     procs = {}
     for node in ("node0", "node1"):
         cmd = [sys.executable, "-m", "openclaw_launch", "--config", str((config or {}).get(node, CONFIG))]
@@ -54,20 +49,20 @@ def start(
     return procs
 
 
-def finish(procs: dict[str, subprocess.Popen[str]], timeout: float = 90) -> dict[str, tuple[int, str]]:
+def finish(procs: dict[str, subprocess.Popen[str]]) -> dict[str, tuple[int, str]]:
     out = {}
     for node, p in procs.items():
-        stdout, stderr = p.communicate(timeout=timeout)
+        stdout, stderr = p.communicate(timeout=GUARD_S)
         out[node] = (p.returncode, stdout + stderr)
     return out
 
 
-def wait_files(paths: Sequence[Path], procs: dict[str, subprocess.Popen[str]], deadline_s: float = 60) -> None:
-    deadline = time.monotonic() + deadline_s
-    while not all(p.exists() for p in paths):
-        assert time.monotonic() < deadline, f"never appeared: {[str(p) for p in paths if not p.exists()]}"
+def wait_files(paths: Sequence[Path], procs: dict[str, subprocess.Popen[str]]) -> None:
+    def written() -> bool:
         assert all(p.poll() is None for p in procs.values()), finish(procs)
-        time.sleep(0.05)
+        return all(p.exists() for p in paths)
+
+    wait_for(written, lambda: f"never appeared: {[str(p) for p in paths if not p.exists()]}", poll_s=0.05)
 
 
 def test_agents_agree_and_the_first_node_writes_one_report_for_the_job(tmp_path: Path) -> None:
@@ -139,7 +134,7 @@ def test_a_failure_on_node1_stops_node0_within_5_s(tmp_path: Path) -> None:
     procs = start(tmp_path, worker)
     wait_files(ready, procs)
     failed_at = time.monotonic()  # rank 2 exits as soon as rank 1 is ready
-    procs["node0"].wait(timeout=60)
+    procs["node0"].wait(timeout=GUARD_S)
     took = time.monotonic() - failed_at
     results = finish(procs)
     assert took < 5, f"node0 stopped {took:.1f} s after node1's failure"
@@ -148,7 +143,7 @@ def test_a_failure_on_node1_stops_node0_within_5_s(tmp_path: Path) -> None:
     assert "stopping this node's (node0) workers" in results["node0"][1]
     job = json.loads((tmp_path / "report-node0-job.json").read_text())
     assert job["exit_code"] == 3 and job["root_cause"]["rank"] == 2 and job["root_cause"]["node"] == "node1"
-    assert wait_gone(recorded_pids(tmp_path)) == []
+    wait_gone(recorded_pids(tmp_path))
 
 
 def test_restarts_happen_on_every_node_in_lockstep(tmp_path: Path) -> None:
@@ -170,7 +165,7 @@ def test_node1s_launcher_signalled_or_killed_stops_node0(tmp_path: Path, sig: in
     wait_files(ready, procs)
     sent = time.monotonic()
     procs["node1"].send_signal(sig)
-    procs["node0"].wait(timeout=60)
+    procs["node0"].wait(timeout=GUARD_S)
     took = time.monotonic() - sent
     results = finish(procs)
     if sig == signal.SIGTERM:  # a signal to one agent: every node stops, 128+signal everywhere
@@ -181,14 +176,14 @@ def test_node1s_launcher_signalled_or_killed_stops_node0(tmp_path: Path, sig: in
         assert results["node0"][0] == 1, results
         assert "node node1 is lost (no keep-alive for" in results["node0"][1]
         assert took < 2 + 4
-    assert wait_gone(recorded_pids(tmp_path)) == []
+    wait_gone(recorded_pids(tmp_path))
 
 
 def test_a_node_that_never_arrives_is_named_and_nothing_starts(tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "openclaw_launch", "--config", str(CONFIG), "--node", "node0"]
-    cmd += ["--master-port", free_port(), "--agent-port", free_port(), "--agent-timeout-s", "2"]
+    cmd += ["--master-port", str(free_port()), "--agent-port", str(free_port()), "--agent-timeout-s", "2"]
     cmd += ["--no-python", "--", *FAKE, "--ready-file", f"{tmp_path}/ready-{{rank}}"]
-    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=GUARD_S)
     assert out.returncode == 2, out.stderr
     assert "node(s) node1 never arrived: waited 2 s at 127.0.0.1:" in out.stderr and "started nothing" in out.stderr
     assert not list(tmp_path.glob("ready-*"))
@@ -197,7 +192,7 @@ def test_a_node_that_never_arrives_is_named_and_nothing_starts(tmp_path: Path) -
 def test_job_report_names_the_straggler_by_node_and_rank(tmp_path: Path) -> None:
     """gloo workers stepping with the telemetry API, rank 2 (node1) slow in its input: node0's job
     report judges all three ranks and names node1's rank 2; node0's own report cannot see it."""
-    master, agent = free_port(), free_port()
+    master, agent = str(free_port()), str(free_port())
     script = str(ROOT / "tests" / "telemetry_workers" / "sections.py")
     procs = {}
     for node in ("node0", "node1"):
@@ -209,7 +204,7 @@ def test_job_report_names_the_straggler_by_node_and_rank(tmp_path: Path) -> None
         procs[node] = subprocess.Popen(
             cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
-    results = finish(procs, timeout=180)
+    results = finish(procs)
     assert [code for code, _ in results.values()] == [0, 0], results
     job = json.loads((tmp_path / "report-node0-job.json").read_text())
     [s] = job["stragglers"]
@@ -227,7 +222,7 @@ HANG_TIMEOUT_S = 3.0
 def start_steppers(tmp: Path, worker: Sequence[str]) -> dict[str, subprocess.Popen[str]]:
     """Both nodes with the hang watch on and one restart allowed, the workers stepping on their own
     (a hung rank on node1 does not hold node0's ranks back: only the agents can stop them)."""
-    master, agent = free_port(), free_port()
+    master, agent = str(free_port()), str(free_port())
     procs = {}
     for node in ("node0", "node1"):
         cmd = [sys.executable, "-m", "openclaw_launch", "--config", str(CONFIG), "--node", node]
@@ -245,7 +240,7 @@ def assert_one_hang_fate(tmp: Path, procs: dict[str, subprocess.Popen[str]], hun
     wait_files([hung], procs)
     hung_at = time.monotonic()
     for p in procs.values():
-        p.wait(timeout=60)
+        p.wait(timeout=GUARD_S)
     took = time.monotonic() - hung_at
     results = finish(procs)
     assert [code for code, _ in results.values()] == [124, 124], results  # one fate, every node

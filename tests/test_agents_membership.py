@@ -9,29 +9,29 @@ import http.server
 import json
 import os
 import random
-import select
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
-from test_agents_loopback import CONFIG, FAKE, finish, free_port, start, wait_files
+from guards import GUARD_S, read_until
+from host import free_port, needs_torch
+from test_agents_loopback import CONFIG, FAKE, finish, start, wait_files
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPAT = [str(ROOT / "tests" / "compat_worker.py")]
-pytest.importorskip("torch")
+pytestmark = needs_torch  # the agents meet through torch's TCPStore
 
 # compared per rank with torchrun's (the ids and ports differ by design: docs/torchrun-compat.md)
 COMPARED = "RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE ROLE_RANK ROLE_WORLD_SIZE".split()
 
 
-def c10d_line(port: str, nnodes: int, nproc: int, extra: Sequence[str] = ()) -> list[str]:
+def c10d_line(port: int, nnodes: int, nproc: int, extra: Sequence[str] = ()) -> list[str]:
     """The `srun torchrun` recipe's line: no --node-rank, the rendezvous on HEAD:PORT."""
     line = ["--nnodes", str(nnodes), "--nproc-per-node", str(nproc), "--rdzv-backend", "c10d"]
     return [*line, "--rdzv-endpoint", f"127.0.0.1:{port}", *extra]
@@ -47,7 +47,7 @@ def popen(cmd: Sequence[str], env: dict[str, str] | None = None) -> subprocess.P
 
 def run_to_end(cmd: Sequence[str]) -> subprocess.CompletedProcess[str]:
     proc = popen(cmd)
-    stdout, stderr = proc.communicate(timeout=120)
+    stdout, stderr = proc.communicate(timeout=GUARD_S)
     return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
@@ -55,26 +55,12 @@ def ours(*args: str) -> list[str]:
     return [sys.executable, "-m", "openclaw_launch", *args]
 
 
-def read_until(proc: subprocess.Popen[str], text: str, seen: list[str], deadline_s: float = 60) -> None:
-    """Read the launcher's stderr line by line until one holds ``text`` (kept in ``seen``)."""
-    assert proc.stderr is not None
-    deadline = time.monotonic() + deadline_s
-    while not any(text in line for line in seen):
-        assert time.monotonic() < deadline, f"never said {text!r}: {seen}"
-        ready, _, _ = select.select([proc.stderr], [], [], 1.0)
-        if ready:
-            line = proc.stderr.readline()
-            assert line, f"ended (exit {proc.wait()}) before saying {text!r}: {seen}"
-            seen.append(line)
-
-
-def collect(
-    procs: Sequence[subprocess.Popen[str]], early: Sequence[list[str]], timeout: float = 120
-) -> list[tuple[int, str]]:
+def collect(procs: Sequence[subprocess.Popen[str]], early: Sequence[str]) -> list[tuple[int, str]]:
+    """Each launcher's exit code and all it said: what ``read_until`` read of it early, then the rest."""
     out = []
-    for proc, lines in zip(procs, early, strict=True):
-        stdout, stderr = proc.communicate(timeout=timeout)
-        out.append((proc.returncode, "".join(lines) + stdout + stderr))
+    for proc, seen in zip(procs, early, strict=True):
+        stdout, stderr = proc.communicate(timeout=GUARD_S)
+        out.append((proc.returncode, seen + stdout + stderr))
     return out
 
 
@@ -86,7 +72,7 @@ def reaped() -> Iterator[list[subprocess.Popen[str]]]:
     for p in procs:
         if p.poll() is None:
             p.kill()
-            p.wait(timeout=30)
+            p.wait(timeout=GUARD_S)
 
 
 def env_of(path: Path) -> dict[str, str]:
@@ -105,7 +91,7 @@ def test_three_launchers_in_shuffled_order_take_node_ranks_by_arrival_and_keep_t
     port = free_port()
     names = ["a", "b", "c"]
     random.shuffle(names)
-    early: list[list[str]] = []
+    early: list[str] = []
     for arrival, name in enumerate(names):
         worker = [*FAKE, "--write-env", f"{tmp_path}/{name}-{{rank}}-{{attempt}}.json"]
         worker += ["--only-rank", "5", "--fail-below-attempt", "1", "--exit", "3"]
@@ -114,8 +100,7 @@ def test_three_launchers_in_shuffled_order_take_node_ranks_by_arrival_and_keep_t
                 worker += ["--wait-for", f"{tmp_path}/{names[rank // 2]}-{rank}-{{attempt}}.json"]
         line = c10d_line(port, 3, 2, ["--max-restarts", "1", "--telemetry", "off", "--keepalive-s", "2"])
         reaped.append(popen(ours(*line, "--no-python", "--", *worker)))
-        early.append([])
-        read_until(reaped[-1], "node rank", early[-1])
+        early.append(read_until(reaped[-1], "node rank"))
     results = collect(reaped, early)
     assert [code for code, _ in results] == [0, 0, 0], results
     master_ports = set()
@@ -130,7 +115,7 @@ def test_three_launchers_in_shuffled_order_take_node_ranks_by_arrival_and_keep_t
             assert {e["OPENCLAW_NODE_RANK"] for e in envs} == {str(node_rank)}
             master_ports |= {(e["MASTER_ADDR"], e["MASTER_PORT"]) for e in envs}
     [(addr, master_port)] = master_ports  # node rank 0's free port, the same on every node
-    assert addr == "127.0.0.1" and master_port != port
+    assert addr == "127.0.0.1" and master_port != str(port)
 
 
 def test_the_same_line_under_torchrun_gives_every_rank_the_same_variables(tmp_path: Path) -> None:
@@ -145,7 +130,7 @@ def test_the_same_line_under_torchrun_gives_every_rank_the_same_variables(tmp_pa
             out = tmp_path / which / str(k)
             out.mkdir(parents=True)
             procs.append(popen([*cmd, *c10d_line(port, 3, 2), *COMPAT, "--dump", str(out)]))
-        results = collect(procs, [[] for _ in procs])
+        results = collect(procs, ["" for _ in procs])
         assert [code for code, _ in results] == [0, 0, 0], results
         dumps[which] = {}
         for k in range(3):
@@ -176,7 +161,7 @@ def test_a_launcher_too_many_is_refused_and_the_job_finishes(
     assert "has its 2 node(s) already" in extra.stderr and "refused" in extra.stderr and "Traceback" not in extra.stderr
     assert not list(tmp_path.glob("extra-*"))
     (tmp_path / "go").write_text("")
-    results = collect(reaped, [[], []])
+    results = collect(reaped, ["", ""])
     assert [code for code, _ in results] == [0, 0], results
 
 
@@ -250,7 +235,7 @@ def test_a_port_that_answers_but_is_no_agent_is_an_error_within_the_agent_timeou
     if how == "config-node1":
         line = ["--config", str(CONFIG), "--node", "node1", "--agent-port", str(not_an_agent)]
     else:
-        line = c10d_line(str(not_an_agent), 2, 1)
+        line = c10d_line(not_an_agent, 2, 1)
     cmd = ours(*line, "--agent-timeout-s", "6", "--telemetry", "off", "--no-python", "--", *FAKE)
     cmd += ["--ready-file", f"{tmp_path}/ready-{{rank}}"]
     done = run_to_end(cmd)
@@ -263,15 +248,15 @@ def test_a_port_that_answers_but_is_no_agent_is_an_error_within_the_agent_timeou
 def test_a_waiting_launcher_says_what_it_waits_for(tmp_path: Path, reaped: list[subprocess.Popen[str]]) -> None:
     """A config's node1 started first waits for the first node's agent and says so; the first
     launcher of a two-node arrival job waits for node1 and names it, with the time left."""
-    master, agent = free_port(), free_port()
-    early: list[list[str]] = [[], []]
+    master, agent = str(free_port()), str(free_port())
+    early = ["", ""]
     for i, node in enumerate(("node1", "node0")):
         cmd = ours("--config", str(CONFIG), "--node", node, "--master-port", master, "--agent-port", agent)
         cmd += ["--run-id", "waits", "--telemetry", "off", "--agent-timeout-s", "60", "--no-python", "--", *FAKE]
         if i == 0:
             reaped.append(popen(cmd))
-            read_until(reaped[0], f"waiting for the first node's agent at 127.0.0.1:{agent}", early[0])
-            assert "s left (--agent-timeout-s)" in early[0][-1]
+            early[0] = read_until(reaped[0], f"waiting for the first node's agent at 127.0.0.1:{agent}")
+            assert "s left (--agent-timeout-s)" in early[0].splitlines()[-1]
         else:
             reaped.append(popen(cmd))
     results = collect(reaped, early)
@@ -279,11 +264,10 @@ def test_a_waiting_launcher_says_what_it_waits_for(tmp_path: Path, reaped: list[
     port = free_port()
     first = popen(ours(*c10d_line(port, 2, 1, ["--telemetry", "off"]), "--no-python", "--", *FAKE))
     reaped[:] = [first]
-    seen: list[str] = []
-    read_until(first, "waiting for node(s) node1 (1 of 2 here) at 127.0.0.1:", seen)
-    assert "s left (--agent-timeout-s)" in seen[-1]
+    seen = read_until(first, "waiting for node(s) node1 (1 of 2 here) at 127.0.0.1:")
+    assert "s left (--agent-timeout-s)" in seen.splitlines()[-1]
     reaped.append(popen(ours(*c10d_line(port, 2, 1, ["--telemetry", "off"]), "--no-python", "--", *FAKE)))
-    results = collect(reaped, [seen, []])
+    results = collect(reaped, [seen, ""])
     assert [code for code, _ in results] == [0, 0], results
 
 
@@ -303,12 +287,11 @@ def test_configs_that_differ_only_by_comments_agree(tmp_path: Path) -> None:
 def test_a_stopping_signal_while_waiting_for_the_rendezvous_starts_nothing(tmp_path: Path) -> None:
     """By arrival, the launcher waits for HEAD's store before it has a plan: SIGTERM there exits
     143, says so, and starts no worker."""
-    cmd = ours(*c10d_line("29400", 2, 1), "--no-python", "--", *FAKE, "--ready-file", f"{tmp_path}/ready-{{rank}}")
+    cmd = ours(*c10d_line(29400, 2, 1), "--no-python", "--", *FAKE, "--ready-file", f"{tmp_path}/ready-{{rank}}")
     cmd[cmd.index("127.0.0.1:29400")] = "10.255.255.1:29400"  # nobody there: the store client keeps trying
     proc = popen(cmd)
-    seen: list[str] = []
     try:
-        read_until(proc, "waiting for the first node's agent at 10.255.255.1:29400", seen)
+        seen = read_until(proc, "waiting for the first node's agent at 10.255.255.1:29400")
         proc.send_signal(signal.SIGTERM)
         [(code, text)] = collect([proc], [seen])
     finally:
@@ -332,10 +315,9 @@ def test_plan_shows_node_rank_0s_plan_which_the_first_to_arrive_runs(tmp_path: P
     assert plan["node_rank"] == 0 and plan["master_port"] is None
     assert any("node rank <arrival>" in w for w in plan["warnings"])
     first = start_run(args, env)
-    seen: list[str] = []
-    read_until(first, "node rank 0 of 2", seen)
+    seen = read_until(first, "node rank 0 of 2")
     second = start_run(args, env)
-    results = collect([first, second], [seen, []])
+    results = collect([first, second], [seen, ""])
     assert [code for code, _ in results] == [0, 0], results
     [rank] = plan["ranks"]
     assert_worker_ran_the_plan(rank, env, first.pid, tmp_path / "out")

@@ -15,14 +15,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from guards import GUARD_S, read_until, wait_for
+from host import needs_torch
 from test_supervise_run import recorded_pids, wait_gone
 
 ROOT = Path(__file__).resolve().parent.parent
-pytest.importorskip("torch")
+# host-wide: namespaces and veth links of the host's own; the agents meet through torch's TCPStore
+pytestmark = [pytest.mark.serial, needs_torch]
 
 
 def ip(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
+    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=GUARD_S)
 
 
 @pytest.fixture
@@ -82,23 +85,24 @@ def test_identity_by_address_and_a_cut_link_stops_both_nodes(two_namespaces: tup
         for p in procs.values():
             if p.poll() is None:
                 p.kill()
-                p.wait(timeout=30)
+                p.wait(timeout=GUARD_S)
 
 
 def _cut_and_check(procs: dict[str, subprocess.Popen[str]], tmp_path: Path, ns: str, link: str) -> None:
-    deadline = time.monotonic() + 60
-    while not all((tmp_path / f"ready-{r}").exists() for r in range(2)):
-        if time.monotonic() > deadline or any(p.poll() is not None for p in procs.values()):
-            outs = {n: p.communicate(timeout=30) for n, p in procs.items()}
-            pytest.fail(f"workers never started: {outs}")
-        time.sleep(0.05)
+    def started() -> bool:
+        if any(p.poll() is not None for p in procs.values()):
+            outs = {n: p.communicate(timeout=GUARD_S) for n, p in procs.items()}
+            pytest.fail(f"a launcher ended before its workers started: {outs}")
+        return all((tmp_path / f"ready-{r}").exists() for r in range(2))
+
+    wait_for(started, "workers never started", poll_s=0.05)
     cut = time.monotonic()
     assert ip("-n", ns, "link", "set", link, "down").returncode == 0
     took = {}
     for name, p in procs.items():
-        p.wait(timeout=60)
+        p.wait(timeout=GUARD_S)
         took[name] = time.monotonic() - cut
-    outs = {n: p.communicate(timeout=30) for n, p in procs.items()}
+    outs = {n: p.communicate(timeout=GUARD_S) for n, p in procs.items()}
     for name in ("left", "right"):
         code, text = procs[name].returncode, outs[name][0] + outs[name][1]
         assert code == 1, text
@@ -106,7 +110,7 @@ def _cut_and_check(procs: dict[str, subprocess.Popen[str]], tmp_path: Path, ns: 
         assert json.loads((tmp_path / f"report-{name}.json").read_text())["node"] == name  # found by its address
     assert "node right is lost" in outs["left"][1]
     assert "lost the first node left's agent" in outs["right"][1]
-    assert wait_gone(recorded_pids(tmp_path)) == []
+    wait_gone(recorded_pids(tmp_path))
 
 
 def test_c10d_without_node_rank_ranks_the_nodes_at_head_whichever_starts_first(
@@ -132,13 +136,13 @@ def test_c10d_without_node_rank_ranks_the_nodes_at_head_whichever_starts_first(
                 text=True,
             )
             if ns == b:  # b is there first, waiting for HEAD's store
-                seen = _read_until(procs[b], "waiting for the first node's agent at 10.77.0.1:29655")
-        outs = {ns: p.communicate(timeout=120) for ns, p in procs.items()}
+                seen = read_until(procs[b], "waiting for the first node's agent at 10.77.0.1:29655")
+        outs = {ns: p.communicate(timeout=GUARD_S) for ns, p in procs.items()}
     finally:
         for p in procs.values():
             if p.poll() is None:
                 p.kill()
-                p.wait(timeout=30)
+                p.wait(timeout=GUARD_S)
     assert [procs[ns].returncode for ns in (a, b)] == [0, 0], outs
     assert "node rank 0 of 2 (by arrival at 10.77.0.1:29655)" in outs[a][1]
     assert "node rank 1 of 2 (by arrival at 10.77.0.1:29655)" in seen + outs[b][1]
@@ -146,20 +150,6 @@ def test_c10d_without_node_rank_ranks_the_nodes_at_head_whichever_starts_first(
     assert [(e["RANK"], e["GROUP_RANK"], e["WORLD_SIZE"]) for e in envs] == [("0", "0", "2"), ("1", "1", "2")]
     assert {(e["MASTER_ADDR"], e["MASTER_PORT"]) for e in envs} == {("10.77.0.1", envs[0]["MASTER_PORT"])}
     assert envs[0]["MASTER_PORT"] != "29655"
-
-
-def _read_until(proc: subprocess.Popen[str], text: str, deadline_s: float = 60) -> str:
-    """The launcher's stderr up to the line that holds ``text``."""
-    import select
-
-    assert proc.stderr is not None
-    seen = ""
-    deadline = time.monotonic() + deadline_s
-    while text not in seen:
-        assert time.monotonic() < deadline and proc.poll() is None, f"never said {text!r}: {seen}"
-        if select.select([proc.stderr], [], [], 1.0)[0]:
-            seen += proc.stderr.readline()
-    return seen
 
 
 def test_a_node_with_another_nccl_and_an_extra_cuda_variable_is_refused_on_both(
@@ -191,7 +181,7 @@ def test_a_node_with_another_nccl_and_an_extra_cuda_variable_is_refused_on_both(
         procs[name] = subprocess.Popen(
             cmd, cwd=ROOT, env=envs[name], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
-    outs = {n: p.communicate(timeout=90) for n, p in procs.items()}
+    outs = {n: p.communicate(timeout=GUARD_S) for n, p in procs.items()}
     for name, p in procs.items():
         text = outs[name][0] + outs[name][1]
         assert p.returncode == 2, text

@@ -11,17 +11,18 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
+from guards import GUARD_S, wait_for
 from supervise_driver import make_plan
 from test_launch_e2e import start, worker
-from test_supervise_run import HANG_GUARD_S, alive, wait_gone
+from test_supervise_run import alive, wait_gone
 from test_supervise_signals import finish, wait_files
 
+from openclaw_launch.job import launch
 from openclaw_launch.report.build import CONTAINMENT
-from openclaw_launch.run import cgroup, launch
+from openclaw_launch.run import cgroup
 from openclaw_launch.run.supervise import SuperviseOptions
 
 HYBRID = (
@@ -92,8 +93,8 @@ def test_clear_kills_a_setsid_grandchild_and_remove_rmdirs() -> None:
         assert Path(f"/proc/{grandchild}/cgroup").read_text().strip().endswith(os.path.basename(job.path))
         assert job.clear(timeout_s=5.0)
         assert job.populated() is False
-        assert proc.wait(timeout=5) == -signal.SIGKILL
-        assert wait_gone([grandchild], 5.0) == []
+        assert proc.wait(timeout=GUARD_S) == -signal.SIGKILL
+        wait_gone([grandchild])
     finally:
         assert job.remove()
     assert not os.path.exists(job.path)
@@ -121,11 +122,11 @@ def test_report_names_the_cgroup_and_it_is_gone_after(tmp_path: Path) -> None:
     path = containment[len("cgroup2:") : -len(f"+{CONTAINMENT}")]
     assert not os.path.exists(path)
     grandchild = json.loads((tmp_path / "pids-0").read_text())["grandchildren"][0]
-    assert wait_gone([grandchild], 5.0) == []
+    wait_gone([grandchild])
 
 
 def test_fallback_when_the_cgroup_root_is_not_writable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(launch.cgroup, "create", functools.partial(cgroup.create, root="/proc/1"))
+    monkeypatch.setattr(cgroup, "create", functools.partial(cgroup.create, root="/proc/1"))
     report = _launch_in_process(tmp_path, ["--stdout", "ok"])
     assert report["containment"] == CONTAINMENT
     assert report["exit_code"] == 0
@@ -168,9 +169,6 @@ def _sigkill_and_check(proc: subprocess.Popen[str], grandchild: int, job_dir: Pa
     proc.send_signal(signal.SIGKILL)
     code, _, err = finish(proc)
     assert code == -signal.SIGKILL, err
-    assert wait_gone([grandchild], 5.0) == [], "the setsid grandchild outlived the SIGKILLed launcher"
-    deadline = time.monotonic() + HANG_GUARD_S
-    while job_dir.exists() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert not job_dir.exists()
+    wait_gone([grandchild], "the setsid grandchild outlived the SIGKILLed launcher")
+    wait_for(lambda: not job_dir.exists(), f"the guardian never removed {job_dir}")
     assert not alive(grandchild)

@@ -11,18 +11,19 @@ from pathlib import Path
 
 import pytest
 from cli_runner import invoke
+from guards import GUARD_S
 
 ROOT = Path(__file__).resolve().parent.parent
 BAD = sorted((ROOT / "tests" / "bad_configs").glob("*.yaml"))
 SNAPSHOT = ROOT / "configs" / "h200x2.snapshot.json"
 
 
-def launcher(*args: str, timeout_s: float = 60, **kw: object) -> subprocess.CompletedProcess[str]:
+def launcher(*args: str, **kw: object) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "openclaw_launch", *args],
         capture_output=True,
         text=True,
-        timeout=timeout_s,
+        timeout=GUARD_S,
         cwd=ROOT,
         **kw,  # type: ignore[call-overload]
     )
@@ -103,7 +104,7 @@ def test_plan_never_imports_torch() -> None:
         capture_output=True,
         text=True,
         cwd=ROOT,
-        timeout=60,
+        timeout=GUARD_S,
     )
     assert proc.returncode == 0, proc.stderr
     modules = {ln.rsplit("|", 1)[-1].strip() for ln in proc.stderr.splitlines() if "|" in ln}
@@ -248,11 +249,11 @@ def test_validate_counts_mps_clients_per_gpu_in_plan_order(tmp_path: Path) -> No
     for d in ("pipe", "log"):
         (tmp_path / d).mkdir()
     control = str(fake / "nvidia-cuda-mps-control")
-    assert subprocess.run([control, "-d"], env=env, timeout=30).returncode == 0
+    assert subprocess.run([control, "-d"], env=env, timeout=GUARD_S).returncode == 0
     try:
         proc = launcher("validate", "--config", str(cfg), "--topology", str(SNAPSHOT), "--json", env=env)
     finally:
-        subprocess.run([control], input="quit\n", text=True, env=env, timeout=30)
+        subprocess.run([control], input="quit\n", text=True, env=env, timeout=GUARD_S)
     checks = json.loads(proc.stdout)["checks"]
     per_gpu = {c["subject"].split()[2]: (c["status"], c["found"]) for c in checks if c["name"] == "mps_clients"}
     assert per_gpu == {

@@ -12,16 +12,16 @@ import select
 import signal
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from guards import wait_for
+from host import free_port, needs_torch
 from test_supervise_signals import finish, wait_files
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = "tests/compat_worker.py"
-HANG_GUARD_S = 60.0
 
 
 def start(*args: str, env: dict[str, str] | None = None, launcher: str = "openclaw_launch") -> subprocess.Popen[str]:
@@ -36,9 +36,9 @@ def start(*args: str, env: dict[str, str] | None = None, launcher: str = "opencl
     )
 
 
+@needs_torch
 def test_two_one_node_jobs_on_one_host_both_succeed() -> None:
     """Each gets its own free MASTER_PORT; both gloo worlds form (the old fixed 29500 collided)."""
-    pytest.importorskip("torch")
     jobs = [start("--nproc-per-node", "2", "tests/allreduce_worker.py") for _ in range(2)]
     for job in jobs:
         code, out, err = finish(job)
@@ -49,11 +49,11 @@ def test_two_one_node_jobs_on_one_host_both_succeed() -> None:
 LAUNCHERS = {"torchrun": "torch.distributed.run", "openclaw": "openclaw_launch"}
 
 
+@needs_torch
 def test_master_port_and_addr_of_the_shell_are_ignored_as_by_torchrun() -> None:
     """Two one-node jobs of each launcher at once, in a shell that exports MASTER_PORT (a port this
     test holds, so a launcher that obeyed it would fail) and an unresolvable MASTER_ADDR: every job
     forms its world; ours says once what it ignored and what to use instead."""
-    pytest.importorskip("torch")
     import socket
 
     with socket.socket() as taken:
@@ -74,10 +74,10 @@ def test_master_port_and_addr_of_the_shell_are_ignored_as_by_torchrun() -> None:
                 assert f"MASTER_PORT={shell['MASTER_PORT']}" in warning and "--master-port" in warning
 
 
+@needs_torch
 def test_two_port_0_jobs_at_once_under_both_launchers(tmp_path: Path) -> None:
     """torchtitan's run_train.sh line (c10d, localhost:0), twice at once under each launcher: every
     world forms on its own free port, and our report names the port its workers got."""
-    pytest.importorskip("torch")
     line = ["--nproc_per_node=2", "--rdzv_backend", "c10d", "--rdzv_endpoint=localhost:0", "--role", "rank"]
     jobs = []
     for which, module in LAUNCHERS.items():
@@ -164,11 +164,15 @@ def test_progress_redrawn_with_carriage_return_reaches_the_console_while_running
     proc = start("--nproc-per-node", "1", WORKER, "--redraw-until", str(stop))
     assert proc.stdout is not None
     seen = ""
-    deadline = time.monotonic() + HANG_GUARD_S
-    while "step 2" not in seen:  # shown before any newline was written
-        assert time.monotonic() < deadline, f"no progress on the console: {seen!r}"
+
+    def progressed() -> bool:
+        nonlocal seen
+        assert proc.stdout is not None
         if select.select([proc.stdout], [], [], 0.1)[0]:
             seen += os.read(proc.stdout.fileno(), 4096).decode()
+        return "step 2" in seen  # shown before any newline was written
+
+    wait_for(progressed, lambda: f"no progress on the console: {seen!r}", poll_s=0)
     stop.touch()
     code, out, err = finish(proc)
     assert code == 0, err
@@ -269,7 +273,7 @@ def test_every_pet_variable_has_a_case() -> None:
 def test_each_pet_variable_gives_the_workers_of_torchrun(tmp_path: Path, variable: str) -> None:
     """Both launchers at once with the variable set: the same exit code, ranks, rank variables and
     argv (tests/test_torchrun_compat.py's comparison), and the values the variable asks for."""
-    from test_torchrun_compat import assert_same, free_port, run_one
+    from test_torchrun_compat import assert_same, run_one
 
     env, args, expected = PET_CASES[variable]
     jobs, wanted = {}, {}

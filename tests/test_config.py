@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from guards import GUARD_S
 
 from openclaw_launch.config.model import Config, Runtime
 from openclaw_launch.config.reader import load_config, parse_config
@@ -348,6 +349,6 @@ def test_loading_imports_nothing_heavy() -> None:
         capture_output=True,
         text=True,
         check=True,
-        timeout=60,
+        timeout=GUARD_S,
     )
     assert out.stdout.strip() == "[]"

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from guards import GUARD_S, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 ENGINE = ROOT / "tests" / "container" / "engine.sh"
@@ -42,10 +43,11 @@ _WHY = _why_not()
 if _WHY:
     pytest.skip(f"container tests skipped: {_WHY}", allow_module_level=True)
 
-pytestmark = pytest.mark.timeout(600)
+# host-wide: podman's images, containers and storage are the host's; an image build takes minutes
+pytestmark = [pytest.mark.serial, pytest.mark.timeout(600)]
 
 
-def podman(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
+def podman(*args: str, timeout: float = GUARD_S, check: bool = True) -> subprocess.CompletedProcess[str]:
     try:
         done = subprocess.run(
             ["bash", str(ENGINE), "podman", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
@@ -70,7 +72,7 @@ def build(base: str, tag: str) -> float:
     """Build the project's Dockerfile on ``base``; the seconds it took."""
     with tempfile.TemporaryDirectory(prefix="openclaw-pip-") as pip_dir:  # this machine's pip settings
         pip_mounts = subprocess.run(
-            ["bash", str(ENGINE), "pipconf", pip_dir], capture_output=True, text=True, check=True, timeout=60
+            ["bash", str(ENGINE), "pipconf", pip_dir], capture_output=True, text=True, check=True, timeout=GUARD_S
         ).stdout.split()
         t0 = time.monotonic()
         podman(
@@ -111,14 +113,14 @@ def fake(*args: str) -> list[str]:
     return ["--no-python", "--", "python3", "tests/fake_worker.py", *args]
 
 
-def wait_files(paths: list[Path], name: str, deadline_s: float = 60) -> None:
-    deadline = time.monotonic() + deadline_s
-    while not all(p.exists() for p in paths):
+def wait_files(paths: list[Path], name: str) -> None:
+    def written() -> bool:
         state = podman("inspect", name, "--format", "{{.State.Status}}", check=False).stdout.strip()
         if state not in ("running", "created", "configured"):
             pytest.fail(f"container {state} before {paths}:\n{podman('logs', name, check=False).stderr}")
-        assert time.monotonic() < deadline, f"no {paths} after {deadline_s} s"
-        time.sleep(0.1)
+        return all(p.exists() for p in paths)
+
+    wait_for(written, f"no {paths}", poll_s=0.1)
 
 
 def test_image_builds_on_a_plain_debian_base(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from guards import GUARD_S
 
 from openclaw_launch.report.build import load_report
 from openclaw_launch.report.format import format_report, step_split
@@ -37,7 +38,7 @@ def _one_step(tmp_path: Path, body: list[tuple[str, object]]) -> dict[str, float
     path = str(tmp_path / f"t{len(list(tmp_path.iterdir()))}.sock")
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sock.bind(path)
-    sock.settimeout(5)
+    sock.settimeout(GUARD_S)
     clock = FakeClock()
     rec = recorder.Recorder(path, rank=0, clock=clock)
     rec.step("optimizer")
@@ -102,7 +103,7 @@ def test_under_nccl_the_host_waiting_for_the_gpu_is_a_wait_phase(tmp_path: Path)
     path = str(tmp_path / "nccl.sock")
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sock.bind(path)
-    sock.settimeout(5)
+    sock.settimeout(GUARD_S)
     try:
         rec = recorder.Recorder(path, rank=0)
         torch_hooks._host_waits(rec, torch)()
@@ -143,7 +144,7 @@ def run(tmp_path: Path, *args: str, launcher: tuple[str, ...] = ()) -> tuple[sub
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=GUARD_S,
     )
     assert proc.returncode == 0, proc.stderr
     return proc, json.loads(report.read_text())

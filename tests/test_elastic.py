@@ -9,29 +9,22 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import psutil
 import pytest
 from cli_runner import invoke
+from guards import GUARD_S, wait_for
+from host import free_port
 
 from openclaw_launch.agents.membership import ElasticSpec, Member, first_world, next_world, wants_growth
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = str(ROOT / "tests" / "elastic_worker.py")
-TIMEOUT_S = 120
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def elastic_line(port: int, nnodes: str = "1:2", last_call_s: float = 1.0, conf: str | None = None) -> list[str]:
@@ -60,33 +53,32 @@ def world_of_two(
     first = launcher([*first_line, WORKER, "--first-steps", "2000"], tmp_path, "a")
     wait_listening(port)
     second = launcher([*line, WORKER, "--first-steps", "2000"], tmp_path, "b")
-    wait_for(tmp_path / "b.out", "size 2")
+    wait_said(tmp_path / "b.out", "size 2")
     return first, second
 
 
-def wait_listening(port: int, timeout_s: float = TIMEOUT_S) -> None:
+def wait_listening(port: int) -> None:
     """The first launcher hosts the rendezvous (torchrun's c10d rule: the first to listen)."""
-    import socket
 
-    deadline = time.monotonic() + timeout_s
-    while True:
+    def listening() -> bool:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
         except OSError:
-            assert time.monotonic() < deadline, "the first launcher never listened"
-            time.sleep(0.05)
+            return False
+        return True
+
+    wait_for(listening, "the first launcher never listened", poll_s=0.05)
 
 
-def wait_for(path: Path, text: str, timeout_s: float = TIMEOUT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while text not in (path.read_text() if path.exists() else ""):
-        assert time.monotonic() < deadline, f"{path.name} never said {text!r}: {path.read_text()}"
-        time.sleep(0.05)
+def wait_said(path: Path, text: str) -> None:
+    def said() -> str:
+        return path.read_text() if path.exists() else ""
+
+    wait_for(lambda: text in said(), lambda: f"{path.name} never said {text!r}: {said()}", poll_s=0.05)
 
 
 def ended(proc: subprocess.Popen[str]) -> tuple[int, str]:
-    code = proc.wait(timeout=TIMEOUT_S)
+    code = proc.wait(timeout=GUARD_S)
     return code, Path(str(proc.args)).read_text()
 
 
@@ -101,7 +93,7 @@ def test_shrink_a_killed_node_leaves_a_world_of_one(tmp_path: Path) -> None:
     line = [*elastic_line(port, last_call_s=30), "--max-restarts", "3"]
     first, second = world_of_two(tmp_path, port, line, report=True)
     second.send_signal(signal.SIGKILL)  # the launcher only: its guardian kills its workers
-    second.wait(TIMEOUT_S)
+    second.wait(GUARD_S)
     code, stderr = ended(first)
     out = (tmp_path / "a.out").read_text()
     assert code == 0, stderr
@@ -127,11 +119,11 @@ def test_a_node_whose_ranks_are_renumbered_keeps_its_statistics_and_hang_watch(t
         name: launcher([*line, "--report", str(tmp_path / f"{name}.json"), *work], tmp_path, name) for name in "bc"
     }
     for name in "bc":
-        wait_for(tmp_path / f"{name}.out", "size 3")
+        wait_said(tmp_path / f"{name}.out", "size 3")
     third = next(name for name in "bc" if "world rank 2 size 3" in (tmp_path / f"{name}.out").read_text())
     killed = "b" if third == "c" else "c"  # node ranks go by arrival
     others[killed].send_signal(signal.SIGKILL)
-    others[killed].wait(TIMEOUT_S)
+    others[killed].wait(GUARD_S)
     (code_a, err_a), (code_c, err_c) = ended(first), ended(others[third])
     assert (code_a, code_c) == (0, 0), err_a + err_c
     assert "world rank 1 size 2 nodes 2 group 1 restart 1" in (tmp_path / f"{third}.out").read_text()
@@ -144,7 +136,7 @@ def test_plan_of_an_elastic_job_says_that_each_world_has_its_own() -> None:
     port = free_port()
     proc = subprocess.run(
         [sys.executable, "-m", "openclaw_launch", "plan", *elastic_line(port, nnodes="1:4"), WORKER],
-        capture_output=True, text=True, timeout=TIMEOUT_S, cwd=ROOT,
+        capture_output=True, text=True, timeout=GUARD_S, cwd=ROOT,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "elastic job (1:4 nodes): this is the plan in a world of 1 node(s); run builds each world's own" in (
@@ -157,7 +149,7 @@ def test_fewer_than_min_left_ends_the_job_as_a_lost_node(tmp_path: Path) -> None
     line = [*elastic_line(port, nnodes="2:3", last_call_s=0), "--max-restarts", "3"]
     first, second = world_of_two(tmp_path, port, line)
     second.send_signal(signal.SIGKILL)
-    second.wait(TIMEOUT_S)
+    second.wait(GUARD_S)
     code, stderr = ended(first)
     assert code == 1, stderr
     assert "no next world: 1 node(s) left, fewer than MIN (--nnodes 2:3)" in stderr
@@ -170,7 +162,7 @@ def test_the_first_node_lost_ends_the_job_on_the_others(tmp_path: Path) -> None:
     line = [*elastic_line(port, last_call_s=30), "--max-restarts", "3"]
     first, second = world_of_two(tmp_path, port, line)
     first.send_signal(signal.SIGKILL)
-    first.wait(TIMEOUT_S)
+    first.wait(GUARD_S)
     code, stderr = ended(second)
     assert code == 1 and "lost the first node node0's agent" in stderr, stderr
     assert "attempt 2/" not in stderr
@@ -196,7 +188,7 @@ def test_shrink_a_node_that_stops_answering_is_lost_after_the_keepalive(tmp_path
         for pid in frozen:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        second.wait(TIMEOUT_S)
+        second.wait(GUARD_S)
     assert code == 0, stderr
     assert "no keep-alive" in stderr
     assert "done rank 0 size 1 restart" in (tmp_path / "a.out").read_text()
@@ -207,7 +199,7 @@ def test_grow_a_node_that_arrives_is_taken_in(tmp_path: Path) -> None:
     port = free_port()
     line = [*elastic_line(port, last_call_s=0.2), "--max-restarts", "2"]
     first = launcher([*line, WORKER, "--want", "2"], tmp_path, "a")
-    wait_for(tmp_path / "a.out", "size 1 nodes 1")  # running alone: MIN is 1
+    wait_said(tmp_path / "a.out", "size 1 nodes 1")  # running alone: MIN is 1
     second = launcher([*line, "--report", str(tmp_path / "b.json"), WORKER, "--want", "2"], tmp_path, "b")
     (code_a, err_a), (code_b, err_b) = ended(first), ended(second)
     assert (code_a, code_b) == (0, 0), err_a + err_b
@@ -226,10 +218,10 @@ def test_a_standby_takes_the_lost_nodes_rank(tmp_path: Path) -> None:
     wait_listening(port)
     standby = launcher([*line, "--standby", WORKER, "--first-steps", "2000"], tmp_path, "s")
     second = launcher([*line, WORKER, "--first-steps", "2000"], tmp_path, "b")
-    wait_for(tmp_path / "b.out", "size 2")
+    wait_said(tmp_path / "b.out", "size 2")
     assert (tmp_path / "s.out").read_text() == ""  # a standby runs no ranks
     second.send_signal(signal.SIGKILL)
-    second.wait(TIMEOUT_S)
+    second.wait(GUARD_S)
     (code_a, err_a), (code_s, err_s) = ended(first), ended(standby)
     assert (code_a, code_s) == (0, 0), err_a + err_s
     assert "world rank 1 size 2 nodes 2 group 1 restart 1" in (tmp_path / "s.out").read_text()
@@ -264,9 +256,9 @@ def test_from_a_config_the_standby_node_takes_the_lost_nodes_rank(tmp_path: Path
     wait_listening(agent)
     standby = launcher([*line, "--node", "node2", WORKER, "--first-steps", "2000"], tmp_path, "s")
     second = launcher([*line, "--node", "node1", WORKER, "--first-steps", "2000"], tmp_path, "b")
-    wait_for(tmp_path / "b.out", "size 2")
+    wait_said(tmp_path / "b.out", "size 2")
     second.send_signal(signal.SIGKILL)
-    second.wait(TIMEOUT_S)
+    second.wait(GUARD_S)
     (code_a, err_a), (code_s, err_s) = ended(first), ended(standby)
     assert (code_a, code_s) == (0, 0), err_a + err_s
     assert "world rank 1 size 2 nodes 2 group 1 restart 1" in (tmp_path / "s.out").read_text()
@@ -293,7 +285,7 @@ def test_a_standby_not_needed_exits_0_when_the_job_ends(tmp_path: Path) -> None:
     first = launcher([*elastic_line(port, last_call_s=0), WORKER, "--until", str(go)], tmp_path, "a")
     wait_listening(port)
     standby = launcher([*elastic_line(port), "--standby", WORKER], tmp_path, "s")
-    wait_for(tmp_path / "a.err", "standby")  # it joined while the job ran
+    wait_said(tmp_path / "a.err", "standby")  # it joined while the job ran
     go.touch()  # the job ends
     (code_a, err_a), (code_s, err_s) = ended(first), ended(standby)
     assert (code_a, code_s) == (0, 0), err_a + err_s
@@ -317,7 +309,7 @@ def test_a_launcher_of_the_other_kind_is_refused(
     assert code == 2 and says in stderr, stderr
     assert host.poll() is None
     host.send_signal(signal.SIGTERM)
-    host.wait(TIMEOUT_S)
+    host.wait(GUARD_S)
 
 
 @pytest.mark.parametrize(
@@ -353,7 +345,7 @@ def test_bad_input_exits_2_naming_the_option(tmp_path: Path, args: list[str], sa
     line = [*args, "--no-python", "touch", str(marker)]
     if says == "--rdzv-endpoint":  # through the entry point
         cmd = [sys.executable, "-m", "openclaw_launch", *line]
-        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S)
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=GUARD_S)
     else:
         proc = invoke(*line)
     assert proc.returncode == 2, proc.stderr

@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
+from guards import GUARD_S, wait_for
+from host import free_port
 from supervise_driver import make_plan
 
 from openclaw_launch.exit_codes import REQUEUE, SCRIPT_FAILED
@@ -29,7 +30,6 @@ from openclaw_launch.run.supervise import SuperviseOptions, supervise
 from openclaw_launch.stats.gpu import RecordedSource, SampleSource
 from openclaw_launch.stats.session import StatsSession
 
-TIMEOUT_S = 60
 GPU = "GPU-7a3b1c9d-ef01-2345-6789-0abcdef12345"
 
 
@@ -40,7 +40,7 @@ def launch(tmp: Path, script: str, *args: str) -> tuple[subprocess.CompletedProc
     report = tmp / "run.json"
     command = [sys.executable, "-m", "openclaw_launch", "--nproc-per-node", "cpu", "--nproc_per_node", "1"]
     command += ["--restart-backoff-s", "0.05", "--report", str(report), *args, str(path)]
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, cwd=tmp)
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=GUARD_S, cwd=tmp)
     return proc, json.loads(report.read_text())
 
 
@@ -147,10 +147,7 @@ def test_recorded_nvml_events_reach_the_launcher_through_the_statistics_helper(t
     sock = f"@oc-test-{os.getpid()}-{time.monotonic_ns()}"  # abstract, as the launcher's: no file left
     session = StatsSession(cast(Any, plan), sock, 5.0, lambda text: None, gpu_source=source)
     try:
-        deadline = time.monotonic() + TIMEOUT_S
-        while not session.gpu_events():
-            assert time.monotonic() < deadline, "no NVML event over the helper's link"
-            time.sleep(0.02)
+        wait_for(session.gpu_events, "no NVML event over the helper's link")
         assert session.gpu_events() == [GpuEvent("xid", GPU, 48)]
     finally:
         session.close()
@@ -162,11 +159,7 @@ def test_a_storm_on_one_node_stops_every_node_after_two_attempts(tmp_path: Path)
     config = Path(__file__).resolve().parent.parent / "configs" / "two-nodes-loopback.yaml"
     script = tmp_path / "train.py"
     script.write_text("import os, time\nif os.environ['RANK'] == '2':\n    raise OSError('no data')\ntime.sleep(60)\n")
-    ports = []
-    for _ in range(2):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            ports.append(str(s.getsockname()[1]))
+    ports = [str(free_port()), str(free_port())]
     procs = {}
     for node in ("node0", "node1"):
         cmd = [sys.executable, "-m", "openclaw_launch", "--config", str(config), "--node", node]
@@ -174,7 +167,7 @@ def test_a_storm_on_one_node_stops_every_node_after_two_attempts(tmp_path: Path)
         cmd += ["--grace-period-s", "2", "--max-restarts", "5", "--restart-backoff-s", "0.05"]
         cmd += ["--report", str(tmp_path / f"{node}.json"), "--job-report", str(tmp_path / "job.json"), str(script)]
         procs[node] = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out = {node: (p.communicate(timeout=TIMEOUT_S * 2)[1], p.returncode) for node, p in procs.items()}
+    out = {node: (p.communicate(timeout=GUARD_S)[1], p.returncode) for node, p in procs.items()}
     assert [code for _, code in out.values()] == [1, 1], out
     assert "restart storm: rank 2 on node node1" in out["node1"][0]
     for node in ("node0", "node1"):

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 from cli_runner import invoke
+from guards import GUARD_S
 
 from openclaw_launch.codec import to_json
 from openclaw_launch.config.reader import parse_config
@@ -201,7 +202,7 @@ def test_bad_option_values_exit_2_with_the_option_named(bad: list[str], tmp_path
         args[0:2] = []
     if bad[0] == "--master-addr":  # through the entry point
         proc = subprocess.run(
-            [sys.executable, "-m", "openclaw_launch", *args], cwd=ROOT, capture_output=True, text=True, timeout=60
+            [sys.executable, "-m", "openclaw_launch", *args], cwd=ROOT, capture_output=True, text=True, timeout=GUARD_S
         )
     else:
         proc = invoke(*args)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from guards import GUARD_S
 
 from openclaw_launch.report.build import straggler_entry
 from openclaw_launch.report.format import format_verdict
@@ -238,7 +239,7 @@ def _run_rank(tmp_path: Path, code: str, progress_s: float | None = None) -> lis
                 continue
             assert item is not None
             batches.append(item)
-        out, err = proc.communicate(timeout=60)
+        out, err = proc.communicate(timeout=GUARD_S)
         assert proc.returncode == 0, err
         print(out)
     finally:

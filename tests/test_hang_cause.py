@@ -28,7 +28,7 @@ def _hang_job(tmp_path: Path, mode: str, extra_env: dict[str, str] | None = None
         nproc=4,
         env=extra_env,
     )
-    code = job.wait(120)
+    code = job.wait()
     console = "\n".join(line for _, line in job.err)
     assert code == HANG_EXIT_CODE, console
     report = json.loads(job.report.read_text())
@@ -152,7 +152,7 @@ def test_a_rank_that_never_reaches_init_is_a_start_up_hang(tmp_path: Path) -> No
         ["--rank", "1", "--init-sleep-s", "600", "--steps", "5"],
         nproc=2,
     )
-    code = job.wait(120)
+    code = job.wait()
     console = "\n".join(line for _, line in job.err)
     assert code == HANG_EXIT_CODE, console
     hang = json.loads(job.report.read_text())["hang"]

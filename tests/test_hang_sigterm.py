@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from guards import GUARD_S
 
 from openclaw_launch.telemetry import wire
 
@@ -46,13 +47,12 @@ def test_sigterm_flushes_the_batch_and_ends_as_before(tmp_path: Path, mode: str,
     path = str(tmp_path / "s")
     inbox = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     inbox.bind(wire.rank_address(path, 0))
-    inbox.settimeout(10)
     env = {"PYTHONPATH": ROOT, wire.SOCKET_ENV: path, "RANK": "0", "PATH": "/usr/bin:/bin"}
     proc = subprocess.Popen([sys.executable, "-c", WORKER, mode], stdout=subprocess.PIPE, text=True, env=env)
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=10) == ends_by
+        assert proc.wait(timeout=GUARD_S) == ends_by
         steps = 0
         inbox.settimeout(0.5)
         try:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from cli_runner import invoke
+from guards import GUARD_S, wait_for
 from supervise_driver import make_plan
 
 from openclaw_launch.files import check_output_path, write_atomic
@@ -23,7 +24,6 @@ from openclaw_launch.run.osproc import RealOs
 from openclaw_launch.run.supervise import SuperviseOptions, supervise
 
 ROOT = Path(__file__).resolve().parent.parent
-HANG_GUARD_S = 60.0  # a hang fails the test instead of blocking CI; not a timing assertion
 
 
 def launcher(args: list[str], preexec=None, **kw: object) -> subprocess.Popen[bytes]:  # type: ignore[no-untyped-def]
@@ -42,7 +42,7 @@ def py(code: str) -> list[str]:
 
 def wait(proc: subprocess.Popen[bytes]) -> int:
     try:
-        return proc.wait(timeout=HANG_GUARD_S)
+        return proc.wait(timeout=GUARD_S)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
@@ -122,7 +122,7 @@ def test_full_log_disk_warns_once_and_the_job_goes_on(tmp_path: Path, tiny_tmpfs
     report = tmp_path / "report.json"
     args = ["--nproc-per-node", "2", "--log-dir", str(tiny_tmpfs), "--run-id", "j", "--report", str(report)]
     proc = launcher([*args, *py(code)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    out, err = proc.communicate(timeout=HANG_GUARD_S)
+    out, err = proc.communicate(timeout=GUARD_S)
     text = err.decode()
     assert proc.returncode == 0, text
     assert text.count("cannot write the worker log") == 1 and "Traceback" not in text
@@ -153,8 +153,7 @@ def test_nohup_sighup_is_honoured(tmp_path: Path) -> None:
             time.sleep(0.01)
     """
     proc = launcher(["--nproc-per-node", "1", *py(code)], preexec=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
-    while not (tmp_path / "ready-0").exists() and proc.poll() is None:
-        os.sched_yield()
+    wait_for(lambda: (tmp_path / "ready-0").exists() or proc.poll() is not None, "the worker never started")
     os.kill(proc.pid, signal.SIGHUP)
     (tmp_path / "go").touch()
     assert wait(proc) == 0
@@ -217,8 +216,8 @@ def test_only_groups_still_ours_are_signalled(tmp_path: Path) -> None:
         os.waitpid(spawned.pid, 0)  # the leader is reaped; its sleep is still in the group
         assert spawned.pid in fs.descendant_groups()
         fs.killpg(spawned.pid, signal.SIGKILL)
-        while spawned.pid in fs.descendant_groups():  # until the sleep is dead (a zombie counts as gone)
-            os.sched_yield()
+        # until the sleep is dead (a zombie counts as gone)
+        wait_for(lambda: spawned.pid not in fs.descendant_groups(), "the killed group's sleep never died")
         fs.reap()
         assert spawned.pid not in fs.descendant_groups()  # now the id is no longer ours
     finally:
@@ -258,5 +257,5 @@ def test_bad_report_path_fails_before_any_worker_starts(tmp_path: Path) -> None:
 def test_plan_to_a_full_device_is_an_error_not_a_traceback() -> None:
     with open("/dev/full", "w") as full:
         proc = launcher(["plan", "--nproc-per-node", "2", "--json", "x.py"], stdout=full, stderr=subprocess.PIPE)
-        _, err = proc.communicate(timeout=HANG_GUARD_S)
+        _, err = proc.communicate(timeout=GUARD_S)
     assert proc.returncode == 1 and b"cannot write the output" in err and b"Traceback" not in err

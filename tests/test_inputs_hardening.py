@@ -22,12 +22,13 @@ from pathlib import Path
 
 import pytest
 from cli_runner import Invocation, invoke
+from guards import GUARD_S, wait_for
 
 LAUNCHER = [sys.executable, "-m", "openclaw_launch"]
 
 
-def _launch(args: list[str], timeout_s: float = 120, **kw: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*LAUNCHER, *args], capture_output=True, text=True, timeout=timeout_s, **kw)  # type: ignore[call-overload]
+def _launch(args: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*LAUNCHER, *args], capture_output=True, text=True, timeout=GUARD_S, **kw)  # type: ignore[call-overload]
 
 
 def _clean(p: subprocess.CompletedProcess[str] | Invocation) -> None:
@@ -65,7 +66,7 @@ DURATION_OPTIONS = [
 def test_duration_options_refuse_non_finite_and_huge(option: str, value: str) -> None:
     args = ["plan", "--nproc-per-node", "1", option, value, "--no-python", "true"]
     through_the_entry_point = option == DURATION_OPTIONS[0] and value == "nan"
-    p = _launch(args, timeout_s=30) if through_the_entry_point else invoke(*args)
+    p = _launch(args) if through_the_entry_point else invoke(*args)
     assert p.returncode == 2, p.stderr
     _clean(p)
     line = p.stderr.strip()
@@ -107,16 +108,14 @@ def test_one_rule_for_every_duration() -> None:
 
 
 def _first_child(pid: int) -> int:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+    def child() -> int | None:
         try:
             children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
         except OSError:
-            children = []
-        if children:
-            return int(children[0])
-        time.sleep(0.001)
-    raise AssertionError("unshare started no child")
+            return None
+        return int(children[0]) if children else None
+
+    return wait_for(child, "unshare started no child", poll_s=0.001)
 
 
 def _catches(pid: int, sig: int) -> bool:
@@ -162,11 +161,10 @@ def test_signal_at_start_up_as_pid_1(sig: int, delay_s: float) -> None:
         pid1 = _first_child(proc.pid)
         # SIGTERM caught: startup.install ran (SIGINT's handler, installed first, is ours too; the
         # interpreter's own SIGINT handler, before any of our code, raises KeyboardInterrupt)
-        while not _catches(pid1, signal.SIGTERM) and proc.poll() is None:
-            time.sleep(0.0002)
+        wait_for(lambda: _catches(pid1, signal.SIGTERM) or proc.poll() is not None, "no handler", poll_s=0.0002)
         time.sleep(delay_s)
         os.kill(pid1, sig)
-        out, err = proc.communicate(timeout=30)  # not dropped: well before the sleep's 60 s
+        out, err = proc.communicate(timeout=GUARD_S)  # not dropped: the sleep's 60 s would end it 0
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -195,7 +193,7 @@ main()
 def test_stopping_signals_are_caught_before_the_command_line_loads() -> None:
     """The window the PID 1 test cannot time: SIGTERM is handled before click (and everything the
     command line needs) is imported, not only once launch installs its handling."""
-    p = subprocess.run([sys.executable, "-c", SPY_ON_IMPORTS], capture_output=True, text=True, timeout=60)
+    p = subprocess.run([sys.executable, "-c", SPY_ON_IMPORTS], capture_output=True, text=True, timeout=GUARD_S)
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines()[0] == "at click: True", p.stdout
 
@@ -253,7 +251,6 @@ def test_600_ranks_under_a_soft_limit_of_1024(tmp_path: Path) -> None:
     report = tmp_path / "r.json"
     p = _launch(
         ["--nproc-per-node", "600", "--telemetry", "off", "--report", str(report), "--no-python", "true"],
-        timeout_s=300,
         preexec_fn=_soft_limit_1024,
     )
     assert p.returncode == 0, p.stderr[-2000:]
@@ -300,7 +297,7 @@ def test_expect_dev_zero() -> None:
 def test_expect_fifo_does_not_block(tmp_path: Path) -> None:
     fifo = tmp_path / "rec.fifo"
     os.mkfifo(fifo)
-    line = _one_error_line(_launch([*PREFLIGHT, "--expect", str(fifo)], timeout_s=30))  # through the entry point
+    line = _one_error_line(_launch([*PREFLIGHT, "--expect", str(fifo)]))  # through the entry point
     assert "a FIFO" in line
 
 
@@ -385,7 +382,7 @@ def _stats_file_job(tmp_path: Path, stats_file: str, wrap: list[str] | None = No
     script.write_text(STEPPING_WORKER)
     args = ["--nproc-per-node", "2", "--stats-interval-s", "0.2", "--stats-file", stats_file, "--report", str(report)]
     cmd = [*(wrap or []), *LAUNCHER, *args, str(script)]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=GUARD_S)
 
 
 def _assert_stats_file_error(tmp_path: Path, p: subprocess.CompletedProcess[str], path: str) -> None:
@@ -454,14 +451,11 @@ def test_stack_dump_does_not_interrupt_blocking_c_calls(tmp_path: Path) -> None:
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         os.kill(proc.pid, wire.dump_signal())
-        deadline = time.monotonic() + 30
-        while "blocked.py" not in stacks.read_text() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert "blocked.py" in stacks.read_text()  # the dump was written
+        wait_for(lambda: "blocked.py" in stacks.read_text(), "the dump was never written", poll_s=0.01)
         writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
         os.write(writer, b"x")
         os.close(writer)
-        out, err = proc.communicate(timeout=30)
+        out, err = proc.communicate(timeout=GUARD_S)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -502,7 +496,7 @@ def test_json_inputs_are_bounded(tmp_path: Path, which: int, content: str) -> No
         os.mkfifo(path)
     target = "/dev/zero" if content == "zero" else str(path)
     args, through_the_entry_point = _json_inputs(target)[which], which == 0 and content == "deep"
-    p = _launch(args, timeout_s=30) if through_the_entry_point else invoke(*args)
+    p = _launch(args) if through_the_entry_point else invoke(*args)
     assert p.returncode == 2, p.stderr
     _clean(p)
     assert len(p.stderr.strip().splitlines()) == 1, p.stderr

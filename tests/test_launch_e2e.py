@@ -4,6 +4,7 @@ on PATH), reports, logs and restarts, and nothing left behind whatever ends the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -11,13 +12,13 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import psutil
 import pytest
+from guards import wait_for
 from test_plan_is_run import start_run
-from test_supervise_run import HANG_GUARD_S, recorded_pids, wait_gone
+from test_supervise_run import recorded_pids, wait_gone
 from test_supervise_signals import _unshare_works, finish, wait_files
 
 from openclaw_launch.plan.env import TORCHRUN_ENV
@@ -51,19 +52,22 @@ def mps_config(tmp_path: Path) -> Path:
 
 
 def mps_daemons() -> list[psutil.Process]:
+    """Live MPS control daemons of the launchers this test process started: those whose pipe
+    directory lies under its TMPDIR (conftest.py: one per session or xdist worker), so that the
+    jobs of a test running beside it never count."""
+    ours = Path(tempfile.gettempdir())
     out = []
-    for p in psutil.process_iter(["name", "cmdline"]):
-        cmd = " ".join(p.info["cmdline"] or [])
-        if "nvidia-cuda-mps-control" in cmd and p.info["name"] != "pytest":
-            out.append(p)
+    for p in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            pipe_dir = p.environ().get("CUDA_MPS_PIPE_DIRECTORY")
+            named = any(Path(a).name == "nvidia-cuda-mps-control" for a in p.cmdline()[:2])
+            if named and pipe_dir and Path(pipe_dir).is_relative_to(ours) and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
     return out
 
 
 def wait_no_mps() -> None:
-    deadline = time.monotonic() + HANG_GUARD_S
-    while [p for p in mps_daemons() if p.status() != psutil.STATUS_ZOMBIE]:
-        assert time.monotonic() < deadline, "an MPS daemon outlived the launcher"
-        time.sleep(0.05)
+    wait_for(lambda: not mps_daemons(), "an MPS daemon outlived the launcher")
 
 
 def test_workers_get_torchrun_env_and_their_numactl_binding(tmp_path: Path) -> None:
@@ -195,12 +199,9 @@ def test_no_worker_daemon_or_temp_dir_outlives_the_launcher(tmp_path: Path, how:
     assert code == expected, err
     pids = recorded_pids(tmp_path)
     assert len(pids) >= 2
-    assert wait_gone(pids) == [], f"outlived the launcher ({how})"
+    wait_gone(pids, f"outlived the launcher ({how})")
     wait_no_mps()
-    deadline = time.monotonic() + HANG_GUARD_S
-    while run_dir.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not run_dir.exists()
+    wait_for(lambda: not run_dir.exists(), f"{run_dir} outlived the launcher ({how})")
 
 
 def run_dir_of(run_id: str, proc: subprocess.Popen[str]) -> Path:
@@ -208,13 +209,13 @@ def run_dir_of(run_id: str, proc: subprocess.Popen[str]) -> Path:
 
 
 def wait_log_line(log: Path, text: str, proc: subprocess.Popen[str]) -> None:
-    deadline = time.monotonic() + HANG_GUARD_S
-    while not (log.exists() and text in log.read_text()):
+    def said() -> bool:
         if proc.poll() is not None:
             out, err = proc.communicate()
             pytest.fail(f"launcher exited {proc.returncode} before {log} said {text!r}:\n{out}\n{err}")
-        assert time.monotonic() < deadline, f"{log} never said {text!r}"
-        time.sleep(0.02)
+        return log.exists() and text in log.read_text()
+
+    wait_for(said, f"{log} never said {text!r}")
 
 
 @pytest.mark.skipif(not _unshare_works(), reason="unshare --pid --fork --mount-proc refused (needs root/userns)")

@@ -8,11 +8,11 @@ import signal
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path, PurePosixPath
 
 import psutil
 import pytest
+from guards import GUARD_S, wait_for
 from supervise_driver import rank_plan
 
 from openclaw_launch.errors import LaunchError, PlanError
@@ -28,7 +28,6 @@ FAKE_DIR = Path(__file__).parent / "fake_mps"
 FAKE = str(FAKE_DIR / "nvidia-cuda-mps-control")
 GPU_A = "GPU-7a3b1c9d-ef01-2345-6789-0abcdef12345"
 GPU_B = "GPU-8b4c2d0e-f012-3456-789a-bcdef0123456"
-HANG_GUARD_S = 30.0
 
 
 def mps_plan(**kw: object) -> MpsPlan:
@@ -54,9 +53,7 @@ def assert_nothing_left(pipe_dir: Path) -> None:
 
 
 def wait_until_no_mps(pipe_dir: Path) -> None:
-    deadline = time.monotonic() + HANG_GUARD_S
-    while find_mps_processes(pipe_dir) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: not find_mps_processes(pipe_dir), f"an MPS daemon still serves {pipe_dir}", poll_s=0.05)
 
 
 @pytest.fixture
@@ -129,7 +126,7 @@ print(json.dumps({"parent": parent, "me": os.getpid(), "after_start": after_star
         [sys.executable, "-c", script, str(run_dir), FAKE],
         capture_output=True,
         text=True,
-        timeout=HANG_GUARD_S,
+        timeout=GUARD_S,
         check=True,
     )
     result = json.loads(out.stdout)
@@ -156,9 +153,7 @@ def test_second_daemon_on_same_pipe_dir_refused(run_dir: Path) -> None:
 
 def test_fake_refuses_second_dash_d_like_the_real_one(run_dir: Path) -> None:
     with MpsDaemon(mps_plan(), run_dir, control=FAKE) as daemon:
-        again = subprocess.run(
-            [FAKE, "-d"], env=daemon.daemon_env(), capture_output=True, text=True, timeout=HANG_GUARD_S
-        )
+        again = subprocess.run([FAKE, "-d"], env=daemon.daemon_env(), capture_output=True, text=True, timeout=GUARD_S)
         assert again.returncode == 1
         assert "An instance of this daemon is already running" in again.stderr
 
@@ -249,7 +244,7 @@ def test_limits_applied(run_dir: Path) -> None:
                 "get_default_device_pinned_mem_limit 1",
             ],
             daemon.daemon_env(),
-            HANG_GUARD_S,
+            GUARD_S,
         )
         assert asked.returncode == 0
         assert asked.output.split() == ["25.0", "10G", "10G"]
@@ -299,10 +294,10 @@ time.sleep(600)
         cleanup = json.loads(launcher.stdout.readline())
     finally:
         launcher.send_signal(signal.SIGKILL)
-        launcher.wait(timeout=HANG_GUARD_S)
+        launcher.wait(timeout=GUARD_S)
     pipe_dir = run_dir / "pipe"
     assert len(find_mps_processes(pipe_dir)) == 1  # survived its launcher
-    done = subprocess.run(cleanup["argv"], env=cleanup["env"], input=cleanup["stdin"], text=True, timeout=HANG_GUARD_S)
+    done = subprocess.run(cleanup["argv"], env=cleanup["env"], input=cleanup["stdin"], text=True, timeout=GUARD_S)
     assert done.returncode == 0
     wait_until_no_mps(pipe_dir)
     assert find_mps_processes(pipe_dir) == []

@@ -3,21 +3,15 @@ started by two `openclaw-launch --node ...` processes, as two hosts would."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from guards import GUARD_S
+from host import free_port, needs_torch
 
 ROOT = Path(__file__).resolve().parent.parent
-pytest.importorskip("torch")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+pytestmark = needs_torch  # gloo ranks, and the agents meet through torch's TCPStore
 
 
 def test_two_launchers_make_one_world() -> None:
@@ -45,7 +39,7 @@ def test_two_launchers_make_one_world() -> None:
         )
         for node in ("node0", "node1")
     ]
-    outs = [p.communicate(timeout=180) for p in procs]
+    outs = [p.communicate(timeout=GUARD_S) for p in procs]
     for p, (out, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, out + err
     node0, node1 = outs[0][0], outs[1][0]

@@ -6,9 +6,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import psutil
+from guards import wait_for
 
 from openclaw_launch.run.osproc import RealOs
 
@@ -24,10 +24,7 @@ def test_descendants_leave_out_exempt_subtrees() -> None:
     exempt = subprocess.Popen([sys.executable, "-c", TREE])
     other = subprocess.Popen([sys.executable, "-c", TREE])
     try:
-        deadline = time.monotonic() + 20
-        while not all(psutil.Process(p.pid).children() for p in (exempt, other)):
-            assert time.monotonic() < deadline, "the process trees did not start"
-            time.sleep(0.02)
+        wait_for(lambda: all(psutil.Process(p.pid).children() for p in (exempt, other)), "the trees did not start")
         (exempt_child,) = psutil.Process(exempt.pid).children()
         (other_child,) = psutil.Process(other.pid).children()
         everything = set(os_layer.descendants())

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from cli_runner import invoke
+from guards import GUARD_S
 
 from openclaw_launch.config.discover import host_config
 from openclaw_launch.config.parallel import ParallelSpec, size_problems
@@ -158,7 +159,7 @@ def test_run_writes_the_groups_file_and_workers_read_it(tmp_path: Path) -> None:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=GUARD_S,
     )
     assert out.returncode == 0, out.stderr
     lines = sorted(line.split("GROUPS ", 1)[1] for line in out.stdout.splitlines() if "GROUPS " in line)

@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from guards import GUARD_S
 
 from openclaw_launch.config.model import Config, GpuSpec, NodeSpec, Runtime
 from openclaw_launch.errors import PlanError, TopologyError
@@ -410,7 +411,7 @@ def test_planned_argv_and_env_run_as_planned() -> None:
     plan = plan_for(cfg, topo, entry=entry, numactl=numactl)
     argv = list(plan.ranks[0].argv)
     assert argv[:3] == [numactl, f"--physcpubind={format_cpulist(cpus)}", "--localalloc"]
-    out = subprocess.run(argv, env={**os.environ, **plan.ranks[0].env}, capture_output=True, text=True, timeout=60)
+    out = subprocess.run(argv, env={**os.environ, **plan.ranks[0].env}, capture_output=True, text=True, timeout=GUARD_S)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines == [str(list(cpus)), repr(NASTY), str([NASTY])]

@@ -10,7 +10,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -18,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from guards import GUARD_S
+from host import free_port, needs_torch
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = "tests/dump_worker.py"
@@ -25,7 +26,6 @@ FAKE_MPS = ROOT / "tests" / "fake_mps"
 SNAPSHOT = "configs/h200x2.snapshot.json"
 BOOTSTRAP = "openclaw_launch.telemetry.bootstrap"
 DOCUMENTED_PLACEHOLDERS = {"<pid>", "<run-id>", "<free-port>"}
-RUN_TIMEOUT_S = 300  # a guard against a hung test, not a measurement
 
 pytestmark = pytest.mark.skipif(shutil.which("numactl") is None, reason="numactl not installed")
 
@@ -50,7 +50,7 @@ def plan_json(args: Sequence[str], env: Mapping[str, str]) -> dict[str, Any]:
         env=env,
         capture_output=True,
         text=True,
-        timeout=RUN_TIMEOUT_S,
+        timeout=GUARD_S,
     )
     assert out.returncode == 0, out.stderr
     doc: dict[str, Any] = json.loads(out.stdout)
@@ -70,7 +70,7 @@ def start_run(args: Sequence[str], env: Mapping[str, str] | None) -> subprocess.
 
 
 def finish(proc: subprocess.Popen[str]) -> None:
-    out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
+    out, err = proc.communicate(timeout=GUARD_S)
     assert proc.returncode == 0, out + err
 
 
@@ -143,14 +143,8 @@ def test_config_with_mps_and_groups_runs_its_plan(tmp_path: Path) -> None:
         assert_worker_ran_the_plan(rank, env, proc.pid, tmp_path / "out")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
+@needs_torch  # the agents meet through torch's TCPStore
 def test_two_nodes_on_loopback_run_their_plans(tmp_path: Path) -> None:
-    pytest.importorskip("torch")  # the agents meet through torch's TCPStore
     env = launcher_env(tmp_path)
     master, agents = str(free_port()), str(free_port())
     common = ["--nnodes", "2", "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", master]

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from cli_runner import invoke
+from guards import GUARD_S
 
 from openclaw_launch.config.discover import host_config
 from openclaw_launch.config.model import PreflightSettings
@@ -158,7 +159,7 @@ def test_gpu_ranks_select_their_planned_device() -> None:
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "openclaw_launch", *args], cwd=ROOT, capture_output=True, text=True, timeout=180
+        [sys.executable, "-m", "openclaw_launch", *args], cwd=ROOT, capture_output=True, text=True, timeout=GUARD_S
     )
 
 

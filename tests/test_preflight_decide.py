@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from cli_runner import invoke
+from guards import GUARD_S
 
 from openclaw_launch.agents.hostlist import compress_hostlist, parse_hostlist
 from openclaw_launch.preflight.decide import EXCLUDED_SOME, Floors, decide, exit_code
@@ -67,7 +68,7 @@ def test_compressed_hostlist_is_slurms_own(tmp_path: Path) -> None:
             env={**os.environ, "SLURM_CONF": str(conf)},
             capture_output=True,
             text=True,
-            timeout=10,
+            timeout=GUARD_S,
         )
         assert slurm.returncode == 0, slurm.stderr
         assert compress_hostlist(hosts) == slurm.stdout.strip()
@@ -190,7 +191,7 @@ def _launchers(cfg: Path, tmp_path: Path, slowed: str, extra: tuple[str, ...] = 
     out = {}
     try:
         for node, p in procs.items():
-            stdout, stderr = p.communicate(timeout=120)
+            stdout, stderr = p.communicate(timeout=GUARD_S)
             out[node] = (p.returncode, stdout, stderr)
     finally:
         for p in procs.values():
@@ -224,7 +225,7 @@ def test_scope_node_measures_one_node_of_a_multinode_plan_alone(tmp_path: Path) 
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=GUARD_S,
     )
     assert p.returncode == 0, p.stderr[-3000:]
     doc = json.loads(p.stdout)

@@ -11,25 +11,24 @@ of /proc/self/task.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import psutil
-import pytest
+from guards import GUARD_S, wait_for
+from host import free_port, needs_torch
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE = [sys.executable, str(ROOT / "tests" / "fake_worker.py")]
 SECTIONS = str(ROOT / "tests" / "telemetry_workers" / "sections.py")
 CONFIG = ROOT / "configs" / "two-nodes-loopback.yaml"
-DEADLINE_S = 120.0
 AUDIT_ENV = "OPENCLAW_TEST_FORK_AUDIT"
 
 SITECUSTOMIZE = f"""
@@ -92,19 +91,13 @@ def _launcher(args: Sequence[str], env: dict[str, str], cwd: Path) -> subprocess
     return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _free_port() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return str(s.getsockname()[1])
-
-
 def test_a_stats_run_forks_and_spawns_single_threaded(tmp_path: Path) -> None:
     """Metrics endpoint, stats file, hang watch: the helper serves them while the workers start."""
     out, stats_file = tmp_path / "audit.jsonl", tmp_path / "stats.jsonl"
     args = ["--nproc-per-node", "2", "--metrics-port", "0", "--stats-file", str(stats_file)]
     args += ["--hang-timeout-s", "5", "--stats-interval-s", "1", "--report", str(tmp_path / "r.json")]
     proc = _launcher([*args, SECTIONS, "--steps", "60"], _audited_env(tmp_path, out), tmp_path)
-    _, err = proc.communicate(timeout=DEADLINE_S)
+    _, err = proc.communicate(timeout=GUARD_S)
     assert proc.returncode == 0, err
     assert "metrics on http://0.0.0.0:" in err and stats_file.read_text().count("\n") >= 1
     events = _assert_single_threaded(out, at_least=4)  # guardian, cgroup probe or not, helper, 2 workers
@@ -118,7 +111,7 @@ def test_a_restart_spawns_single_threaded_with_the_helper_running(tmp_path: Path
     args += ["--metrics-port", "0", "--stats-file", str(tmp_path / "stats.jsonl"), "--hang-timeout-s", "5"]
     worker = [*FAKE, "--exit", "3", "--only-rank", "1", "--fail-below-attempt", "1"]
     proc = _launcher([*args, "--no-python", "--", *worker], _audited_env(tmp_path, out), tmp_path)
-    _, err = proc.communicate(timeout=DEADLINE_S)
+    _, err = proc.communicate(timeout=GUARD_S)
     assert proc.returncode == 0, err
     assert "attempt 2/2" in err
     events = _assert_single_threaded(out, at_least=5)
@@ -126,7 +119,7 @@ def test_a_restart_spawns_single_threaded_with_the_helper_running(tmp_path: Path
 
 
 def _two_nodes(tmp: Path, extra: Sequence[str], worker: Sequence[str]) -> dict[str, subprocess.Popen[str]]:
-    master, agent = _free_port(), _free_port()
+    master, agent = str(free_port()), str(free_port())
     procs = {}
     for node in ("node0", "node1"):
         cmd = ["--config", str(CONFIG), "--node", node, "--master-port", master, "--agent-port", agent]
@@ -136,12 +129,12 @@ def _two_nodes(tmp: Path, extra: Sequence[str], worker: Sequence[str]) -> dict[s
     return procs
 
 
+@needs_torch  # the agents' store (in their helper)
 def test_two_nodes_with_agents_fork_and_spawn_single_threaded(tmp_path: Path) -> None:
-    pytest.importorskip("torch")  # the agents' store (in their helper)
     procs = _two_nodes(tmp_path, ["--metrics-port", "0"], ["--sleep", "0.5"])
     errs = {}
     for node, proc in procs.items():
-        _, errs[node] = proc.communicate(timeout=DEADLINE_S)
+        _, errs[node] = proc.communicate(timeout=GUARD_S)
         assert proc.returncode == 0, (node, errs[node])
     assert "job report (every node)" in errs["node0"]
     for node in procs:
@@ -149,28 +142,24 @@ def test_two_nodes_with_agents_fork_and_spawn_single_threaded(tmp_path: Path) ->
 
 
 def _helper(launcher: psutil.Process, name: str) -> psutil.Process:
-    deadline = time.monotonic() + DEADLINE_S
-    while time.monotonic() < deadline:
+    def named() -> psutil.Process | None:
         for child in launcher.children():
-            try:
+            with contextlib.suppress(psutil.NoSuchProcess):
                 if child.name() == name:
                     return child
-            except psutil.NoSuchProcess:
-                continue
-        time.sleep(0.05)
-    raise AssertionError(f"no {name} helper under pid {launcher.pid}")
+        return None
+
+    return wait_for(named, f"no {name} helper under pid {launcher.pid}", poll_s=0.05)
 
 
-def _gone(proc: psutil.Process) -> bool:
-    deadline = time.monotonic() + DEADLINE_S
-    while time.monotonic() < deadline:
+def _wait_gone(proc: psutil.Process) -> None:
+    def gone() -> bool:
         try:
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                return True
+            return proc.status() == psutil.STATUS_ZOMBIE
         except psutil.NoSuchProcess:
             return True
-        time.sleep(0.02)
-    return False
+
+    wait_for(gone, f"the helper {proc.pid} outlived its launcher")
 
 
 def test_the_stats_helper_dies_with_a_sigkilled_launcher(tmp_path: Path) -> None:
@@ -178,24 +167,26 @@ def test_the_stats_helper_dies_with_a_sigkilled_launcher(tmp_path: Path) -> None
     proc = _launcher(args, {**os.environ, "PYTHONPATH": str(ROOT)}, tmp_path)
     helper = _helper(psutil.Process(proc.pid), "openclaw-stats")
     proc.send_signal(signal.SIGKILL)
-    proc.communicate(timeout=DEADLINE_S)
-    assert _gone(helper)
+    proc.communicate(timeout=GUARD_S)
+    _wait_gone(helper)
 
 
+@needs_torch  # the agents' store (in their helper)
 def test_the_agent_helper_dies_with_a_sigkilled_launcher(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
     procs = _two_nodes(
         tmp_path, ["--telemetry", "off"], ["--ready-file", f"{tmp_path}/ready-{{rank}}", "--sleep", "600"]
     )
     helper = _helper(psutil.Process(procs["node1"].pid), "openclaw-agent")
-    deadline = time.monotonic() + DEADLINE_S
-    while not all((tmp_path / f"ready-{r}").exists() for r in range(3)):  # the nodes met, the job runs
-        assert time.monotonic() < deadline and all(p.poll() is None for p in procs.values())
-        time.sleep(0.05)
+
+    def met() -> bool:  # the nodes met, the job runs
+        assert all(p.poll() is None for p in procs.values()), "a launcher ended before the job ran"
+        return all((tmp_path / f"ready-{r}").exists() for r in range(3))
+
+    wait_for(met, "the nodes never met", poll_s=0.05)
     procs["node1"].send_signal(signal.SIGKILL)
-    procs["node1"].communicate(timeout=DEADLINE_S)
-    assert _gone(helper)
-    procs["node0"].communicate(timeout=DEADLINE_S)  # it sees node1 lost and stops
+    procs["node1"].communicate(timeout=GUARD_S)
+    _wait_gone(helper)
+    procs["node0"].communicate(timeout=GUARD_S)  # it sees node1 lost and stops
     assert procs["node0"].returncode == 1
 
 
@@ -214,10 +205,7 @@ def test_py_spy_dumps_start_on_the_calling_thread_and_a_silent_one_is_killed(tmp
     for rank in (0, 1, 2):
         spy.start(rank, pid=rank)
     assert threading.active_count() == threads
-    deadline = time.monotonic() + DEADLINE_S
-    while not spy.done():
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_for(spy.done, "the stack dumps never ended", poll_s=0.05)
     assert spy.take() == {
         0: "Thread 0 (MainThread)\n",
         1: "Thread 1 (MainThread)\n",

@@ -11,15 +11,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
+from guards import GUARD_S, wait_for
+from host import free_port
 from test_supervise_run import recorded_pids, wait_gone
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,15 +29,12 @@ SLURM_DAEMONS = {"slurmctld", "slurmd", "slurmstepd"}
 ETC_SLURM = Path("/etc/slurm")
 LAUNCH = [sys.executable, "-m", "openclaw_launch", "--config", "configs/two-nodes-loopback.yaml"]
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("apt-get") is None, reason="the Slurm recipe needs root on Debian"
-)
-
-
-def free_port() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return str(s.getsockname()[1])
+pytestmark = [
+    pytest.mark.skipif(
+        os.geteuid() != 0 or shutil.which("apt-get") is None, reason="the Slurm recipe needs root on Debian"
+    ),
+    pytest.mark.serial,  # host-wide: fixed daemon ports, and the check that no Slurm daemon is left counts them all
+]
 
 
 def slurm_daemon_pids() -> set[int]:
@@ -65,20 +62,20 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
         assert started.returncode == 0, started.stdout + started.stderr
         yield env
     finally:
-        subprocess.run(["bash", str(SLURM / "stop-slurm.sh")], env=env, capture_output=True, timeout=120)
-        assert wait_gone(sorted(slurm_daemon_pids() - daemons_before)) == [], "a Slurm daemon of ours is left"
+        subprocess.run(["bash", str(SLURM / "stop-slurm.sh")], env=env, capture_output=True, timeout=GUARD_S)
+        wait_gone(sorted(slurm_daemon_pids() - daemons_before), "a Slurm daemon of ours is left")
         assert etc_slurm_listing() == etc_before, "the Slurm tests changed /etc/slurm"
 
 
 def test_srun_starts_one_launcher_per_node_and_they_form_one_world(slurm: dict[str, str]) -> None:
     out = subprocess.run(
-        ["srun", "--immediate=30", "-l", "-N2", "--ntasks-per-node=1", *LAUNCH, "--master-port", free_port()]
+        ["srun", "--immediate=30", "-l", "-N2", "--ntasks-per-node=1", *LAUNCH, "--master-port", str(free_port())]
         + ["tests/allreduce_worker.py"],
         cwd=ROOT,
         env=slurm,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=GUARD_S,
     )
     assert out.returncode == 0, out.stdout + out.stderr
     lines = set(out.stdout.splitlines())
@@ -103,7 +100,7 @@ def test_srun_torchrun_recipe_c10d_without_node_rank_ranks_the_nodes_by_arrival(
         env=slurm,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=GUARD_S,
     )
     assert out.returncode == 0, out.stdout + out.stderr
     lines = set(out.stdout.splitlines())
@@ -130,7 +127,7 @@ def test_sbatch_script(slurm: dict[str, str], tmp_path: Path) -> None:
     )
     out = tmp_path / "job.out"
     done = subprocess.run(
-        ["sbatch", "--wait", "-o", str(out), str(script)], env=slurm, capture_output=True, text=True, timeout=120
+        ["sbatch", "--wait", "-o", str(out), str(script)], env=slurm, capture_output=True, text=True, timeout=GUARD_S
     )
     assert done.returncode == 0, done.stdout + done.stderr + (out.read_text() if out.exists() else "")
     assert "[rank 2] rank 2/3 local 0 sum 3" in out.read_text()
@@ -148,7 +145,7 @@ def test_scancel_usr1_reaches_every_worker_and_the_job_goes_on(slurm: dict[str, 
     worker = [sys.executable, str(ROOT / "tests" / "fake_worker.py"), "--log-signals", f"{tmp_path}/sig-{{rank}}"]
     worker += ["--survive-usr", "--ready-file", f"{tmp_path}/ready-{{rank}}", "--sleep", "6"]
     job = subprocess.Popen(
-        ["srun", "-N2", "--ntasks-per-node=1", "-J", "openclaw-usr1", *LAUNCH, "--master-port", free_port()]
+        ["srun", "-N2", "--ntasks-per-node=1", "-J", "openclaw-usr1", *LAUNCH, "--master-port", str(free_port())]
         + ["--no-python", "--", *worker],
         cwd=ROOT,
         env=slurm,
@@ -157,8 +154,8 @@ def test_scancel_usr1_reaches_every_worker_and_the_job_goes_on(slurm: dict[str, 
         text=True,
     )
     _wait_ready(tmp_path, job)
-    subprocess.run(["scancel", "--signal=USR1", "-n", "openclaw-usr1"], env=slurm, check=True, timeout=30)
-    out, err = job.communicate(timeout=90)
+    subprocess.run(["scancel", "--signal=USR1", "-n", "openclaw-usr1"], env=slurm, check=True, timeout=GUARD_S)
+    out, err = job.communicate(timeout=GUARD_S)
     assert job.returncode == 0, out + err  # checkpoint requested, training went on to its end
     # Slurm signals every process of the step (proctrack), and the launcher forwards it too: a
     # worker sees SIGUSR1 once or twice (two pending alike signals merge), and nothing else.
@@ -200,11 +197,11 @@ def test_scancel_stops_the_launchers_and_leaves_no_worker(slurm: dict[str, str],
         text=True,
     )
     _wait_ready(tmp_path, job)
-    subprocess.run(["scancel", "-n", "openclaw-scancel"], env=slurm, check=True, timeout=30)
-    job.communicate(timeout=60)
+    subprocess.run(["scancel", "-n", "openclaw-scancel"], env=slurm, check=True, timeout=GUARD_S)
+    job.communicate(timeout=GUARD_S)
     pids = recorded_pids(tmp_path)
     assert len(pids) == 6
-    assert wait_gone(pids) == []
+    wait_gone(pids)
 
 
 def test_example_sbatch_script_forwards_the_batch_usr1_and_the_job_goes_on(
@@ -234,18 +231,24 @@ def test_example_sbatch_script_forwards_the_batch_usr1_and_the_job_goes_on(
         env=env,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=GUARD_S,
     )
     assert submitted.returncode == 0, submitted.stderr
     job_id = submitted.stdout.strip().split(";")[0]
-    deadline = time.monotonic() + 60
-    while not all((tmp_path / f"ready-{r}").exists() for r in range(3)):
-        assert time.monotonic() < deadline, (tmp_path / "job.out").read_text()
-        time.sleep(0.1)
-    subprocess.run(["scancel", "--batch", "--signal=USR1", job_id], env=slurm, check=True, timeout=30)
-    while subprocess.run(["squeue", "-h", "-j", job_id], env=slurm, capture_output=True, text=True).stdout.strip():
-        assert time.monotonic() < deadline + 60, "the job never ended"
-        time.sleep(0.2)
+    wait_for(
+        lambda: all((tmp_path / f"ready-{r}").exists() for r in range(3)),
+        lambda: f"workers never started: {(tmp_path / 'job.out').read_text()}",
+        poll_s=0.1,
+    )
+    subprocess.run(["scancel", "--batch", "--signal=USR1", job_id], env=slurm, check=True, timeout=GUARD_S)
+
+    def ended() -> bool:
+        queued = subprocess.run(
+            ["squeue", "-h", "-j", job_id], env=slurm, capture_output=True, text=True, timeout=GUARD_S
+        )
+        return not queued.stdout.strip()
+
+    wait_for(ended, "the job never ended", poll_s=0.2)
     shown = subprocess.run(["scontrol", "show", "job", job_id], env=slurm, capture_output=True, text=True).stdout
     assert "ExitCode=0:0" in shown and "JobState=COMPLETED" in shown, shown + (tmp_path / "job.out").read_text()
     for r in range(3):
@@ -253,8 +256,10 @@ def test_example_sbatch_script_forwards_the_batch_usr1_and_the_job_goes_on(
 
 
 def _wait_ready(tmp_path: Path, job: subprocess.Popen[str], ranks: int = 3) -> None:
-    """Every rank of the srun job wrote its ready file (the job still running), within a minute."""
-    deadline = time.monotonic() + 60
-    while not all((tmp_path / f"ready-{r}").exists() for r in range(ranks)):
-        assert job.poll() is None and time.monotonic() < deadline, "workers never started"
-        time.sleep(0.1)
+    """Every rank of the srun job wrote its ready file (the job still running)."""
+
+    def ready() -> bool:
+        assert job.poll() is None, "the srun job ended before its workers started"
+        return all((tmp_path / f"ready-{r}").exists() for r in range(ranks))
+
+    wait_for(ready, "workers never started", poll_s=0.1)

@@ -11,20 +11,21 @@ import time
 from pathlib import Path
 
 import pytest
+from guards import GUARD_S, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTIONS = str(ROOT / "tests" / "telemetry_workers" / "sections.py")
 EXAMPLE = str(ROOT / "examples" / "train.py")
 
 
-def run(tmp_path: Path, *args: str, timeout_s: float = 120) -> tuple[subprocess.CompletedProcess[str], dict]:  # type: ignore[type-arg]
+def run(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict]:  # type: ignore[type-arg]
     report = tmp_path / "run.json"
     proc = subprocess.run(
         [sys.executable, "-m", "openclaw_launch", "--nproc-per-node", "2", "--report", str(report), *args],
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=timeout_s,
+        timeout=GUARD_S,
     )
     return proc, json.loads(report.read_text())
 
@@ -89,13 +90,15 @@ def test_statistics_survive_a_signal_and_telemetry_off_leaves_argv_alone(tmp_pat
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.monotonic() + 60
-    while not all((tmp_path / f"ready-{r}").exists() for r in range(2)):  # 20 steps done on every rank
-        assert proc.poll() is None and time.monotonic() < deadline, "ranks never stepped"
-        time.sleep(0.1)
+
+    def stepped() -> bool:  # 20 steps done on every rank
+        assert proc.poll() is None, "the job ended before its ranks stepped"
+        return all((tmp_path / f"ready-{r}").exists() for r in range(2))
+
+    wait_for(stepped, "ranks never stepped", poll_s=0.1)
     time.sleep(1.5)  # at least one statistics batch sent (every 0.5 s at a step boundary)
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=GUARD_S)
     assert proc.returncode == 143, err
     report = json.loads(report_path.read_text())
     assert report["signal_received"] == "SIGTERM"
@@ -104,7 +107,7 @@ def test_statistics_survive_a_signal_and_telemetry_off_leaves_argv_alone(tmp_pat
         [sys.executable, "-m", "openclaw_launch", "report", str(report_path)],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=GUARD_S,
     )
     assert rendered.returncode == 0 and "p50_ms" in rendered.stdout and "straggler:" in rendered.stdout
 
@@ -112,13 +115,13 @@ def test_statistics_survive_a_signal_and_telemetry_off_leaves_argv_alone(tmp_pat
         [sys.executable, "-m", "openclaw_launch", "--nproc-per-node", "1", "--telemetry", "off", "--dry-run", SECTIONS],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=GUARD_S,
     )
     assert off.returncode == 0 and "bootstrap" not in off.stdout
     on = subprocess.run(
         [sys.executable, "-m", "openclaw_launch", "--nproc-per-node", "1", "--dry-run", SECTIONS],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=GUARD_S,
     )
     assert "openclaw_launch.telemetry.bootstrap" in on.stdout

@@ -9,12 +9,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
 import pytest
-from test_supervise_run import HANG_GUARD_S, alive, wait_gone
+from guards import GUARD_S, wait_for
+from test_supervise_run import alive, wait_gone
 
 DRIVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "supervise_driver.py")
 
@@ -29,22 +29,22 @@ def start_driver(args: list[str], prefix: tuple[str, ...] = ()) -> subprocess.Po
 
 
 def wait_files(paths: list[Path], proc: subprocess.Popen[str]) -> None:
-    deadline = time.monotonic() + HANG_GUARD_S
-    while not all(p.exists() for p in paths):
+    def written() -> bool:
         if proc.poll() is not None:
             out, err = proc.communicate()
             pytest.fail(f"launcher exited {proc.returncode} early:\n{out}\n{err}")
-        assert time.monotonic() < deadline, f"workers never wrote {paths}"
-        time.sleep(0.02)
+        return all(p.exists() for p in paths)
+
+    wait_for(written, f"workers never wrote {paths}")
 
 
 def finish(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
     """communicate() also proves nothing left behind (the guardian) holds the launcher's pipes."""
     try:
-        out, err = proc.communicate(timeout=HANG_GUARD_S)
+        out, err = proc.communicate(timeout=GUARD_S)
     except subprocess.TimeoutExpired:
         kill_tree(proc)
-        out, err = proc.communicate(timeout=30)
+        out, err = proc.communicate(timeout=GUARD_S)
         pytest.fail(f"launcher did not exit:\n{out}\n{err}")
     return proc.returncode, out, err
 
@@ -59,7 +59,7 @@ def kill_tree(proc: subprocess.Popen[str]) -> None:
     for process in tree:
         with contextlib.suppress(psutil.NoSuchProcess):
             process.kill()
-    psutil.wait_procs(tree, timeout=10)
+    psutil.wait_procs(tree, timeout=GUARD_S)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2])
@@ -126,7 +126,7 @@ def test_sigkilled_launcher_leaves_no_worker_or_grandchild(tmp_path: Path) -> No
     workers, grandchildren = _pids(tmp_path, range(2))
     proc.kill()
     finish(proc)
-    assert wait_gone(workers + grandchildren) == []
+    wait_gone(workers + grandchildren)
 
 
 def test_sigkilled_launcher_without_guardian_workers_die_by_pdeathsig(tmp_path: Path) -> None:
@@ -139,7 +139,7 @@ def test_sigkilled_launcher_without_guardian_workers_die_by_pdeathsig(tmp_path: 
     proc.kill()
     finish(proc)
     try:
-        assert wait_gone(workers) == []
+        wait_gone(workers)
     finally:  # without the guardian, grandchildren outlive a SIGKILLed launcher: clean up after the test
         for pid in grandchildren:
             if alive(pid):
@@ -151,7 +151,7 @@ def _unshare_works() -> bool:
         return False
     try:
         done = subprocess.run(
-            ["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True, timeout=HANG_GUARD_S
+            ["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True, timeout=GUARD_S
         )
     except (OSError, subprocess.TimeoutExpired):
         return False

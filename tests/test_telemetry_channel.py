@@ -14,6 +14,7 @@ from typing import Any
 import psutil
 import pytest
 from cli_runner import invoke
+from guards import GUARD_S
 
 from openclaw_launch.plan.context import MAX_RUN_ID_BYTES, run_context
 from openclaw_launch.stats.hang import HANG_EXIT_CODE
@@ -33,7 +34,7 @@ class Job:
         argv += ["--grace-period-s", "3", "--stats-interval-s", "0", *launcher, WORKER, "--mode", mode, *args]
         argv += ["--marker", self.marker]
         environ = {**os.environ, "PYTHONPATH": ROOT, **(env or {})}
-        self.proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=environ)
+        self.proc = subprocess.run(argv, capture_output=True, text=True, timeout=GUARD_S, env=environ)
         self.code = self.proc.returncode
         self.err = self.proc.stderr
 

@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from guards import GUARD_S
+from host import needs_torch
 
 from openclaw_launch.telemetry import recorder, wire
 
@@ -31,7 +33,7 @@ def inbox(tmp_path: Path):  # type: ignore[no-untyped-def]
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     path = str(tmp_path / "t.sock")
     sock.bind(path)
-    sock.settimeout(5)
+    sock.settimeout(GUARD_S)
     yield path, sock
     sock.close()
 
@@ -99,7 +101,7 @@ def test_api_is_a_no_op_without_the_launcher_and_cheap_to_import() -> None:
         "telemetry.step()\nprint('ok')"
     )
     env = {k: v for k, v in os.environ.items() if k != wire.SOCKET_ENV}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=GUARD_S)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
 
@@ -110,7 +112,7 @@ def _probe(
     front = ["-m", "openclaw_launch.telemetry.bootstrap"] if bootstrap else []
     env = {**os.environ, "PYTHONPATH": str(HERE.parent), **(env or {})}
     return subprocess.run(
-        [sys.executable, "-u", *front, *args], capture_output=True, text=True, timeout=60, env=env, cwd=cwd
+        [sys.executable, "-u", *front, *args], capture_output=True, text=True, timeout=GUARD_S, env=env, cwd=cwd
     )
 
 
@@ -218,13 +220,13 @@ def test_a_failing_script_under_the_launcher_prints_plain_pythons_traceback(tmp_
     }[how]
     env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
     plain = subprocess.run(
-        [sys.executable, *target, "3"], capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path
+        [sys.executable, *target, "3"], capture_output=True, text=True, timeout=GUARD_S, env=env, cwd=tmp_path
     )
     ours = subprocess.run(
         [sys.executable, "-m", "openclaw_launch", "--nproc-per-node", "1", *target, "3"],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=GUARD_S,
         env=env,
         cwd=tmp_path,
     )
@@ -249,9 +251,9 @@ def test_a_keyboard_interrupt_ends_the_script_by_sigint_as_in_python(tmp_path: P
     assert ours.stderr == plain.stderr
 
 
+@needs_torch
 def test_the_error_file_of_record_holds_the_same_traceback_as_under_plain_python(tmp_path: Path) -> None:
     """torch's ``@record`` formats the traceback inside its own wrapper: no launcher frame there."""
-    pytest.importorskip("torch.distributed.elastic.multiprocessing.errors")
     script = tmp_path / "recorded.py"
     script.write_text(
         "from torch.distributed.elastic.multiprocessing.errors import record\n\n\n"

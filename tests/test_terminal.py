@@ -17,17 +17,16 @@ import struct
 import subprocess
 import sys
 import termios
-import time
 from pathlib import Path
 
 import pytest
+from guards import GUARD_S, wait_for
 
 if importlib.util.find_spec("torch") is None:
     pytest.skip("torchrun (torch) is compared in every test here", allow_module_level=True)
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = str(ROOT / "tests" / "terminal_worker.py")
-TIMEOUT_S = 60  # a safety net for a hung launcher, never a measured time
 LAUNCHERS = {
     "openclaw": [sys.executable, "-m", "openclaw_launch"],
     "torchrun": [sys.executable, "-m", "torch.distributed.run"],
@@ -81,13 +80,18 @@ class OnTerminal:
         return bool(data)
 
     def wait_for(self, text: bytes, times: int = 1) -> None:
-        """Read until ``text`` was written ``times`` times (the safety net: TIMEOUT_S)."""
-        deadline = time.monotonic() + TIMEOUT_S
-        while self.output.count(text) < times:
-            assert time.monotonic() < deadline and self._read(1.0), f"never came: {text!r}\n{self.text()}"
+        """Read until ``text`` was written ``times`` times."""
+
+        def came() -> bool:
+            if self.output.count(text) >= times:
+                return True
+            assert self._read(1.0), f"ended before it came: {text!r}\n{self.text()}"
+            return False
+
+        wait_for(came, lambda: f"never came: {text!r}\n{self.text()}", poll_s=0)
 
     def finish(self) -> int:
-        code = self.proc.wait(timeout=TIMEOUT_S)
+        code = self.proc.wait(timeout=GUARD_S)
         while self._read(1.0):
             pass
         os.close(self.master)
@@ -144,7 +148,7 @@ def test_with_the_launchers_output_a_pipe_the_workers_see_pipes_as_under_torchru
             capture_output=True,
             env=_env(),
             cwd=ROOT,
-            timeout=TIMEOUT_S,
+            timeout=GUARD_S,
         )
         assert done.returncode == 0, done.stderr
         seen[which] = _probes(out)
@@ -201,7 +205,7 @@ def test_tqdm_draws_on_the_launchers_terminal_and_not_into_a_pipe_as_under_torch
         assert term.finish() == 0, term.text()
         drawn[which] = term.text()
         piped = subprocess.run(
-            [*launcher, *args], capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=TIMEOUT_S
+            [*launcher, *args], capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=GUARD_S
         )
         assert piped.returncode == 0 and "3/3" not in piped.stderr + piped.stdout, piped.stderr
     for which, text in drawn.items():  # a full-width bar, which fits the line after the prefix too

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from guards import GUARD_S
 from nic_trees import PUBLIC, TREES, build_tree, nic_columns, tree_listing
 from topo_helpers import fake_uuid
 
@@ -229,7 +230,7 @@ def test_run_gives_each_worker_its_nic_and_the_report_reads_it_back(tmp_path: Pa
         f"cli({args!r})"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "NCCL_"))}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=GUARD_S)
     assert done.returncode == 0, done.stdout + done.stderr
     given = [Path(str(seen).format(rank=r)).read_text() for r in range(8)]
     assert given == [f"=mlx5_{r}" for r in range(8)]

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from guards import GUARD_S
 from topo_helpers import DATA, h200_nvml
 
 from openclaw_launch.cli.main import cli
@@ -172,6 +173,6 @@ def test_the_start_path_never_imports_pynvml(tmp_path: Path) -> None:
         "print('PYNVML', 'pynvml' in sys.modules)"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=GUARD_S)
     assert out.returncode == 0, out.stderr
     assert out.stdout.rstrip().endswith("PYNVML False") and '"backend": "nccl"' in out.stdout

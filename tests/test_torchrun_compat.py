@@ -6,6 +6,7 @@ config/defaults.py; the opt-in ``torchrun`` shim, in a scratch directory."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import os
@@ -13,23 +14,22 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from cli_runner import invoke
+from guards import GUARD_S, wait_for
+from host import free_port, needs_torch
 
 from openclaw_launch.cli.torchrun_compat import FLAGS, compat_table_markdown
 from openclaw_launch.config import defaults
 from openclaw_launch.config.signals import forwardable_names, parse_signals
 
-torch_run = pytest.importorskip("torch.distributed.run")
+pytestmark = needs_torch  # torchrun is torch's
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = str(ROOT / "tests" / "compat_worker.py")
-TIMEOUT_S = 60
 # Compared between the launchers. Not compared, by design (docs/torchrun-compat.md): ids, ports and
 # paths (TORCHELASTIC_RUN_ID, TORCHELASTIC_ERROR_FILE, MASTER_PORT), TORCHELASTIC_USE_AGENT_STORE
 # (no agent store here: the workers' store is made by rank 0, as without an agent) and the default
@@ -39,12 +39,6 @@ COMPARED = (
     "RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE ROLE_RANK ROLE_NAME "
     "ROLE_WORLD_SIZE TORCHELASTIC_RESTART_COUNT TORCHELASTIC_MAX_RESTARTS CUDA_VISIBLE_DEVICES argv sys_argv".split()
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def launcher_cmd(which: str) -> list[str]:
@@ -66,7 +60,7 @@ def run_one(
     out.mkdir(parents=True, exist_ok=True)
     argv = [a.replace("{dump}", str(out)) for a in args]
     proc = subprocess.run(
-        [*launcher_cmd(which), *argv], env=env_for(env), cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT_S
+        [*launcher_cmd(which), *argv], env=env_for(env), cwd=cwd, capture_output=True, text=True, timeout=GUARD_S
     )
     ranks = {int(p.stem.split("-")[1]): json.loads(p.read_text()) for p in out.glob("rank-*.json")}
     assert ranks or proc.returncode != 0, f"{which} {argv}: no worker ran\n{proc.stderr[-3000:]}"
@@ -349,7 +343,7 @@ def test_refused_before_anything_starts(tmp_path: Path, args: list[str], says: s
     line = [*args, "--no-python", "touch", str(marker)]
     if says == "--bogus":  # through the entry point
         cmd = [*launcher_cmd("openclaw"), *line]
-        proc = subprocess.run(cmd, env=env_for({}), cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S)
+        proc = subprocess.run(cmd, env=env_for({}), cwd=ROOT, capture_output=True, text=True, timeout=GUARD_S)
     else:
         proc = invoke(*line, env=env_for({}))
     assert proc.returncode == 2, proc.stdout + proc.stderr
@@ -369,8 +363,15 @@ def test_plan_refuses_an_unknown_option_instead_of_putting_it_in_argv() -> None:
     assert proc.returncode == 2 and "--max_restarts" in proc.stderr, proc.stderr
 
 
+def torchrun_parser() -> argparse.ArgumentParser:
+    """torchrun's own argument parser (torch imported here, when a test asks: not at collection)."""
+    from torch.distributed.run import get_args_parser
+
+    return get_args_parser()
+
+
 def test_every_torchrun_flag_is_in_the_table() -> None:
-    parser = torch_run.get_args_parser()
+    parser = torchrun_parser()
     theirs = {s for action in parser._actions for s in action.option_strings} - {"-h", "--help"}
     ours = {name for flag in FLAGS for name in flag.torchrun}
     assert theirs == ours
@@ -387,7 +388,7 @@ def test_docs_defaults_table_is_the_defaults_table() -> None:
 
 
 def test_torchrun_column_of_the_defaults_table_is_torchruns() -> None:
-    parser = torch_run.get_args_parser()
+    parser = torchrun_parser()
     theirs = {a.dest: a.default for a in parser._actions}
     rows = {d.option.split(", ")[0]: d for d in defaults.DEFAULTS}
     assert rows["--signals-to-handle"].torchrun == theirs["signals_to_handle"]
@@ -482,12 +483,6 @@ def test_every_catchable_name_torchrun_takes_is_taken() -> None:
         assert parse_signals(name) == (name,) and parse_signals(name.lower().removeprefix("sig")) == (name,)
 
 
-def wait_until(done: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + TIMEOUT_S  # a guard against a hung test, not a timed assertion
-    while not done() and time.monotonic() < deadline:
-        time.sleep(0.02)
-
-
 def test_signal_spellings_reach_the_workers_and_the_supervisor(tmp_path: Path) -> None:
     """--signals-to-handle by number and --forward-signals in lower case, on a real launcher: the
     workers' TORCHELASTIC_SIGNALS_TO_HANDLE has the canonical names, SIGUSR2 (forward-only) reaches
@@ -514,7 +509,7 @@ def test_signal_spellings_reach_the_workers_and_the_supervisor(tmp_path: Path) -
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=TIMEOUT_S,
+        timeout=GUARD_S,
     )
     assert plan.returncode == 0, plan.stderr
     (rank,) = json.loads(plan.stdout)["ranks"]
@@ -524,13 +519,13 @@ def test_signal_spellings_reach_the_workers_and_the_supervisor(tmp_path: Path) -
     )
     try:
         ready, log = tmp_path / "ready", tmp_path / "sig"
-        wait_until(lambda: ready.exists() or proc.poll() is not None)
+        wait_for(lambda: ready.exists() or proc.poll() is not None, "the worker never started")
         assert ready.exists(), proc.stderr.read() if proc.stderr else ""
         proc.send_signal(signal.SIGUSR2)
-        wait_until(lambda: log.exists() and "SIGUSR2" in log.read_text())
+        wait_for(lambda: log.exists() and "SIGUSR2" in log.read_text(), "SIGUSR2 never reached the worker")
         assert proc.poll() is None, "a forward-only signal stopped the job"
         proc.send_signal(signal.SIGUSR1)
-        _, err = proc.communicate(timeout=TIMEOUT_S)
+        _, err = proc.communicate(timeout=GUARD_S)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -546,7 +541,7 @@ def shim_command(bin_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=TIMEOUT_S,
+        timeout=GUARD_S,
     )
 
 
@@ -577,7 +572,7 @@ def test_torchrun_shim_runs_a_shell_script_that_calls_torchrun_under_openclaw(tm
     out = tmp_path / "dump"
     out.mkdir()
     proc = subprocess.run(
-        ["sh", str(script), WORKER, "--dump", str(out)], env=env, capture_output=True, text=True, timeout=TIMEOUT_S
+        ["sh", str(script), WORKER, "--dump", str(out)], env=env, capture_output=True, text=True, timeout=GUARD_S
     )
     assert proc.returncode == 0, proc.stderr
     ranks = {int(p.stem.split("-")[1]): json.loads(p.read_text()) for p in out.glob("rank-*.json")}
