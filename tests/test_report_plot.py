@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from cli_runner import Invocation, invoke
+from guards import GUARD_S
 
 from openclaw_launch.codec import to_json
 from openclaw_launch.report.rank import SectionTimes, StepStatistics, StepTimes
@@ -77,7 +78,7 @@ def report_plot(
         [sys.executable, "-m", "openclaw_launch", "report", str(saved(tmp_path, report)), "--plot", str(out)],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=GUARD_S,
         env=env,
     )
 

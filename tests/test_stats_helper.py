@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
+from guards import GUARD_S, wait_for
 
 from openclaw_launch.codec import from_json, to_json
 from openclaw_launch.errors import LaunchError
@@ -23,7 +24,6 @@ from openclaw_launch.stats.session import StatsSession
 
 SAMPLES = Path(__file__).parent / "data" / "nvml-samples-h200x2.json"
 UUIDS = sorted(json.loads(SAMPLES.read_text())["samples"])
-DEADLINE_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -46,13 +46,6 @@ class _Plan:
 def _session(tmp: Path, said: list[str], **kw: Any) -> StatsSession:
     sock = f"@oc-test-{os.getpid()}-{time.monotonic_ns()}"  # abstract, as the launcher's: no file left
     return StatsSession(cast(Any, _Plan()), sock, 5.0, said.append, **kw)
-
-
-def _until(condition: Any, what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
 
 
 def _alive(pid: int) -> bool:
@@ -78,16 +71,16 @@ def test_samples_metrics_and_stats_file_come_from_the_helper(tmp_path: Path) -> 
         helper.drain()
         return set(helper.latest) == set(UUIDS)
 
-    _until(sampled, "no samples over the link")
+    wait_for(sampled, "no samples over the link")
     assert helper.latest[UUIDS[0]]["sm_clock_mhz"] == 1980.0
 
     session.publish()
     url = f"http://127.0.0.1:{session.metrics_port}/metrics"
 
     def served() -> bool:
-        return "openclaw_gpu_power_w" in urllib.request.urlopen(url, timeout=10).read().decode()
+        return "openclaw_gpu_power_w" in urllib.request.urlopen(url, timeout=GUARD_S).read().decode()
 
-    _until(served, "the endpoint never served the GPU numbers")
+    wait_for(served, "the endpoint never served the GPU numbers")
     session.live_line()  # a stats-file line
     result = session.finish({})
     lines = [json.loads(line) for line in stats_file.read_text().splitlines()]
@@ -98,7 +91,7 @@ def test_samples_metrics_and_stats_file_come_from_the_helper(tmp_path: Path) -> 
     assert from_json(SessionResult, json.loads(json.dumps(to_json(result)))) == result  # typed, in the one codec
     assert not _alive(helper.pid) and said == []
     with pytest.raises(OSError):
-        urllib.request.urlopen(url, timeout=10)  # the endpoint went with the helper
+        urllib.request.urlopen(url, timeout=GUARD_S)  # the endpoint went with the helper
 
 
 def test_nvml_that_does_not_start_is_a_warning_and_in_the_report(tmp_path: Path) -> None:
@@ -115,7 +108,7 @@ def test_nvml_that_does_not_start_is_a_warning_and_in_the_report(tmp_path: Path)
         helper.drain()
         return bool(said)
 
-    _until(warned, "no warning from the helper")
+    wait_for(warned, "no warning from the helper")
     assert said == ["openclaw-launch: warning: GPU sampling off: NVML Shared Library Not Found"]
     result = session.finish({})
     assert result.statistics.gpu_error == "GPU sampling off: NVML Shared Library Not Found" and result.gpus == {}
