@@ -17,9 +17,11 @@ import psutil
 import pytest
 from cli_runner import invoke
 
+from openclaw_launch.codec import from_json, to_json
 from openclaw_launch.run.participant import StopKind, StopReason
 from openclaw_launch.stats.hang import HANG_EXIT_CODE, HangWatch
 from openclaw_launch.stats.hang_monitor import HangMonitor, HangOs, excerpt
+from openclaw_launch.stats.result import Hang
 from openclaw_launch.telemetry import wire
 
 WORKER = str(Path(__file__).parent / "telemetry_workers" / "hang.py")
@@ -94,9 +96,10 @@ def test_monitor_signals_every_rank_reads_stacks_and_asks_for_124(tmp_path: Path
     reason = m.stop_reason()
     assert reason is not None and reason.exit_code == HANG_EXIT_CODE and not reason.restartable
     assert reason.kind is StopKind.HANG and reason.rank == 0 and not m.vote_restart(0, True)
-    report = m.to_json()
-    assert report is not None and report["stack_source"] == "faulthandler"
-    assert report["ranks"][0]["stack"][:2] == ["Current thread 0x2:", "  rank0"]
+    hang = m.result()
+    assert hang is not None and hang.stack_source == "faulthandler"
+    assert hang.ranks[0].stack[:2] == ("Current thread 0x2:", "  rank0")
+    assert from_json(Hang, json.loads(json.dumps(to_json(hang)))) == hang  # the report's type, as the codec writes it
     assert "rank1" in (tmp_path / "log1").read_text()
     assert any("stopping the job (exit code 124)" in s for s in said)
 
