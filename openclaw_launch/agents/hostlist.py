@@ -19,6 +19,7 @@ import subprocess
 from collections.abc import Sequence
 
 from openclaw_launch.errors import PlanError
+from openclaw_launch.single_thread import assert_single_threaded
 
 
 def expand_hostlist(text: str, use_scontrol: bool = True) -> list[str]:
@@ -28,6 +29,7 @@ def expand_hostlist(text: str, use_scontrol: bool = True) -> list[str]:
         return []
     scontrol = shutil.which("scontrol") if use_scontrol else None
     if scontrol:
+        assert_single_threaded("run scontrol show hostnames")
         try:
             out = subprocess.run(
                 [scontrol, "show", "hostnames", text], capture_output=True, text=True, timeout=10, check=True

@@ -17,6 +17,7 @@ from importlib import metadata, util
 from pathlib import Path
 
 from openclaw_launch.agents.fingerprint import UNSET
+from openclaw_launch.single_thread import assert_single_threaded
 from openclaw_launch.topology.procfs import read_driver_version
 
 #: The wheels that carry NCCL and the CUDA runtime, newest CUDA first.
@@ -92,6 +93,7 @@ def python_version_of(python: str) -> str:
 
     if python == sys.executable:
         return platform.python_version()
+    assert_single_threaded(f"ask {python} for its version")
     try:
         out = subprocess.run(
             [python, "-c", "import platform; print(platform.python_version())"],

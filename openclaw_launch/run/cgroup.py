@@ -22,6 +22,8 @@ import select
 import time
 from dataclasses import dataclass, field
 
+from openclaw_launch.single_thread import assert_single_threaded
+
 MOUNTINFO = "/proc/self/mountinfo"
 PROC_CGROUP = "/proc/self/cgroup"
 EMPTY_TIMEOUT_S = 5.0  # after cgroup.kill, wait this long at most for the cgroup to empty
@@ -131,6 +133,7 @@ class JoinProbe:
     by pid here: a pid reaped elsewhere may be a worker's by now."""
 
     def __init__(self, procs_path: str) -> None:
+        assert_single_threaded("fork the cgroup probe")
         read_fd, write_fd = os.pipe()  # not inherited by the workers (O_CLOEXEC, close_fds)
         pid = os.fork()
         if pid == 0:  # pragma: no cover - runs in the child

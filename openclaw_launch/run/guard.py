@@ -24,6 +24,7 @@ from typing import Any
 
 from openclaw_launch.config.defaults import HANDLED_SIGNALS
 from openclaw_launch.config.signals import signal_numbers
+from openclaw_launch.single_thread import assert_single_threaded
 
 DEFAULT_COMMAND_TIMEOUT_S = 10.0
 DEFAULT_CLOSE_TIMEOUT_S = 5.0
@@ -51,6 +52,7 @@ class Guardian:
     @classmethod
     def start(cls) -> Guardian:
         """Fork the guardian. Call from a single-threaded process, before spawning workers."""
+        assert_single_threaded("fork the guardian")
         read_fd, write_fd = os.pipe()
         pid = os.fork()
         if pid == 0:  # child: never returns into the caller's stack

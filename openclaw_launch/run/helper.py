@@ -32,6 +32,7 @@ from typing import Any
 
 from openclaw_launch.config.defaults import HANDLED_SIGNALS
 from openclaw_launch.config.signals import signal_numbers
+from openclaw_launch.single_thread import assert_single_threaded
 
 PR_SET_PDEATHSIG = 1
 PR_SET_NAME = 15
@@ -162,6 +163,7 @@ class Helper:
         """Fork a helper running ``main(link)``; ``name`` is its process name (``ps``, 15 chars at
         most); ``keep_fds`` stay open in it (every other fd but stderr is closed). Call while this
         process has one thread (the reason helpers exist)."""
+        assert_single_threaded(f"fork the {name} helper")
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         launcher = os.getpid()
         pid = os.fork()

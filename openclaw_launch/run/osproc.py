@@ -22,6 +22,7 @@ from openclaw_launch.run import terminal
 from openclaw_launch.run.cgroup import join as join_cgroup
 from openclaw_launch.run.terminal import Terminal
 from openclaw_launch.safe_read import read_prefix
+from openclaw_launch.single_thread import assert_single_threaded
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -222,6 +223,7 @@ class RealOs:
     def spawn(self, argv: Sequence[str], env: Mapping[str, str], tty: Terminal | None = None) -> Spawned:
         """Start argv in its own session with ``env`` on top of this process's environment; its
         stdout and stderr are pipes, or ptys where ``tty`` says so (a pipe where no pty can be had)."""
+        assert_single_threaded(f"spawn the worker {argv[0]} (with a preexec_fn)")
         size = terminal.window_size(tty.size_fd, tty.margin_columns) if tty is not None else None
         ends: list[tuple[int, int]] = []  # (ours, the worker's) for stdout, stderr
         ptys: list[int] = []

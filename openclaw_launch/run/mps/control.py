@@ -28,6 +28,7 @@ from pathlib import Path
 import psutil
 
 from openclaw_launch.errors import LaunchError
+from openclaw_launch.single_thread import assert_single_threaded
 
 CONTROL_BINARY = "nvidia-cuda-mps-control"
 SERVER_BINARY = "nvidia-cuda-mps-server"
@@ -61,6 +62,7 @@ def run_control(control: str, commands: Sequence[str], env: Mapping[str, str], t
     A daemon that does not answer makes the control program hang: it is killed
     at ``timeout_s`` and reported as return code 124, like timeout(1).
     """
+    assert_single_threaded(f"run {Path(control).name}")
     try:
         done = subprocess.run(
             [control],

@@ -48,6 +48,7 @@ from openclaw_launch.run.mps.control import (
     wait_gone,
 )
 from openclaw_launch.run.mps.status import MpsStatus, mps_status
+from openclaw_launch.single_thread import assert_single_threaded
 
 CONTROL_LOG = "control.log"
 # The daemon binds unix sockets in the pipe dir; the longest name it uses is
@@ -214,6 +215,7 @@ class MpsDaemon:
         the inherited descriptor open cannot block us.
         """
         assert self._binary is not None
+        assert_single_threaded("start the MPS control daemon")
         with tempfile.TemporaryFile(mode="w+") as out:
             try:
                 proc = subprocess.Popen(
