@@ -14,9 +14,10 @@ import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from openclaw_launch.stats.result import GpuStats
+if TYPE_CHECKING:
+    from openclaw_launch.stats.result import GpuStats
 
 Sample = dict[str, float]
 
@@ -199,6 +200,8 @@ class GpuSummary:
     def stats(self) -> GpuStats:
         """The summary as the report holds it: means to 0.01, memory to 0.1 MiB, null where the GPU
         gave no value."""
+        from openclaw_launch.stats.result import GpuStats  # in the helper: the launcher starts without it
+
         return GpuStats(
             samples=self.samples,
             util_pct_mean=self._mean("util_pct"),

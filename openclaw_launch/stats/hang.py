@@ -30,10 +30,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sized
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from openclaw_launch import exit_codes
-from openclaw_launch.stats.result import Hang, HangCause, HangRank
 from openclaw_launch.telemetry import gpu_events, wire
+
+if TYPE_CHECKING:
+    from openclaw_launch.stats.result import Hang, HangCause
 
 HANG_EXIT_CODE = exit_codes.HANG  # 124, as timeout(1): the job was stopped because it made no progress
 CHECK_INTERVAL_S = 0.25  # how often the supervisor asks
@@ -144,6 +147,8 @@ class HangWatch:
         hung = any(now - (r.last_step if r.last_step is not None else now) >= self.timeout_s for r in armed)
         if not hung and not startup:
             return None
+        # the report's types load at a hang, not with the watch at start-up (stats/result.py)
+        from openclaw_launch.stats.result import Hang, HangRank
 
         def silent(r: _Rank) -> bool:
             return now - (r.last_step if r.last_step is not None else self.started) >= self.timeout_s
@@ -211,6 +216,8 @@ def _not_entered(quiet: list[_Rank]) -> HangCause | None:
         waiting = {rank for rank, c in last.items() if c.seq == newest and not c.done}
         behind = {rank for rank, c in last.items() if c.seq < newest}
         if waiting and behind:
+            from openclaw_launch.stats.result import HangCause
+
             op = next(c.op for rank, c in last.items() if rank in waiting)
             text = f"{_ranks(behind)} never entered {op} #{newest} that {_ranks(waiting)} {_verb(waiting)} in"
             return HangCause("not-entered", tuple(sorted(behind)), tuple(sorted(waiting)), op, newest, None, text)
@@ -239,6 +246,8 @@ def _gpu_behind(quiet: list[_Rank], wait_in: str) -> HangCause | None:
         f"while {others}{_ranks(r.rank for r in waiting)} got past it; {_ranks(r.rank for r in waiting)} "
         f"{_verb(waiting)} in {wait_in}"
     )
+    from openclaw_launch.stats.result import HangCause
+
     return HangCause(
         "gpu-behind",
         tuple(sorted(r.rank for r in behind)),
@@ -283,6 +292,8 @@ def _cause(quiet: list[_Rank], startup: bool) -> HangCause:
         stuck = outside
         text = f"{_ranks(r.rank for r in outside)} in {_own(outside)} code (phase {phase}); none waits for a peer"
         kind = "outside"
+    from openclaw_launch.stats.result import HangCause
+
     return HangCause(
         kind,
         tuple(sorted(r.rank for r in stuck)),

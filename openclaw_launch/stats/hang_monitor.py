@@ -32,11 +32,11 @@ from openclaw_launch.stats.hang import (
     SIGNAL_WAIT_S,
     HangWatch,
 )
-from openclaw_launch.stats.result import Hang
 from openclaw_launch.telemetry import wire
 
 if TYPE_CHECKING:
     from openclaw_launch.plan.model import RankPlan
+    from openclaw_launch.stats.result import Hang
 
 
 class PySpy:

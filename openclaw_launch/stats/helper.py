@@ -20,13 +20,12 @@ import socket
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from openclaw_launch.codec import from_json, to_json
 from openclaw_launch.run.failure_class import GpuEvent
 from openclaw_launch.run.helper import Helper, Link, Message
-from openclaw_launch.stats.result import GpuStats
 
 if TYPE_CHECKING:
     from openclaw_launch.stats.gpu import GpuSampler, Sample, SampleSource
+    from openclaw_launch.stats.result import GpuStats
 
 FINISH_TIMEOUT_S = 12.0  # the sampler's and the file writer's own bounds (5 s each), and a margin
 
@@ -77,7 +76,10 @@ class StatsHelper:
     @property
     def summaries(self) -> dict[str, GpuStats]:
         """The running summary per GPU (decoded here, not at every round's message: the launcher
-        asks only for the live line and at the end)."""
+        asks only for the live line and at the end; the codec and the type are not start-up imports)."""
+        from openclaw_launch.codec import from_json
+        from openclaw_launch.stats.result import GpuStats
+
         return {uuid: from_json(GpuStats, s) for uuid, s in self._summaries.items()}
 
     def drain(self) -> None:
@@ -136,6 +138,7 @@ def _serve(
 ) -> None:
     """The helper's main thread: start the parts, then follow the launcher's messages until
     ``finish`` or EOF (the launcher is gone: nobody to answer)."""
+    from openclaw_launch.codec import to_json
     from openclaw_launch.stats.metrics import MetricsServer, StatsFile
 
     server = MetricsServer(metrics_socket) if metrics_socket is not None else None
@@ -179,6 +182,7 @@ def _start_sampler(
 ) -> GpuSampler | None:
     if not uuids or gpu_source is None:
         return None
+    from openclaw_launch.codec import to_json
     from openclaw_launch.stats.gpu import GpuSampler
 
     def send(sampler: GpuSampler) -> None:

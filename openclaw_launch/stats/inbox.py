@@ -14,11 +14,13 @@ import errno
 import socket
 import struct
 from collections.abc import Iterable
-from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from openclaw_launch.errors import LaunchError
-from openclaw_launch.stats.result import DroppedDatagrams
 from openclaw_launch.telemetry import wire
+
+if TYPE_CHECKING:
+    from openclaw_launch.stats.result import DroppedDatagrams
 
 _RECEIVE_BUFFER_BYTES = 1 << 20  # per rank; capped by net.core.rmem_max: best effort
 _MAX_PER_DRAIN = 64  # datagrams read per socket per wake-up: every rank's socket gets its turn
@@ -37,7 +39,8 @@ class _RankSocket:
         self.pid: int | None = None  # the process the launcher spawned for the rank (this attempt)
         self.tokens = BURST
         self.refilled_s = 0.0
-        self.drops = DroppedDatagrams(invalid=0, not_rank_process=0, over_rate=0)  # replaced at each drop
+        # datagrams not taken, by why (DroppedDatagrams' fields, built at the end: ``Inbox.drops``)
+        self.invalid = self.not_rank_process = self.over_rate = 0
         self.strangers: set[int] = set()  # pids already warned about
         try:
             with contextlib.suppress(OSError):
@@ -108,7 +111,15 @@ class Inbox:
         self._socks = {s.rank: s for s in self._slots.values()}
 
     def drops(self) -> dict[int, DroppedDatagrams]:
-        return {rank: s.drops for rank, s in sorted(self._socks.items()) if s.drops.total}
+        """Per rank with any, its datagrams not taken and why (at the end: the report's type is not
+        the start path's import)."""
+        from openclaw_launch.stats.result import DroppedDatagrams
+
+        found = {
+            rank: DroppedDatagrams(invalid=s.invalid, not_rank_process=s.not_rank_process, over_rate=s.over_rate)
+            for rank, s in sorted(self._socks.items())
+        }
+        return {rank: d for rank, d in found.items() if d.total}
 
     def receive(self, fd: int, now_s: float) -> list[tuple[int, bytes]]:
         """(rank, datagram) for what rank's socket ``fd`` holds now, without blocking."""
@@ -123,7 +134,7 @@ class Inbox:
                 break
             pid = _sender_pid(anc)
             if pid is None or pid != s.pid:
-                s.drops = replace(s.drops, not_rank_process=s.drops.not_rank_process + 1)
+                s.not_rank_process += 1
                 if pid is not None and pid not in s.strangers and len(s.strangers) < 8:
                     s.strangers.add(pid)
                     self.warn.append(
@@ -132,14 +143,13 @@ class Inbox:
                         "(a --no-python wrapper must exec the program) nor another process"
                     )
             elif not s.take(max(1.0, len(data) / _COST_BYTES), now_s):
-                s.drops = replace(s.drops, over_rate=s.drops.over_rate + 1)
+                s.over_rate += 1
             else:
                 out.append((s.rank, data))
         return out
 
     def invalid(self, rank: int) -> None:
-        s = self._socks[rank]
-        s.drops = replace(s.drops, invalid=s.drops.invalid + 1)
+        self._socks[rank].invalid += 1
 
     def close(self) -> None:
         """Idempotent: an abstract socket leaves no file behind."""

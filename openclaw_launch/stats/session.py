@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 from openclaw_launch.run.participant import Participant, Timer
 from openclaw_launch.stats.collect import Collector, RankSummary
 from openclaw_launch.stats.inbox import Inbox
-from openclaw_launch.stats.result import GpuStats, SessionResult
 from openclaw_launch.telemetry import wire
 
 if TYPE_CHECKING:
@@ -24,6 +23,7 @@ if TYPE_CHECKING:
     from openclaw_launch.stats.gpu import SampleSource
     from openclaw_launch.stats.hang_monitor import HangMonitor
     from openclaw_launch.stats.helper import StatsHelper
+    from openclaw_launch.stats.result import GpuStats, SessionResult
 
 
 # The live line judges an interval only when every rank made this many steps in it (4 of the verdict's
@@ -209,6 +209,7 @@ class StatsSession(Participant):
             self.helper.append(self.snapshot())
         self.close()
         from openclaw_launch.stats import verdict
+        from openclaw_launch.stats.result import SessionResult
 
         summaries = self.collector.summaries()
         found = verdict.find_stragglers(summaries, self._facts(binding_warnings), self.threshold_pct)
