@@ -36,6 +36,8 @@ class DroppedDatagrams:
 
 @dataclass(frozen=True)
 class RunStatistics:
+    """The statistics of the run as a whole: the threshold, the wait signal, what went missing."""
+
     threshold_pct: float | None = field(metadata=doc("`--straggler-threshold-pct`"))
     wait_source: str = field(
         metadata=doc(
@@ -110,6 +112,8 @@ class Straggler:
 
 @dataclass(frozen=True)
 class HangRank:
+    """One rank at the moment of the verdict."""
+
     rank: int = field(metadata=doc("a rank without a step for the timeout"))
     local_rank: int = field(metadata=doc("its local rank"))
     node: str = field(metadata=doc("its node"))
@@ -165,6 +169,8 @@ class HangRank:
 
 @dataclass(frozen=True)
 class HangCause:
+    """Whom the others wait for, and how that is known."""
+
     kind: str = field(
         metadata=doc(
             "`not-entered`: with torch's flight recorder, `ranks` never entered collective `seq` that `waiting` "
@@ -189,6 +195,8 @@ class HangCause:
 
 @dataclass(frozen=True)
 class Hang:
+    """A hang: judged by the watch (stats/hang.py), its stacks added by the monitor (hang_monitor.py)."""
+
     timeout_s: float = field(metadata=doc("the timeout in force"))
     exit_code: int = field(metadata=doc("124, the launcher's exit code for a hang"))
     all_silent: bool = field(
