@@ -22,18 +22,24 @@ T = TypeVar("T")
 # metadata keys of a report field (see ``doc``)
 DOC = "doc"
 JOB_DOC = "job"
-LEGACY = "legacy"
+SINCE = "since"
+ABSENT = "absent"
 
 
 class ReportShapeError(ValueError):
     pass
 
 
-def doc(text: str, *, job: str | None = None, legacy: object = dataclasses.MISSING) -> dict[str, object]:
+def doc(
+    text: str, *, job: str | None = None, since: int | None = None, absent: object = dataclasses.MISSING
+) -> dict[str, object]:
     """A field's metadata: its meaning for docs/report-format.md; ``job``: its meaning in the job
-    report where that is an aggregation over nodes; ``legacy``: its value when a report of an older
-    schema lacks it (fields that admit null, or a list or an object, default to null / empty)."""
-    return {DOC: text, JOB_DOC: job, LEGACY: legacy}
+    report where that is an aggregation over nodes; ``since``: for a field added after the object
+    that holds it, the first report schema whose every report has it (a field added while schema N
+    was current is missing from the older reports of N: its ``since`` is N + 1); ``absent``: what a
+    report of an older schema reads for it where that is not null (a field that admits null) or
+    empty (a list or an object). Reading old reports and docs/report-format.md both use these."""
+    return {DOC: text, JOB_DOC: job, SINCE: since, ABSENT: absent}
 
 
 def to_json(value: Any) -> Any:
@@ -47,10 +53,11 @@ def to_json(value: Any) -> Any:
     return value
 
 
-def from_json(cls: type[T], data: Any, *, legacy: bool = False) -> T:
-    """``data`` checked against ``cls`` and built into it. ``legacy``: a report of an older schema,
-    where a key added since takes its legacy value."""
-    return typing.cast(T, _decode(cls, data, "", legacy))
+def from_json(cls: type[T], data: Any, *, schema: int | None = None) -> T:
+    """``data`` checked against ``cls`` and built into it. ``schema``: the version of an older
+    report's schema, in which a field whose ``since`` is later may be missing (it takes its
+    ``absent_value``); None: data of the types as they are, every field present."""
+    return typing.cast(T, _decode(cls, data, "", schema))
 
 
 @functools.cache
@@ -69,7 +76,7 @@ def optional_part(tp: Any) -> tuple[Any, bool]:
     return tp, False
 
 
-def _decode(tp: Any, value: Any, path: str, legacy: bool) -> Any:
+def _decode(tp: Any, value: Any, path: str, schema: int | None) -> Any:
     inner, nullable = optional_part(tp)
     if value is None and nullable:
         return None
@@ -79,19 +86,19 @@ def _decode(tp: Any, value: Any, path: str, legacy: bool) -> Any:
             raise _wrong(path, tp, value)
         args = get_args(inner)
         if len(args) == 2 and args[1] is Ellipsis:  # tuple[X, ...]: a list of one type
-            return tuple(_decode(args[0], v, f"{path}[{i}]", legacy) for i, v in enumerate(value))
+            return tuple(_decode(args[0], v, f"{path}[{i}]", schema) for i, v in enumerate(value))
         if len(value) != len(args):  # tuple[X, Y]: a pair, one type per place
             raise ReportShapeError(f"{path}: expected a list of {len(args)}, found {len(value)} item(s)")
-        return tuple(_decode(a, v, f"{path}[{i}]", legacy) for i, (a, v) in enumerate(zip(args, value, strict=True)))
+        return tuple(_decode(a, v, f"{path}[{i}]", schema) for i, (a, v) in enumerate(zip(args, value, strict=True)))
     if origin in (dict, Mapping):
         if not isinstance(value, dict):
             raise _wrong(path, tp, value)
         item = get_args(inner)[1]
-        return {k: _decode(item, v, f"{path}.{k}" if path else k, legacy) for k, v in value.items()}
+        return {k: _decode(item, v, f"{path}.{k}" if path else k, schema) for k, v in value.items()}
     if dataclasses.is_dataclass(inner):
         if not isinstance(value, dict):
             raise _wrong(path, tp, value)
-        return _decode_fields(typing.cast(type, inner), value, path, legacy)
+        return _decode_fields(typing.cast(type, inner), value, path, schema)
     if inner is Any:
         return value
     if inner is float:
@@ -103,28 +110,33 @@ def _decode(tp: Any, value: Any, path: str, legacy: bool) -> Any:
     return value
 
 
-def _decode_fields(cls: type, value: dict[str, Any], path: str, legacy: bool) -> Any:
+def _decode_fields(cls: type, value: dict[str, Any], path: str, schema: int | None) -> Any:
     types_of = hints(cls)
     kwargs: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         where = f"{path}.{f.name}" if path else f.name
         if f.name in value:
-            kwargs[f.name] = _decode(types_of[f.name], value[f.name], where, legacy)
+            kwargs[f.name] = _decode(types_of[f.name], value[f.name], where, schema)
             continue
-        missing = _legacy_value(f, types_of[f.name]) if legacy else dataclasses.MISSING
-        if missing is dataclasses.MISSING:
+        since = f.metadata.get(SINCE)
+        if schema is None or since is None or schema >= since:
             raise ReportShapeError(f"{where}: missing")
-        kwargs[f.name] = missing
+        kwargs[f.name] = absent_value(f, types_of[f.name])
     return cls(**kwargs)
 
 
-def _legacy_value(f: dataclasses.Field[Any], tp: Any) -> Any:
-    if f.metadata.get(LEGACY, dataclasses.MISSING) is not dataclasses.MISSING:
-        return f.metadata[LEGACY]
+def absent_value(f: dataclasses.Field[Any], tp: Any) -> Any:
+    """What a report of a schema before the field's ``since`` reads for it: its ``absent`` value,
+    else null where ``tp`` admits it, else empty for a list or an object."""
+    if f.metadata.get(ABSENT, dataclasses.MISSING) is not dataclasses.MISSING:
+        return f.metadata[ABSENT]
     inner, nullable = optional_part(tp)
     if nullable:
         return None
-    return {tuple: (), dict: {}, Mapping: {}}.get(get_origin(inner), dataclasses.MISSING)
+    empty = {tuple: (), dict: {}, Mapping: {}}.get(get_origin(inner), dataclasses.MISSING)
+    if empty is dataclasses.MISSING:
+        raise TypeError(f"{f.name} ({type_name(tp)}) has a since but no absent value")
+    return empty
 
 
 def type_name(tp: Any) -> str:

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from openclaw_launch.codec import DOC, ReportShapeError, from_json, hints, to_json
+from openclaw_launch.codec import DOC, SINCE, ReportShapeError, absent_value, from_json, hints, to_json
 from openclaw_launch.errors import OpenclawError
 from openclaw_launch.report.build import load_report, write_report
 from openclaw_launch.report.format import format_report
-from openclaw_launch.report.model import LEGACY_SCHEMAS, SCHEMA, JobReport, NodeReport
+from openclaw_launch.report.model import READ_SCHEMAS, SCHEMA, SCHEMA_VERSION, JobReport, NodeReport
 from tests.report_samples import HANG, PREFLIGHT, STRAGGLER, node_report
 from tools import report_docs as docs
 from tools.markdown_tables import marked_tables
@@ -25,6 +25,13 @@ def test_docs_tables_are_the_generated_ones() -> None:
     text = docs.DOCS_FILE.read_text()
     assert marked_tables(text) == list(docs.TABLES)
     assert docs.update(text) == text
+
+
+def test_docs_name_the_schemas_still_read() -> None:
+    text = docs.DOCS_FILE.read_text()
+    assert text.startswith(f"# Run report (`--report PATH`, schema `{SCHEMA}`)")
+    assert list(READ_SCHEMAS.values()) == list(range(1, SCHEMA_VERSION + 1))
+    assert f"earlier schemas, `openclaw-report/1` to `/{SCHEMA_VERSION - 1}`, still render" in text
 
 
 def _nested_types(cls: type) -> set[type]:
@@ -77,23 +84,52 @@ def test_a_wrong_field_is_one_error_naming_it(tmp_path: Path, change: typing.Any
     assert message in str(e.value) and str(path) in str(e.value)
 
 
-def test_schema_2_reports_still_read_with_the_keys_added_since_null_or_empty(tmp_path: Path) -> None:
-    """A node report of schema 2 before containment, the preflight or the history existed."""
+def test_every_field_added_later_says_since_which_schema_and_what_an_older_report_reads() -> None:
+    """One declaration per field (``since``), which the reader and the docs' text both use."""
+    added = 0
+    for t in _nested_types(NodeReport) | _nested_types(JobReport):
+        for f in dataclasses.fields(t):
+            if f.metadata[SINCE] is not None:
+                assert 1 < f.metadata[SINCE] <= SCHEMA_VERSION, (t, f.name)
+                absent_value(f, hints(t)[f.name])  # a TypeError without one
+                added += 1
+    assert added > 0
+
+
+def test_schema_2_reports_still_read_with_the_keys_added_since_as_absent(tmp_path: Path) -> None:
+    """A node report of schema 2, before containment, the preflight, the history or the port existed."""
     data = to_json(node_report())
     data["schema"] = "openclaw-report/2"
-    for key in ("attempt_history", "log_errors", "console_dropped_lines", "guardian_lost", "containment", "hang"):
+    for key in ("master_port", "attempt_history", "log_errors", "console_dropped_lines", "guardian_lost"):
+        del data[key]
+    for key in ("containment", "hang", "preflight"):
         del data[key]
     for rank in data["ranks"]:
-        del rank["gpu"], rank["statistics"]["gpu_longest_collective_s"]
+        del rank["nic"], rank["statistics"]["gpu_longest_collective_s"]
     path = tmp_path / "old.json"
     path.write_text(json.dumps(data))
     old = load_report(path)
     assert isinstance(old, NodeReport)
     assert (old.attempt_history, old.console_dropped_lines, old.containment, old.hang) == ((), 0, "unrecorded", None)
-    assert old.ranks[0].gpu is None and old.ranks[0].statistics is not None
+    assert old.ranks[0].statistics is not None and old.ranks[0].statistics.gpu_longest_collective_s is None
     assert "run job1 on n0: exit 0" in format_report(old)
-    with pytest.raises(ReportShapeError, match="attempt_history: missing"):
-        from_json(NodeReport, {**data, "schema": "openclaw-report/3"})
+    with pytest.raises(ReportShapeError, match="attempt_history: missing"):  # schema 3 has it
+        from_json(NodeReport, data, schema=3)
+
+
+def test_a_key_an_older_schema_had_is_still_required(tmp_path: Path) -> None:
+    """Schema 4 added the port; 5 the failure class: a schema 4 report without its port is not one."""
+    data = to_json(node_report())
+    data["schema"] = "openclaw-report/4"
+    for attempt in data["attempt_history"]:
+        del attempt["failure"], attempt["membership"]
+    path = tmp_path / "v4.json"
+    path.write_text(json.dumps(data))
+    assert all(a.failure is None for a in load_report(path).attempt_history)
+    del data["master_port"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(OpenclawError, match="master_port: missing"):
+        load_report(path)
 
 
 def test_a_schema_1_report_renders_without_statistics(tmp_path: Path) -> None:
@@ -114,7 +150,7 @@ def test_a_schema_1_report_renders_without_statistics(tmp_path: Path) -> None:
 )
 def test_recorded_reports_render(path: Path) -> None:
     """Reports the H200 runs wrote (benchmarks/results), of any schema still read, read and render."""
-    if json.loads(path.read_text()).get("schema") not in (SCHEMA, *LEGACY_SCHEMAS):
+    if json.loads(path.read_text()).get("schema") not in READ_SCHEMAS:
         pytest.skip("not a run report")
     report = load_report(path)
     assert report.ranks and "straggler" in format_report(report)

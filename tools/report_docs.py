@@ -1,6 +1,8 @@
 """The tables of docs/report-format.md, rendered from the report types' fields.
 
-Each table follows a marker ``<!-- table: NAME -->`` (report/markdown.py: the rule of every generated table).
+Each table follows a marker ``<!-- table: NAME -->`` (tools/markdown_tables.py: the rule of every
+generated table). A field added after its object says from which schema every report has it and what
+an older report reads instead, from its ``since`` (codec.doc), the declaration the reader uses.
 ``python -m tools.report_docs [--write] [FILE]`` prints what differs (or rewrites FILE);
 tests/test_report_format.py holds the file to the fields.
 """
@@ -8,10 +10,11 @@ tests/test_report_format.py holds the file to the fields.
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 from pathlib import Path
 
-from openclaw_launch.codec import DOC, JOB_DOC, LEGACY, hints, type_name
+from openclaw_launch.codec import DOC, JOB_DOC, SINCE, absent_value, hints, type_name
 from openclaw_launch.report.failure import AttemptFailure
 from openclaw_launch.report.membership import AttemptMembership
 from openclaw_launch.report.model import AttemptEntry, JobReport, NodeReport, NodeSummary, Report
@@ -71,10 +74,18 @@ def render(name: str) -> str:
             if f.name in shared and not f.metadata[JOB_DOC]:
                 continue
             text = f.metadata[JOB_DOC] or text
-        elif f.metadata[LEGACY] is not dataclasses.MISSING:
-            text += f" (a report of schema 1 or 2 without it: `{f.metadata[LEGACY]}`)"
+        if f.metadata[SINCE] is not None:
+            absent = plain(absent_value(f, types_of[f.name]))
+            text += f" (absent before schema {f.metadata[SINCE]}: read as {absent})"
         rows.append(f"| `{f.name}` | {type_name(types_of[f.name])} | {text} |")
     return "\n".join(rows) + "\n"
+
+
+def plain(value: object) -> str:
+    """A value as the docs say it: null, false, 0, `unrecorded`; an empty list or object: empty."""
+    if isinstance(value, str):
+        return f"`{value}`"
+    return "empty" if value in ((), {}) else json.dumps(value)
 
 
 def update(text: str) -> str:

@@ -18,7 +18,7 @@ from openclaw_launch.errors import OpenclawError
 from openclaw_launch.files import write_atomic
 from openclaw_launch.limits import MAX_REPORT_BYTES
 from openclaw_launch.report.failure import AttemptFailure
-from openclaw_launch.report.model import JOB_SCOPE, LEGACY_SCHEMAS, SCHEMA, AttemptEntry, JobReport, NodeReport
+from openclaw_launch.report.model import JOB_SCOPE, READ_SCHEMAS, SCHEMA, AttemptEntry, JobReport, NodeReport
 from openclaw_launch.report.preflight import PreflightVerdict
 from openclaw_launch.report.rank import RankEntry, RankOutcome, SectionTimes, StepStatistics, StepTimes
 from openclaw_launch.run.failure_class import Failure
@@ -202,10 +202,10 @@ def load_report(path: str | os.PathLike[str]) -> NodeReport | JobReport:
         raise OpenclawError(str(e)) from None
     except ValueError as e:
         raise OpenclawError(f"cannot read report {path}: not JSON ({e})") from None
-    if not isinstance(data, dict) or data.get("schema") not in (*LEGACY_SCHEMAS, SCHEMA):
+    if not isinstance(data, dict) or data.get("schema") not in READ_SCHEMAS:
         raise OpenclawError(f"{path} is not an openclaw-launch report (expected schema {SCHEMA!r})")
     kind: type[NodeReport | JobReport] = JobReport if data.get("scope") == JOB_SCOPE else NodeReport
     try:
-        return from_json(kind, data, legacy=data["schema"] != SCHEMA)
+        return from_json(kind, data, schema=READ_SCHEMAS[data["schema"]])
     except ReportShapeError as e:
         raise OpenclawError(f"{path}: not a well-formed report: {e}; re-create it with run --report") from None

@@ -4,7 +4,8 @@ statistics' parts are stats/result.py's, which the statistics session produces).
 Frozen and built once from final data (report/build.py for a node, agents/merge.py for the job);
 ``codec.to_json`` writes them and ``codec.from_json`` reads and checks them. Each field's ``doc`` is
 its row in docs/report-format.md, its ``job`` text the job report's meaning where the job's value
-aggregates the nodes' (report/docs.py renders the tables; a test holds the file to them).
+aggregates the nodes', its ``since`` the schema that added it (tools/report_docs.py renders the
+tables; a test holds the file to them).
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from openclaw_launch.report.preflight import PreflightVerdict
 from openclaw_launch.report.rank import RankEntry, RankOutcome
 from openclaw_launch.stats.result import Hang, RunStatistics, Straggler
 
-SCHEMA = "openclaw-report/5"
-# Schemas ``report`` still reads: a key added since takes its legacy value (codec.doc).
-LEGACY_SCHEMAS = ("openclaw-report/1", "openclaw-report/2", "openclaw-report/3", "openclaw-report/4")
+SCHEMA_VERSION = 5
+SCHEMA = f"openclaw-report/{SCHEMA_VERSION}"
+# Every schema ``report`` reads -> its version; in an older one, a field whose ``since`` is later
+# reads as absent (codec.doc).
+READ_SCHEMAS = {f"openclaw-report/{version}": version for version in range(1, SCHEMA_VERSION + 1)}
 JOB_SCOPE = "job"
 
 
@@ -45,7 +48,7 @@ class AttemptEntry:
             "why the attempt stopped, classified (see `attempt_history[].failure`); null when it succeeded or "
             "a signal stopped it",
             job="the failure of that attempt's fate, from its node",
-            legacy=None,
+            since=5,
         ),
     )
     membership: AttemptMembership | None = field(
@@ -54,7 +57,7 @@ class AttemptEntry:
             "an elastic job's (`--nnodes MIN:MAX`) world in that attempt (see `attempt_history[].membership`); "
             "null: a fixed-size job",
             job="null (each node's report has its own)",
-            legacy=None,
+            since=5,
         ),
     )
 
@@ -72,7 +75,8 @@ class Report:
     master_port: int | None = field(
         metadata=doc(
             "the workers' MASTER_PORT: the given one, else (and for port 0, `--standalone`) the free port a "
-            "one-node launcher drew and held at start; null in reports before schema 4"
+            "one-node launcher drew and held at start",
+            since=4,
         )
     )
     exit_code: int = field(
@@ -99,6 +103,7 @@ class Report:
         metadata=doc(
             "one per attempt, in order (see `attempt_history[]`)",
             job="the job's attempts, each with every node's ranks (see `attempt_history[]`)",
+            since=3,
         )
     )
     log_errors: tuple[str, ...] = field(
@@ -106,6 +111,7 @@ class Report:
             "worker log files that could not be written (full disk, quota; at most 64): the job went on "
             "without them, the console kept showing the output",
             job="every node's, as `NODE: text`",
+            since=3,
         )
     )
     console_dropped_lines: int = field(
@@ -113,7 +119,8 @@ class Report:
             "lines not shown on the console because its reader did not keep up (the per-rank logs of "
             "`--log-dir` have them)",
             job="the sum over the nodes",
-            legacy=0,
+            since=3,
+            absent=0,
         )
     )
     guardian_lost: str | None = field(
@@ -121,18 +128,21 @@ class Report:
             "why the guardian (which cleans up after a SIGKILLed launcher) stopped working during the job, "
             "e.g. `guardian pid 123 killed by signal 9`",
             job="`NODE: why` for each node whose guardian stopped working, joined by `; `; null when none did",
+            since=3,
         )
     )
     statistics: RunStatistics | None = field(
         metadata=doc(
             "null with `--telemetry off`; otherwise see `statistics`",
             job="judged over every rank of every node; null when no node had statistics",
+            since=2,
         )
     )
     stragglers: tuple[Straggler, ...] = field(
         metadata=doc(
             "the verdict: empty when no rank holds the others back (see `stragglers[]`)",
             job="judged over every rank of every node: a straggler's `node` and `rank` name it",
+            since=2,
         )
     )
     hang: Hang | None = field(
@@ -140,6 +150,7 @@ class Report:
             "`--hang-timeout-s` fired: the ranks, what they were doing, their stacks (see `hang`); null "
             "otherwise (also when the option is off)",
             job="the hang of the node that detected it (its `ranks[]` name their node); null when no node's fired",
+            since=3,
         )
     )
     ranks: tuple[RankEntry, ...] = field(
@@ -164,13 +175,15 @@ class NodeReport(Report):
             "otherwise `process-groups+subreaper+guardian` (no cgroup2 hierarchy, not writable or not "
             "permitted, no `cgroup.kill` before Linux 5.14): a `setsid` grandchild then outlives a SIGKILLed "
             "launcher",
-            legacy="unrecorded",
+            since=3,
+            absent="unrecorded",
         )
     )
     preflight: PreflightVerdict | None = field(
         metadata=doc(
             "`openclaw-launch preflight --report`: its verdict, as `preflight --json` prints it "
-            "([`docs/preflight.md`](preflight.md), see `preflight`); null for `run`"
+            "([`docs/preflight.md`](preflight.md), see `preflight`); null for `run`",
+            since=3,
         )
     )
 
@@ -191,7 +204,7 @@ class JobReport(Report):
     nodes: tuple[NodeSummary, ...] = field(metadata=doc("per node that reported (see `nodes[]`)"))
     missing_nodes: tuple[str, ...] = field(metadata=doc("config nodes that sent no report (lost, or too late)"))
     unkillable_pids: tuple[str, ...] = field(metadata=doc("`NODE:PID` for every node's unkillable processes"))
-    containment: dict[str, str] = field(metadata=doc("per node that reported: its `containment`"))
+    containment: dict[str, str] = field(metadata=doc("per node that reported: its `containment`", since=3))
     preflight: dict[str, PreflightVerdict] = field(
-        metadata=doc("per node that ran one: its `preflight` verdict (empty for `run`)")
+        metadata=doc("per node that ran one: its `preflight` verdict (empty for `run`)", since=3)
     )

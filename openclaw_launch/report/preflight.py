@@ -113,7 +113,7 @@ class PreflightVerdict:
     )
     decision: PreflightDecision | None = field(
         metadata=doc(
-            "the GEMM and node-pair tests and the exclude list (see `preflight.decision`); null: not measured"
+            "the GEMM and node-pair tests and the exclude list (see `preflight.decision`); null: not measured", since=5
         ),
     )
     workers_exit_code: int = field(metadata=doc("the launcher's exit code for the probe's workers"))

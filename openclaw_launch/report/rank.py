@@ -1,5 +1,5 @@
 """A rank in the report: how it ended, its resources and binding in force, its step statistics and
-its GPU. Frozen; each field's ``doc`` is its row in docs/report-format.md (report/docs.py)."""
+its GPU. Frozen; each field's ``doc`` is its row in docs/report-format.md (tools/report_docs.py)."""
 
 from __future__ import annotations
 
@@ -53,7 +53,8 @@ class StepStatistics:
     gpu_longest_collective_s: float | None = field(
         metadata=doc(
             "the longest NCCL collective per step, averaged: how long this rank waited for the last one "
-            "(the GPU wait signal)"
+            "(the GPU wait signal)",
+            since=3,
         )
     )
     busy_s: float = field(metadata=doc("mean step minus `wait_s`"))
@@ -88,13 +89,14 @@ class RankEntry(RankOutcome):
     numa_node: int | None = field(metadata=doc("from the plan: the NUMA node it is bound to"))
     planned_cpus: str | None = field(metadata=doc("from the plan: the CPUs it should run on"))
     statistics: StepStatistics | None = field(
-        metadata=doc("its step statistics (see `ranks[].statistics`); null when it reported no step")
+        metadata=doc("its step statistics (see `ranks[].statistics`); null when it reported no step", since=2)
     )
-    gpu: GpuStats | None = field(metadata=doc("its GPU's samples (see `ranks[].gpu`); null for a CPU rank"))
+    gpu: GpuStats | None = field(metadata=doc("its GPU's samples (see `ranks[].gpu`); null for a CPU rank", since=2))
     nic: str | None = field(
         default=None,
         metadata=doc(
             "from the plan: the NIC its NCCL was given (`NCCL_IB_HCA` / `NCCL_SOCKET_IFNAME`) under "
-            "`runtime.nic_binding: nearest`; null otherwise"
+            "`runtime.nic_binding: nearest`; null otherwise",
+            since=5,
         ),
     )

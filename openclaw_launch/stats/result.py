@@ -45,7 +45,6 @@ class RunStatistics:
             "`cpu-phases`: as time in `sync` sections, blocking `torch.distributed` calls and DDP's "
             "`backward` on a group whose backend blocks the host (gloo), the host's waits on the GPU "
             "(`device-wait`) under NCCL; `none`",
-            legacy="none",
         )
     )
     sync_bound_share: float | None = field(
@@ -58,14 +57,12 @@ class RunStatistics:
         metadata=doc(
             "the first error writing `--stats-file` (a full disk; the console said it once, the job went on, "
             "later lines may be lost); null: none",
-            legacy=None,
+            since=5,
         )
     )
-    bad_datagrams: int = field(
-        metadata=doc("statistics datagrams dropped: the sum of `dropped_datagrams` (not fatal)", legacy=0)
-    )
+    bad_datagrams: int = field(metadata=doc("statistics datagrams dropped: the sum of `dropped_datagrams` (not fatal)"))
     dropped_datagrams: dict[str, DroppedDatagrams] = field(
-        metadata=doc("per rank (the key) with any dropped: why (see `statistics.dropped_datagrams`)")
+        metadata=doc("per rank (the key) with any dropped: why (see `statistics.dropped_datagrams`)", since=5)
     )
 
 
@@ -215,13 +212,13 @@ class Hang:
         )
     )
     startup_timeout_s: float | None = field(
-        default=None, metadata=doc("the start-up allowance in force (`--startup-timeout-s`); null: none")
+        default=None, metadata=doc("the start-up allowance in force (`--startup-timeout-s`); null: none", since=5)
     )
     startup: bool = field(
-        default=False, metadata=doc("true: judged by the start-up allowance (no first step)", legacy=False)
+        default=False, metadata=doc("true: judged by the start-up allowance (no first step)", since=5, absent=False)
     )
     cause: HangCause | None = field(
-        default=None, metadata=doc("whom the others wait for, and how that is known (see `hang.cause`)")
+        default=None, metadata=doc("whom the others wait for, and how that is known (see `hang.cause`)", since=5)
     )
 
     @property
@@ -234,12 +231,12 @@ class GpuStats:
     """NVML sampled once a second over the run; a metric the GPU does not give is null."""
 
     samples: int = field(metadata=doc("samples taken"))
-    util_pct_mean: float | None = field(metadata=doc("mean GPU utilisation, %"))
-    sm_clock_mhz_mean: float | None = field(metadata=doc("mean SM clock"))
-    sm_clock_mhz_min: float | None = field(metadata=doc("lowest SM clock seen"))
-    power_w_mean: float | None = field(metadata=doc("mean power draw"))
-    temp_c_max: float | None = field(metadata=doc("highest temperature"))
-    memory_used_mib_max: float | None = field(metadata=doc("most GPU memory in use"))
+    util_pct_mean: float | None = field(metadata=doc("mean GPU utilisation, %", since=3))
+    sm_clock_mhz_mean: float | None = field(metadata=doc("mean SM clock", since=3))
+    sm_clock_mhz_min: float | None = field(metadata=doc("lowest SM clock seen", since=3))
+    power_w_mean: float | None = field(metadata=doc("mean power draw", since=3))
+    temp_c_max: float | None = field(metadata=doc("highest temperature", since=3))
+    memory_used_mib_max: float | None = field(metadata=doc("most GPU memory in use", since=3))
     clock_event_reasons: tuple[str, ...] = field(
         metadata=doc(
             "names of the throttle reasons seen: `sw_power_cap`, `hw_slowdown`, `sw_thermal_slowdown`, "
@@ -247,11 +244,15 @@ class GpuStats:
         )
     )
     pcie_rx_mbps_mean: float | None = field(
-        metadata=doc("mean PCIe receive throughput (read every 30th sample: the call blocks about 20 ms)")
+        metadata=doc("mean PCIe receive throughput (read every 30th sample: the call blocks about 20 ms)", since=3)
     )
-    pcie_tx_mbps_mean: float | None = field(metadata=doc("mean PCIe transmit throughput (as `pcie_rx_mbps_mean`)"))
-    sm_activity_pct_mean: float | None = field(metadata=doc("mean SM activity (GPUs with GPM: Hopper and newer)"))
-    tensor_activity_pct_mean: float | None = field(metadata=doc("mean tensor core activity, with GPM"))
+    pcie_tx_mbps_mean: float | None = field(
+        metadata=doc("mean PCIe transmit throughput (as `pcie_rx_mbps_mean`)", since=3)
+    )
+    sm_activity_pct_mean: float | None = field(
+        metadata=doc("mean SM activity (GPUs with GPM: Hopper and newer)", since=3)
+    )
+    tensor_activity_pct_mean: float | None = field(metadata=doc("mean tensor core activity, with GPM", since=3))
 
 
 @dataclass(frozen=True)
