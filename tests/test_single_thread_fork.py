@@ -211,3 +211,106 @@ def test_py_spy_dumps_start_on_the_calling_thread_and_a_silent_one_is_killed(tmp
         1: "Thread 1 (MainThread)\n",
         2: "(py-spy failed: no answer within 0.5 s)",
     }
+
+
+def _elastic_line(port: int) -> list[str]:
+    line = ["--nnodes", "1:2", "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint"]
+    return [*line, f"127.0.0.1:{port}", "--rdzv-conf", "last_call_timeout=0.2", "--max-restarts", "2"]
+
+
+@needs_torch  # the agents' store (in their helper)
+def test_an_elastic_job_re_forming_forks_and_spawns_single_threaded(tmp_path: Path) -> None:
+    """--nnodes 1:2: a world of one runs, a node arrives, the world re-forms (the rendezvous in the
+    agents' helpers) and both launchers spawn the new world's workers."""
+    line = _elastic_line(free_port())
+    (tmp_path / "go-1").touch()  # attempt 0 waits until the re-forming stops it; attempt 1 ends at once
+    worker = [*FAKE, "--ready-file", f"{tmp_path}/ready-{{attempt}}", "--wait-for", f"{tmp_path}/go-{{attempt}}"]
+    first = _launcher([*line, "--no-python", "--", *worker], _audited_env(tmp_path, tmp_path / "a.jsonl"), ROOT)
+    wait_for(lambda: (tmp_path / "ready-0").exists() or first.poll() is not None, "the world of one never ran")
+    second = _launcher([*line, "--no-python", "--", *worker], _audited_env(tmp_path, tmp_path / "b.jsonl"), ROOT)
+    errs = []
+    for proc in (first, second):
+        _, err = proc.communicate(timeout=GUARD_S)
+        assert proc.returncode == 0, err
+        errs.append(err)
+    assert "a node joined" in errs[0]  # the world re-formed
+    for name in ("a", "b"):
+        _assert_single_threaded(tmp_path / f"{name}.jsonl", at_least=3)  # guardian, agent helper, a worker
+
+
+@needs_torch  # the store the launchers take their node ranks from
+def test_node_ranks_by_arrival_fork_and_spawn_single_threaded(tmp_path: Path) -> None:
+    """--nnodes 2 without a config (torchrun's c10d line): each launcher takes its node rank from the
+    first node's store before it plans."""
+    line = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint"]
+    line += [f"127.0.0.1:{free_port()}", "--telemetry", "off", "--no-python", "--", *FAKE, "--sleep", "0.2"]
+    procs = [_launcher(line, _audited_env(tmp_path, tmp_path / f"audit-{n}.jsonl"), ROOT) for n in range(2)]
+    for proc in procs:
+        _, err = proc.communicate(timeout=GUARD_S)
+        assert proc.returncode == 0, err
+        assert "(by arrival at 127.0.0.1:" in err
+    for n in range(2):
+        _assert_single_threaded(tmp_path / f"audit-{n}.jsonl", at_least=3)
+
+
+@needs_torch  # the probe's all-reduce (gloo)
+def test_run_preflight_forks_and_spawns_single_threaded(tmp_path: Path) -> None:
+    """`run --preflight`: the probe's workers, then the job's, from one launcher."""
+    cfg = tmp_path / "box.yaml"
+    cfg.write_text(
+        "cluster:\n  nodes:\n    - {name: box, ip: 127.0.0.1, cpu_workers: 2}\n"
+        "runtime: {binding: none, mem_policy: none}\n"
+        "preflight:\n  expect_busbw_gbps: {node: 0.0001}\n  size_mib: 1\n  iters: 3\n"
+    )
+    out = tmp_path / "audit.jsonl"
+    args = ["run", "--config", str(cfg), "--preflight", "--no-python", "--", *FAKE, "--sleep", "0.1"]
+    proc = _launcher(args, _audited_env(tmp_path, out), tmp_path)
+    _, err = proc.communicate(timeout=GUARD_S)
+    assert proc.returncode == 0, err
+    events = _assert_single_threaded(out, at_least=4)
+    assert [e["event"] for e in events].count("subprocess.Popen") >= 4  # two probe workers, two of the job
+
+
+def test_the_mps_path_forks_and_spawns_single_threaded(tmp_path: Path) -> None:
+    """The job's own MPS daemon (tests/fake_mps): started, its limits set, stopped, around GPU ranks
+    whose workers never touch a GPU (the recorded H200 host)."""
+    cfg = tmp_path / "mps.yaml"
+    text = (ROOT / "configs" / "h200x2.yaml").read_text()
+    cfg.write_text(text.replace("enable_mps: false", "enable_mps: true\n  mps_max_clients_per_gpu: 2", 1))
+    out = tmp_path / "audit.jsonl"
+    env = _audited_env(tmp_path, out)
+    env["PATH"] = f"{ROOT / 'tests' / 'fake_mps'}{os.pathsep}{env['PATH']}"
+    args = ["--config", str(cfg), "--topology", str(ROOT / "configs" / "h200x2.snapshot.json")]
+    proc = _launcher([*args, "--no-python", "--", *FAKE, "--sleep", "0.1"], env, tmp_path)
+    _, err = proc.communicate(timeout=GUARD_S)
+    assert proc.returncode == 0, err
+    events = _assert_single_threaded(out, at_least=5)
+    assert any("nvidia-cuda-mps-control" in e["what"] for e in events)  # the daemon and its commands
+
+
+INTRUDER = """
+import _thread, ctypes, time
+
+def _intruder():
+    ctypes.CDLL(None).prctl(15, b"intruder", 0, 0, 0)  # PR_SET_NAME: the kernel's name of this thread
+    time.sleep(600)
+
+_thread.start_new_thread(_intruder, ())  # a thread that threading does not count, as a C library's
+time.sleep(0.1)
+"""
+
+
+def test_a_thread_at_fork_is_an_internal_error_that_names_it_and_starts_nothing(tmp_path: Path) -> None:
+    """The production check (openclaw_launch/single_thread.py): a thread the launcher does not know of
+    (as one a C library starts) stops the first fork with an error that names it."""
+    site = tmp_path / "intruder-site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(INTRUDER)
+    env = {**os.environ, "PYTHONPATH": f"{site}:{ROOT}"}
+    ready = tmp_path / "ready"
+    proc = _launcher(["--nproc-per-node", "1", "--no-python", "--", *FAKE, "--ready-file", str(ready)], env, tmp_path)
+    _, err = proc.communicate(timeout=GUARD_S)
+    assert proc.returncode == 1, err
+    assert "ThreadedForkError: internal error: openclaw-launch is about to fork" in err
+    assert " intruder" in err  # the kernel's name of the thread
+    assert not ready.exists()
