@@ -1,8 +1,11 @@
 """A worker that writes down what it was really started with, for tests/test_plan_is_run.py.
 
-``$PLAN_IS_RUN_DIR/rank-$RANK.json``: ``sys.argv``, the argv it was exec'd with
-(``/proc/self/cmdline``), its whole environment, and which of the run's paths it was given exist
-(the telemetry socket, bound by the launcher, its stack file, the MPS pipe directory, the parallel groups file).
+``$PLAN_IS_RUN_DIR/rank-$RANK-attempt-$TORCHELASTIC_RESTART_COUNT.json``: ``sys.argv``, the argv it
+was exec'd with (``/proc/self/cmdline``), its whole environment, and which of the run's paths it was
+given exist (the telemetry socket, bound by the launcher, its stack file, the MPS pipe directory, the
+parallel groups file). ``$PLAN_IS_RUN_FIRST_ATTEMPT`` says what it does next in attempt 0: ``fail``
+(exit 1 once every rank of the world wrote its file: a restart), ``wait`` (until it is stopped: a
+world that re-forms); else, and in later attempts, it exits 0.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 PATH_VARIABLES = (
     "OPENCLAW_TELEMETRY_SOCKET",
@@ -36,10 +40,21 @@ def main() -> None:
         "environ": dict(os.environ),
         "exists": {name: _exists(os.environ[name]) for name in PATH_VARIABLES if name in os.environ},
     }
-    path = os.path.join(os.environ["PLAN_IS_RUN_DIR"], f"rank-{os.environ['RANK']}.json")
+    attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
+    out = os.environ["PLAN_IS_RUN_DIR"]
+    path = os.path.join(out, f"rank-{os.environ['RANK']}-attempt-{attempt}.json")
     with open(path + ".tmp", "w") as f:
         json.dump(record, f)
     os.replace(path + ".tmp", path)
+    then = os.environ.get("PLAN_IS_RUN_FIRST_ATTEMPT") if attempt == "0" else None
+    if then == "fail":  # once every rank wrote its file: the launcher stops the others at the first failure
+        world = [os.path.join(out, f"rank-{rank}-attempt-0.json") for rank in range(int(os.environ["WORLD_SIZE"]))]
+        while not all(os.path.exists(p) for p in world):
+            time.sleep(0.02)
+        sys.exit(1)
+    if then == "wait":
+        while True:
+            time.sleep(1)
 
 
 if __name__ == "__main__":

@@ -321,7 +321,7 @@ def test_plan_shows_node_rank_0s_plan_which_the_first_to_arrive_runs(tmp_path: P
     assert [code for code, _ in results] == [0, 0], results
     [rank] = plan["ranks"]
     assert_worker_ran_the_plan(rank, env, first.pid, tmp_path / "out")
-    port = json.loads((tmp_path / "out" / "rank-0.json").read_text())["environ"]["MASTER_PORT"]
-    other = json.loads((tmp_path / "out" / "rank-1.json").read_text())["environ"]
+    port = json.loads((tmp_path / "out" / "rank-0-attempt-0.json").read_text())["environ"]["MASTER_PORT"]
+    other = json.loads((tmp_path / "out" / "rank-1-attempt-0.json").read_text())["environ"]
     assert rank["env"]["MASTER_PORT"] == "<free-port>" and port.isdigit()
     assert (other["RANK"], other["GROUP_RANK"], other["MASTER_PORT"]) == ("1", "1", port)

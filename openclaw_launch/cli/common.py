@@ -20,15 +20,16 @@ from typing import Any, NoReturn, cast
 
 import click
 
+from openclaw_launch.agents.membership import ElasticSpec
 from openclaw_launch.cli.torchrun_compat import FLAGS, TorchrunArgs
-from openclaw_launch.cli.torchrun_resolve import node_by_rank, resolve, script_args
+from openclaw_launch.cli.torchrun_resolve import Resolved, node_by_rank, resolve, script_args
 from openclaw_launch.config.model import BindingPolicy, Config
 from openclaw_launch.config.parallel import PARALLEL_DIMS, ParallelSpec
 from openclaw_launch.config.reader import load_config
 from openclaw_launch.errors import OpenclawError
 from openclaw_launch.plan.build import build_plan
 from openclaw_launch.plan.context import RUN_ID_PLACEHOLDER, RunContext, free_port, run_context, run_id_for
-from openclaw_launch.plan.model import Entry, EntryKind, LaunchPlan, PlanOptions
+from openclaw_launch.plan.model import ElasticRange, Entry, EntryKind, LaunchPlan, PlanOptions
 from openclaw_launch.topology.model import Topology
 
 
@@ -58,26 +59,57 @@ def read_topology(snapshot: str | None, with_gpus: bool, nvml_facts: bool = True
     return live_topology(with_gpus, nvml_facts)
 
 
+@dataclass(frozen=True)
+class Inputs:
+    """What a command reads once: its torchrun flags resolved, its ``--config`` file and its host
+    (or ``--topology`` snapshot). An elastic job plans every later world from these, as it planned
+    the first: the YAML is not read again, nor the host."""
+
+    want: Resolved
+    config: Config | None  # the whole --config (a world's plan narrows it to the world's nodes); None: none
+    topology_path: str | None
+    _topologies: dict[tuple[bool, bool], Topology] = dataclasses.field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    def topology(self, with_gpus: bool, nvml_facts: bool) -> Topology:
+        """The host as ``read_topology`` gives it, read the first time it is asked for."""
+        key = (with_gpus, nvml_facts)
+        if key not in self._topologies:
+            self._topologies[key] = read_topology(self.topology_path, with_gpus, nvml_facts)
+        return self._topologies[key]
+
+
+def read_inputs(c: Common) -> Inputs:
+    """The command line's inputs: a refused flag raises ``click.BadParameter``, a bad config
+    ``ConfigError``."""
+    want = resolve(c.tr, with_config=bool(c.config_path))
+    return Inputs(want, load_config(c.config_path) if c.config_path else None, c.topology_path)
+
+
 def plan_and_config(
     c: Common,
+    inputs: Inputs,
     *,
     at_run: bool,
     telemetry_mode: str = "off",
     hang_timeout_s: float | None = None,
     arrival: tuple[int, int] | None = None,
+    elastic: ElasticSpec | None = None,
     world_nodes: int | None = None,
     world_names: tuple[str, ...] | None = None,
     context: RunContext | None = None,
 ) -> tuple[LaunchPlan, Config]:
     """The plan for the command line (``--config``, or this host as torchrun would see it), built
-    once with the command's one ``RunContext``. ``at_run``: a launcher that will start it (``run``,
-    ``preflight``), else what ``plan`` and ``run --dry-run`` show, with the placeholders of
-    docs/plan-format.md for what only a running launcher knows. ``arrival``: node ranks by arrival
+    with the command's one ``RunContext`` from its ``inputs``. ``at_run``: a launcher that will start
+    it (``run``, ``preflight``), else what ``plan`` and ``run --dry-run`` show, with the placeholders
+    of docs/plan-format.md for what only a running launcher knows. ``arrival``: node ranks by arrival
     (c10d without ``--node-rank``), the (node rank, MASTER_PORT) this launcher's rendezvous gave;
-    None there: node rank 0's plan, with ``NODE_RANK_PLACEHOLDER``'s warning. An elastic job's world:
-    ``world_nodes`` nodes (with ``--config``: the config's ``world_names``, in node-rank order), and the
-    ``context`` of its first plan (the run id and directory stay)."""
-    want = resolve(c.tr, with_config=bool(c.config_path))
+    None there: node rank 0's plan, with ``NODE_RANK_PLACEHOLDER``'s warning. ``elastic``: an elastic
+    job's node range, which its plan carries (one world's plan). One of its worlds: ``world_nodes``
+    nodes (with ``--config``: the config's ``world_names``, in node-rank order), and the ``context``
+    of its first plan (the run id and directory stay)."""
+    want = inputs.want
     if want.by_arrival and at_run and arrival is None:  # preflight: its probe has no rendezvous
         raise click.UsageError(
             "node ranks by arrival (c10d without --node-rank) are given to run only; give preflight --node-rank K"
@@ -89,20 +121,21 @@ def plan_and_config(
             raise click.UsageError(
                 "--nproc-per-node (or PET_NPROC_PER_NODE) is for runs without --config; the config sets the ranks"
             )
-        config = load_config(c.config_path)  # its warnings come back in the plan's
+        assert inputs.config is not None
+        config = inputs.config  # its warnings come back in the plan's
         if world_names:  # an elastic job's world: those nodes, in its order
             config = dataclasses.replace(config, nodes=tuple(config.node(name) for name in world_names))
         node_name = node_by_rank(config, want.nnodes, want.node_rank, c.node) or node_name_for(config, c.node)
         _check_slurm_gpus(config, node_name, c.topology_path)
         node = config.node(node_name)  # NVLinks only to check the peers it lists
-        topology = read_topology(c.topology_path, not node.is_cpu, any(g.nvlink_peers for g in node.gpus))
+        topology = inputs.topology(not node.is_cpu, any(g.nvlink_peers for g in node.gpus))
     else:
         if c.node is not None:
             raise click.UsageError("--node names a node of --config; without --config use --nnodes and --node-rank")
         from openclaw_launch.config.discover import host_config
 
         # host_config makes this host's NVLinks the GPUs' peers, which only TP groups use
-        topology = read_topology(c.topology_path, want.nproc_per_node != "cpu", (c.tp or 1) > 1)
+        topology = inputs.topology(want.nproc_per_node != "cpu", (c.tp or 1) > 1)
         config = host_config(topology, want.nproc_per_node, world_nodes or want.nnodes or 1)
         node_name = config.nodes[node_rank or 0].name
     if want.binding:
@@ -126,9 +159,10 @@ def plan_and_config(
         virtual_local_rank=c.tr.virtual_local_rank,
         parallel=ParallelSpec(c.tp, c.pp, c.dp, where={d: f"--{d}" for d in PARALLEL_DIMS if getattr(c, d)}),
         fallback_master_addr=_slurm_first_host() if len(config.nodes) > 1 else None,
+        elastic=ElasticRange(elastic.min_nodes, elastic.max_nodes) if elastic else None,
     )
     if context is None:  # elastic: the job's id is a several-node job's at every size (every node has the same)
-        nodes_for_id = want.elastic.max_nodes if want.elastic else config.runtime.max_nodes or len(config.nodes)
+        nodes_for_id = elastic.max_nodes if elastic else len(config.nodes)
         context = command_context(c, nodes_for_id, at_run, want.by_arrival, arrival[1] if arrival else None)
     return build_plan(config, topology, context, options), config
 

@@ -7,26 +7,33 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from openclaw_launch.cli.common import (
     SCRIPT_LAST,
     Common,
+    Inputs,
     check_output_option,
     fail,
     plan_and_config,
+    read_inputs,
     warn,
     with_common,
 )
-from openclaw_launch.cli.elastic import arrive_elastic, elastic_job, elastic_setup
+from openclaw_launch.cli.elastic import arrive_elastic, echo_err, elastic_job, world_planner
 from openclaw_launch.cli.run_options import RunOptions, console_choices, startup_timeout_s, with_run_options
-from openclaw_launch.cli.torchrun_resolve import Resolved, resolve
+from openclaw_launch.cli.torchrun_resolve import Resolved
 from openclaw_launch.config.model import Config
 from openclaw_launch.errors import OpenclawError
 from openclaw_launch.plan.format import format_plan_table
 from openclaw_launch.plan.model import LaunchPlan
+
+if TYPE_CHECKING:
+    from openclaw_launch.agents.elastic_agent import ElasticLink, World
+    from openclaw_launch.agents.fate import Arrival
+    from openclaw_launch.job.agents import AgentSetup, ElasticJob
 
 
 @click.command(context_settings=SCRIPT_LAST)
@@ -41,18 +48,24 @@ def run(c: Common, r: RunOptions) -> None:
     from openclaw_launch.run.supervise import SuperviseOptions
     from openclaw_launch.stats.wiring import StatsOptions
 
-    want = resolve(c.tr, with_config=bool(c.config_path))
+    try:
+        inputs = read_inputs(c)
+    except OpenclawError as e:
+        fail(e)
+    want = inputs.want
     console = console_choices(r, c.tr.role, want.local_ranks_shown is not None, os.environ)
-    job = elastic_job(c, want, r)
-    elastic = arrive_elastic(job, want, r, c.tr.max_restarts) if job and not r.dry_run else None
+    job = elastic_job(c, inputs, r)
+    elastic = arrive_elastic(job, inputs, r, c.tr.max_restarts) if job and not r.dry_run else None
     arrival = _arrive(want, r) if want.by_arrival and not want.elastic and not r.dry_run else None
     try:
         plan, config = plan_and_config(
             c,
+            inputs,
             at_run=not r.dry_run,
             telemetry_mode=r.telemetry,
             hang_timeout_s=r.hang_timeout_s,
             arrival=(elastic[0].node_rank, elastic[0].master_port) if elastic else _rank_port(arrival),
+            elastic=job.spec if job else None,
             world_nodes=elastic[0].nnodes if elastic else None,
             world_names=elastic[0].nodes if elastic and c.config_path else None,
         )
@@ -74,7 +87,7 @@ def run(c: Common, r: RunOptions) -> None:
     if r.metrics_port is not None:
         _check_metrics_extra()
     if r.preflight_first:
-        _preflight_or_exit(c, plan.run_id)
+        _preflight_or_exit(c, inputs, plan.run_id)
     ranks_shown = console.ranks_shown
     if want.local_ranks_shown is not None:
         ranks_shown = frozenset(rank.rank for rank in plan.ranks if rank.local_rank in want.local_ranks_shown)
@@ -98,14 +111,7 @@ def run(c: Common, r: RunOptions) -> None:
         error_files_kept=bool(c.tr.log_dir),
     )
     try:
-        agents = None
-        if elastic:
-            assert job is not None
-            agents = elastic_setup(c, job, r, plan, config, *elastic)
-        elif plan.nnodes > 1:
-            agents = _agent_setup(plan, config, r, c.tr.max_restarts, arrival)
-        if agents is not None:
-            agents = dataclasses.replace(agents, job_report_path=r.job_report_path or _job_report_path(r.report_path))
+        agents = _agents(c, inputs, r, plan, config, job, elastic, arrival)
         stats = StatsOptions(
             interval_s=r.stats_interval_s,
             threshold_pct=r.straggler_threshold_pct,
@@ -128,7 +134,35 @@ def run(c: Common, r: RunOptions) -> None:
     sys.exit(code)
 
 
-def _preflight_or_exit(c: Common, run_id: str) -> None:
+def _agents(
+    c: Common,
+    inputs: Inputs,
+    r: RunOptions,
+    plan: LaunchPlan,
+    config: Config,
+    job: ElasticJob | None,
+    elastic: tuple[World, ElasticLink] | None,
+    arrival: Arrival | None,
+) -> AgentSetup | None:
+    """The agents of a multi-node job (job/agents.py; imports torch's store: several nodes only), and
+    where the first node writes the job's report; None for one node."""
+    from openclaw_launch.job.agents import AgentWaits, arrival_agents, elastic_agents, fixed_agents
+
+    waits = AgentWaits(r.agent_timeout_s, r.keepalive_s)
+    if elastic is not None:
+        assert job is not None
+        planner = world_planner(c, inputs, r, job, plan, elastic[0])
+        agents = elastic_agents(plan, config, job, waits, c.tr.max_restarts, elastic, planner)
+    elif arrival is not None:
+        agents = arrival_agents(plan, config, arrival, c.tr.max_restarts)
+    elif plan.nnodes > 1:
+        agents = fixed_agents(plan, config, waits, c.tr.max_restarts, r.agent_port)
+    else:
+        return None
+    return dataclasses.replace(agents, job_report_path=r.job_report_path or _job_report_path(r.report_path))
+
+
+def _preflight_or_exit(c: Common, inputs: Inputs, run_id: str) -> None:
     """``--preflight``: the fabric probe with this job's plan (and run id); the job starts only if no
     tier failed."""
     from openclaw_launch.cli.tools import probe_fabric
@@ -136,7 +170,7 @@ def _preflight_or_exit(c: Common, run_id: str) -> None:
 
     probe = dataclasses.replace(c, script=(), tr=dataclasses.replace(c.tr, run_id=run_id))
     try:
-        code = probe_fabric(probe, PreflightOptions(grace_period_s=c.tr.grace_period_s))
+        code = probe_fabric(probe, inputs, PreflightOptions(grace_period_s=c.tr.grace_period_s))
     except OpenclawError as e:
         fail(e)
     if code != 0:
@@ -180,27 +214,13 @@ def _job_report_path(report_path: str | None) -> str | None:
     return f"{base}-job.{ext}" if dot and "/" not in ext else f"{report_path}-job"
 
 
-def _agent_options(addr: str, port: int, r: RunOptions, max_restarts: int, nodes: tuple[str, ...]) -> Any:
-    from openclaw_launch.agents.fate import AgentOptions
-
-    return AgentOptions(
-        store_addr=addr,
-        port=port,
-        nodes=nodes,
-        join_timeout_s=r.agent_timeout_s,
-        keepalive_s=r.keepalive_s,
-        max_restarts=max_restarts,
-    )
-
-
-def _arrive(want: Resolved, r: RunOptions) -> Any:
+def _arrive(want: Resolved, r: RunOptions) -> Arrival:
     """Node ranks by arrival (c10d without --node-rank): this launcher's rank and the workers'
     MASTER_PORT from the rendezvous at the endpoint (the agents' port), before the plan is built.
     A signal in the wait exits 128+N; a refusal or no answer exits 2."""
-    from openclaw_launch.agents.fate import Arrival, arrive
     from openclaw_launch.config.signals import signal_numbers
-    from openclaw_launch.plan.context import free_port, release_port
-    from openclaw_launch.run.osproc import RealOs
+    from openclaw_launch.job.agents import AgentWaits
+    from openclaw_launch.job.meeting import meet_by_arrival
 
     assert want.master_addr is not None and want.master_port is not None and want.nnodes is not None
     if r.agent_port is not None:
@@ -211,57 +231,20 @@ def _arrive(want: Resolved, r: RunOptions) -> Any:
         raise click.BadParameter(
             "needs each node's --node-rank K (not node ranks by arrival)", param_hint="--preflight"
         )
-    options = _agent_options(want.master_addr, want.master_port, r, 0, ())
-    os_layer = RealOs()
-    os_layer.install_signals(signal_numbers(want.signals))
-    port = free_port()
+    waits = AgentWaits(r.agent_timeout_s, r.keepalive_s)
     try:
-        answer = arrive(options, want.nnodes, port, _echo_err, lambda: next(iter(os_layer.drain_signals()), None))
+        answer = meet_by_arrival(
+            want.master_addr, want.master_port, want.nnodes, waits, signal_numbers(want.signals), echo_err
+        )
     except OpenclawError as e:
         fail(e)
-    finally:
-        os_layer.restore_signals()
-    if not isinstance(answer, Arrival):
+    if isinstance(answer, int):
         click.echo(f"openclaw-launch: stopped by signal {answer} while the nodes met; started nothing", err=True)
         sys.exit(128 + answer)
-    if answer.node_rank != 0:
-        release_port(port)
     where = f"{want.master_addr}:{want.master_port}"
     click.echo(f"openclaw-launch: node rank {answer.node_rank} of {want.nnodes} (by arrival at {where})", err=True)
     return answer
 
 
-def _rank_port(arrival: Any) -> tuple[int, int] | None:
+def _rank_port(arrival: Arrival | None) -> tuple[int, int] | None:
     return (arrival.node_rank, arrival.master_port) if arrival else None
-
-
-def _echo_err(text: str) -> None:
-    click.echo(text, err=True)
-
-
-def _agent_setup(plan: LaunchPlan, config: Config, r: RunOptions, max_restarts: int, arrival: Any) -> Any:
-    """Where the agents meet and what this node must agree on (imports torch: several nodes only).
-    ``arrival``: by arrival, the rendezvous's helper, which the agent keeps."""
-    from openclaw_launch.agents.fingerprint import fingerprint
-    from openclaw_launch.agents.versions import node_versions, python_version_of
-    from openclaw_launch.job.agents import AgentSetup
-    from openclaw_launch.topology.live import HOST_ROOT
-
-    python = os.environ.get("PYTHON_EXEC") or sys.executable
-    versions = node_versions(HOST_ROOT, lambda: python_version_of(python))
-    prints = fingerprint(config, plan, versions, os.environ)
-    nodes = tuple(n.name for n in config.nodes)
-    if arrival is not None:
-        options = dataclasses.replace(arrival.options, nodes=nodes, max_restarts=max_restarts)
-        return AgentSetup(options=options, fingerprint=prints, link=arrival.link)
-    port = r.agent_port
-    master_port = plan.master_port
-    assert master_port is not None  # only a one-node plan that starts nothing leaves it to the run
-    if port is None:
-        port = master_port + 1 if master_port < 65535 else master_port - 1
-    if port == master_port:
-        raise click.BadParameter(
-            f"{port} is MASTER_PORT; the agents need a port of their own", param_hint="--agent-port"
-        )
-    options = _agent_options(config.nodes[0].ip or plan.master_addr, port, r, max_restarts, nodes)
-    return AgentSetup(options=options, fingerprint=prints)

@@ -16,18 +16,19 @@ import click
 from openclaw_launch.cli.common import (
     SCRIPT_LAST,
     Common,
+    Inputs,
     check_output_option,
     fail,
     live_topology,
     node_name_for,
     plan_and_config,
+    read_inputs,
     read_topology,
     warn,
     with_common,
 )
 from openclaw_launch.cli.option_types import slow_percent
 from openclaw_launch.cli.run_options import RunOptions, console_choices, startup_timeout_s, with_run_options
-from openclaw_launch.cli.torchrun_resolve import resolve
 from openclaw_launch.config.defaults import PREFLIGHT_ITERS, PREFLIGHT_SIZE_MIB, PREFLIGHT_SLOW_PCT
 from openclaw_launch.config.model import Config
 from openclaw_launch.config.reader import load_config
@@ -53,15 +54,23 @@ def plan(c: Common, r: RunOptions, as_json: bool, suggest_parallel: bool) -> Non
     from openclaw_launch.cli.elastic import elastic_job
     from openclaw_launch.plan.parallel import format_suggestions, suggest_layouts
 
-    want = resolve(c.tr, with_config=bool(c.config_path))
-    console_choices(r, c.tr.role, want.local_ranks_shown is not None, os.environ)  # bad values: exit 2, as run
     try:
+        inputs = read_inputs(c)
+    except OpenclawError as e:
+        fail(e)
+    console_choices(r, c.tr.role, inputs.want.local_ranks_shown is not None, os.environ)  # bad values: exit 2, as run
+    try:
+        elastic = elastic_job(c, inputs, r)  # --standby misuse: exit 2, as run
         launch_plan, config = plan_and_config(
-            c, at_run=False, telemetry_mode=r.telemetry, hang_timeout_s=r.hang_timeout_s
+            c,
+            inputs,
+            at_run=False,
+            telemetry_mode=r.telemetry,
+            hang_timeout_s=r.hang_timeout_s,
+            elastic=elastic.spec if elastic else None,
         )
         startup_timeout_s(r, config.runtime.startup_timeout_s, launch_plan.hang_timeout_s)  # exit 2 as run
         suggestions = suggest_layouts(config) if suggest_parallel else None
-        elastic = elastic_job(c, want, r, config)  # --standby misuse: exit 2, as run
     except OpenclawError as e:
         fail(e)
     if elastic is not None:
@@ -151,23 +160,23 @@ def preflight(
         host_names=not c.config_path,
     )
     try:
-        code = probe_fabric(c, options)
+        code = probe_fabric(c, read_inputs(c), options)
     except OpenclawError as e:
         fail(e)
     sys.exit(code)
 
 
-def probe_fabric(c: Common, options: PreflightOptions) -> int:
+def probe_fabric(c: Common, inputs: Inputs, options: PreflightOptions) -> int:
     """Preflight with the plan of this command line (config, node, layout, environment, MPS; no
     telemetry); the exit code of docs/preflight.md. ``preflight`` and ``run --preflight`` both come here."""
     from openclaw_launch.config.model import PreflightSettings
     from openclaw_launch.preflight.command import run_preflight
 
     tr = dataclasses.replace(c.tr, module=True, no_python=False, run_path=False)
-    settings = load_config(c.config_path).preflight if c.config_path else PreflightSettings()
+    settings = inputs.config.preflight if inputs.config is not None else PreflightSettings()
     return run_preflight(
-        lambda script: plan_and_config(dataclasses.replace(c, script=script, tr=tr), at_run=True)[0],
-        lambda with_gpus: read_topology(c.topology_path, with_gpus),
+        lambda script: plan_and_config(dataclasses.replace(c, script=script, tr=tr), inputs, at_run=True)[0],
+        lambda with_gpus: inputs.topology(with_gpus, True),
         settings,
         options,
         _launch_probe,

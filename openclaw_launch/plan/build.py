@@ -114,6 +114,7 @@ def build_plan(config: Config, topology: Topology, context: RunContext, options:
         telemetry_socket=socket,
         parallel=layout,
         hang_timeout_s=hang_timeout_s if job.hang_detection else None,
+        elastic=options.elastic,
         run_dir=context.run_dir,
     )
 

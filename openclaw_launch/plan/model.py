@@ -30,6 +30,18 @@ class Entry:
 
 
 @dataclass(frozen=True)
+class ElasticRange:
+    """An elastic job's node range (``--nnodes MIN:MAX``, ``runtime.min_nodes``/``max_nodes``): its
+    plan is one world's, and ``run`` builds each world's own when the world's nodes meet."""
+
+    min_nodes: int
+    max_nodes: int
+
+    def to_json(self) -> dict[str, object]:
+        return {"min_nodes": self.min_nodes, "max_nodes": self.max_nodes}
+
+
+@dataclass(frozen=True)
 class PlanOptions:
     """The command line's choices (the run's facts are the ``RunContext``)."""
 
@@ -49,6 +61,7 @@ class PlanOptions:
     virtual_local_rank: bool = False  # torchrun's --virtual-local-rank: LOCAL_RANK=0, only its own GPU
     parallel: ParallelSpec = field(default_factory=ParallelSpec)  # --tp/--pp/--dp (override the config's)
     fallback_master_addr: str | None = None  # several nodes, no address anywhere: Slurm's first host
+    elastic: ElasticRange | None = None  # an elastic job: the plan is one world's
 
 
 @dataclass(frozen=True)
@@ -125,6 +138,7 @@ class LaunchPlan:
     telemetry_socket: str | None = None  # per-step statistics channel (telemetry.wire); None = off
     parallel: ParallelLayout | None = None  # TP/PP/DP groups (config parallel / --tp --pp --dp)
     hang_timeout_s: float | None = None  # hang detection (stats/hang.py); None = off
+    elastic: ElasticRange | None = None  # an elastic job: this is one world's plan; None: the run's
     run_dir: RunDir = field(kw_only=True)  # the run's private directory and the paths in it
 
     def attempt_ranks(self, attempt: int) -> tuple[RankPlan, ...]:
@@ -157,5 +171,6 @@ class LaunchPlan:
             "telemetry_socket": self.telemetry_socket,
             "hang_timeout_s": self.hang_timeout_s,
             "parallel": self.parallel.to_json() if self.parallel is not None else None,
+            "elastic": self.elastic.to_json() if self.elastic is not None else None,
             "ranks": [r.to_json() for r in self.ranks],
         }
