@@ -33,6 +33,12 @@ MULTI_NODE_RUN_ID = "none"
 MPS_PIPE_SUBDIR, MPS_LOG_SUBDIR = "pipe", "log"
 
 
+def attempt_rank_dir(rank: int, attempt: int) -> PurePosixPath:
+    """A rank's own directory of one attempt, under the logs and the error files alike:
+    ``attempt-N/rank-R`` (torchrun's ``attempt_N/R``), so every attempt's files are kept."""
+    return PurePosixPath(f"attempt-{attempt}") / f"rank-{rank}"
+
+
 @dataclass(frozen=True)
 class LogDir:
     """``--log-dir DIR``: what a job keeps after it, under ``DIR/RUNID`` (every node's launcher and
@@ -50,8 +56,8 @@ class LogDir:
         return self.path / "errors"
 
     def rank_dir(self, rank: int, attempt: int) -> PurePosixPath:
-        """The rank's logs of that attempt: ``attempt-N/rank-R/``."""
-        return self.path / f"attempt-{attempt}" / f"rank-{rank}"
+        """The rank's logs of that attempt."""
+        return self.path / attempt_rank_dir(rank, attempt)
 
     def rank_log(self, rank: int, attempt: int, stream: str) -> PurePosixPath:
         """``stream`` (stdout or stderr) of the rank in that attempt."""
@@ -91,7 +97,7 @@ class RunDir:
     def error_file(self, rank: int, attempt: int = 0) -> PurePosixPath:
         """The rank's TORCHELASTIC_ERROR_FILE in that attempt: each attempt has its own (torchrun's
         ``attempt_N/``), so a restart keeps the file of the failure that caused it."""
-        return self.errors_dir / f"attempt-{attempt}" / f"rank-{rank}" / "error.json"
+        return self.errors_dir / attempt_rank_dir(rank, attempt) / "error.json"
 
     def stacks_file(self, rank: int) -> PurePosixPath:
         """Where the rank's faulthandler writes every thread's stack on a hang."""

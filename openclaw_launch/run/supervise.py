@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from openclaw_launch.config import defaults
 from openclaw_launch.config.signals import signal_numbers
+from openclaw_launch.plan.context import LogDir
 from openclaw_launch.run.event_loop import EventLoop
 from openclaw_launch.run.guard import Guardian
 from openclaw_launch.run.helper import running_helpers
@@ -68,7 +69,7 @@ class SuperviseOptions:
     max_restarts: int = 0
     restart_backoff_s: float = defaults.RESTART_BACKOFF_S  # attempt k waits restart_backoff_s * 2**k ...
     restart_backoff_max_s: float = defaults.RESTART_BACKOFF_MAX_S  # ... at most this
-    log_dir: str | None = None  # <log_dir>/<run_id>/attempt-<n>/rank-<r>/{stdout,stderr}.log
+    log_dir: str | None = None  # each rank's logs there: plan/context.LogDir
     console_ranks: frozenset[int] | None = None  # None = every rank reaches the console
     console_hidden: frozenset[tuple[int, str]] = frozenset()  # (local rank or -1 = all, stream) kept off it
     forwarded_signals: tuple[int, ...] = signal_numbers(defaults.HANDLED_SIGNALS)  # torchrun's --signals-to-handle
@@ -123,7 +124,7 @@ class _Supervisor:
         self.os = os_layer
         self.participants = participants
         self.guardian = guardian
-        hint = f"{options.log_dir}/{plan.run_id}" if options.log_dir else None
+        hint = str(LogDir.of(options.log_dir, plan.run_id).path) if options.log_dir else None
         self.streams = LauncherStreams(options.stdout, options.stderr, hint)
         self.files = AttemptFiles(os_layer, options.log_dir, plan.run_id, self.streams.say)
         self.loop = EventLoop(os_layer, participants.readers(), (self.streams.stdout, self.streams.stderr))
