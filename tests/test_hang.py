@@ -16,6 +16,7 @@ from typing import IO
 import psutil
 import pytest
 from cli_runner import invoke
+from guards import GUARD_S, wait_for
 
 from openclaw_launch.codec import from_json, to_json
 from openclaw_launch.run.participant import StopKind, StopReason
@@ -210,10 +211,10 @@ class Job:
         for line in stream:
             into.append((time.time(), line.rstrip("\n")))
 
-    def wait(self, timeout_s: float = 90) -> int:
-        code = self.proc.wait(timeout=timeout_s)
+    def wait(self) -> int:
+        code = self.proc.wait(timeout=GUARD_S)
         for t in self._threads:
-            t.join(timeout=5)
+            t.join(timeout=GUARD_S)
         return code
 
     def first(self, lines: list[tuple[float, str]], pattern: str) -> tuple[float, str]:
@@ -307,32 +308,38 @@ def test_a_straggler_with_the_hang_timeout_on_finishes_normally_and_metrics_are_
         ["--hang-timeout-s", "2", "--metrics-port", "0", "--stats-file", str(stats_file)],
         ["--mode", "slow", "--rank", "1", "--slow-ms", "150", "--steps", "30"],
     )
-    deadline = time.monotonic() + 60
-    port = None
-    while port is None and time.monotonic() < deadline:
-        port = next(
+    port = wait_for(
+        lambda: next(
             (m.group(1) for _, line in job.err if (m := re.search(r"metrics on http://[^:]+:(\d+)/", line))), None
-        )
-        time.sleep(0.1)
-    assert port is not None
+        ),
+        "the launcher never said where its metrics are",
+        poll_s=0.1,
+    )
     from prometheus_client.parser import text_string_to_metric_families
 
     ranks: set[str] = set()
-    while time.monotonic() < deadline and job.proc.poll() is None:
+
+    def both_ranks_stepped_or_the_job_ended() -> bool:
+        nonlocal ranks
+        if job.proc.poll() is not None:
+            return True
         try:
-            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=GUARD_S).read().decode()
         except OSError:
-            break
+            return True
         families = {f.name: f for f in text_string_to_metric_families(text)}
         steps = families.get("openclaw_steps")
-        if steps is not None:
-            ranks = {s.labels["rank"] for s in steps.samples if s.value > 0}
-            if ranks == {"0", "1"} and "openclaw_step_time_seconds" in families:
-                labels = steps.samples[0].labels
-                assert set(labels) >= {"run_id", "node", "rank", "local_rank", "gpu_uuid"}
-                assert labels["run_id"] == "h"
-                break
-        time.sleep(0.3)
+        if steps is None:
+            return False
+        ranks = {s.labels["rank"] for s in steps.samples if s.value > 0}
+        if ranks == {"0", "1"} and "openclaw_step_time_seconds" in families:
+            labels = steps.samples[0].labels
+            assert set(labels) >= {"run_id", "node", "rank", "local_rank", "gpu_uuid"}
+            assert labels["run_id"] == "h"
+            return True
+        return False
+
+    wait_for(both_ranks_stepped_or_the_job_ended, "the metrics never showed both ranks", poll_s=0.3)
     assert ranks == {"0", "1"}
     assert job.wait() == 0, "\n".join(line for _, line in job.err)
     report = json.loads(job.report.read_text())
@@ -371,7 +378,7 @@ def test_progress_thread_reports_the_phase_a_rank_is_blocked_in(tmp_path: Path) 
     path = str(tmp_path / "s")
     inbox = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     inbox.bind(path)
-    inbox.settimeout(5)
+    inbox.settimeout(GUARD_S)
     rec = Recorder(path, 3)
     rec.step("api")
     rec.enter(wire.COLLECTIVE, "barrier")  # entered right after the boundary: still reported
