@@ -1,6 +1,6 @@
-"""The one JSON codec of the frozen types: the reports, the statistics they hold and what the
-statistics helper sends; with it, the schema check. In the ground, so that stats/ (below report/)
-encodes with it too.
+"""The one JSON codec of the frozen types: the reports, the statistics they hold and the messages
+of the helpers' links (run/helper.py); with it, the schema check. In the ground, so that stats/
+(below report/) and run/ encode with it too.
 
 ``to_json`` writes every field of a frozen dataclass in declaration order. ``from_json`` walks the
 same fields and their type hints: a value of the wrong type (or a missing key) is one

@@ -4,8 +4,9 @@ a restartable end (a worker failure, a lost node, a node that arrived) every nod
 the rendezvous (agents/elastic.py) for the next world, builds its plan for it (``replan``: the pure
 plan for node rank k of n), meets the new world's nodes and starts its workers again.
 
-The helper's side is agents/store_loop.py's loop with one more op, ``elastic`` (the steps
-``arrive``, ``reform``, ``running``, ``done``), answered with ``arrived``.
+The helper's side is agents/store_loop.py's loop with the membership's steps (``ELASTIC_VOCABULARY``:
+``ElasticArrive``, ``Reform``, ``WorldRunning``, ``JobDone``): the first two are answered with
+``WorldAnswer`` (this launcher's world, or why there is none), the others with ``StepTaken``.
 """
 
 from __future__ import annotations
@@ -19,12 +20,12 @@ from openclaw_launch.agents.elastic import REFORM, Rendezvous, world_scope
 from openclaw_launch.agents.fate import EXIT_NODE_LOST, Agent, AgentOptions, Fate, lost_fate
 from openclaw_launch.agents.membership import ElasticSpec
 from openclaw_launch.agents.store import AgentError, AgentStore
-from openclaw_launch.agents.store_loop import LoopOptions, LostFate, StoreLink, _Loop
+from openclaw_launch.agents.store_loop import VOCABULARY, Answer, LoopOptions, LostFate, StoreLink, _Loop
 from openclaw_launch.plan.model import LaunchPlan, RankPlan
 from openclaw_launch.report.membership import AttemptMembership
 from openclaw_launch.report.model import NodeReport
 from openclaw_launch.run.failure_class import Evidence
-from openclaw_launch.run.helper import Helper, Link, Message
+from openclaw_launch.run.helper import Helper, Link, Message, Vocabulary
 from openclaw_launch.run.participant import StopKind, StopReason, Timer
 
 # Kinds of an attempt's fate after which an elastic job re-forms (restarts left): REFORM is the
@@ -46,11 +47,6 @@ class World:
     tokens: tuple[str, ...]  # every node's launcher (host, pid, a random part) by node rank
     nodes: tuple[str, ...]  # with --config: every node's name by node rank (else empty names)
 
-    @classmethod
-    def from_answer(cls, answer: Mapping[str, Any]) -> World:
-        fields = (answer["round"], answer["rank"], answer["nnodes"], answer["master_port"])
-        return cls(*fields, tuple(answer["tokens"]), tuple(answer["nodes"]))
-
 
 @dataclass(frozen=True)
 class NotNeeded:
@@ -61,6 +57,57 @@ class NotNeeded:
 
 Replan = Callable[["World"], tuple[LaunchPlan, tuple[str, ...], dict[str, str]]]  # -> plan, node names, fingerprint
 
+# ---- launcher -> helper: the membership's steps ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ElasticArrive(Message):
+    """Join the rendezvous (the first node: set it up and form the first world)."""
+
+    spec: ElasticSpec
+    max_restarts: int
+    token: str
+    standby: bool
+    node: str  # this launcher's config node, or ""
+    master_port: int
+
+
+@dataclass(frozen=True)
+class Reform(Message):
+    """The world ended: the next one, less ``lost_ranks`` (the fate's lost node)."""
+
+    lost_ranks: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class WorldRunning(Message):
+    """The world's workers start: from now on a loss or an arrival stops them."""
+
+
+@dataclass(frozen=True)
+class JobDone(Message):
+    """The job ended (the first node: waiting members stop waiting)."""
+
+
+# ---- helper -> launcher: each step's answer -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorldAnswer(Message):
+    world: World | None  # this launcher's place in the newest world that holds it; None: none does
+    why: str = ""  # why none: the job ended without it, or fewer than MIN nodes are left
+
+
+@dataclass(frozen=True)
+class StepTaken(Message):
+    pass
+
+
+ELASTIC_VOCABULARY = Vocabulary(
+    to_helper=(*VOCABULARY.to_helper, ElasticArrive, Reform, WorldRunning, JobDone),
+    to_launcher=(*VOCABULARY.to_launcher, WorldAnswer, StepTaken),
+)
+
 
 class ElasticLink(StoreLink):
     """The launcher's side of the elastic helper."""
@@ -70,13 +117,13 @@ class ElasticLink(StoreLink):
         def main(link: Link) -> None:
             _ElasticLoop(link, options, lost_fate).serve()
 
-        return cls(Helper.fork("openclaw-agent", main), options)
+        return cls(Helper.fork("openclaw-agent", main, ELASTIC_VOCABULARY), options)
 
     def step(
-        self, step: Mapping[str, Any], say: Callable[[str], None], interrupted: Callable[[], int | None]
-    ) -> Message | int:
-        """One membership step, answered when done (a signal's number if one stopped the wait)."""
-        return self._exchange({"op": "elastic", **step}, "arrived", say, interrupted)
+        self, step: Message, answer: type[Answer], say: Callable[[str], None], interrupted: Callable[[], int | None]
+    ) -> Answer | int:
+        """One membership step, and its ``answer`` when done (a signal's number if one stopped the wait)."""
+        return self._exchange(step, answer, say, interrupted)
 
 
 class _ElasticLoop(_Loop):
@@ -87,41 +134,58 @@ class _ElasticLoop(_Loop):
         self.rendezvous: Rendezvous | None = None
         self._unscoped: AgentStore | None = None  # the store of every world's keys and the rendezvous's
 
-    def _join(self, message: Message) -> None:
-        if message["op"] != "elastic":
-            super()._join(message)
-            return
-        step = message["step"]
+    def _meet(self, message: Message) -> None:
+        match message:
+            case ElasticArrive():
+                rendezvous, store = self._rendezvous(message)
+                rendezvous.register(message.token, message.standby, message.master_port, message.node)
+                if store.is_host:
+                    rendezvous.form_first()
+                self._post_world(rendezvous, store)
+            case Reform(lost_ranks=lost_ranks):
+                rendezvous, store = self._joined()
+                self._stop.set()  # this world's keep-alive loop and watchdog end; the next world's start anew
+                if self._thread is not None:
+                    self._thread.join(timeout=self.opt.keepalive_s + 1)
+                self._stop.clear()
+                if store.is_host:
+                    rendezvous.reform(set(lost_ranks))
+                self._post_world(rendezvous, store)
+            case WorldRunning():
+                rendezvous, _ = self._joined()
+                rendezvous.names = self.nodes
+                rendezvous.running()
+                self._post(StepTaken())
+            case JobDone():
+                self._joined()[0].finish()
+                self._post(StepTaken())
+            case _:
+                super()._meet(message)
+
+    def _rendezvous(self, arrive: ElasticArrive) -> tuple[Rendezvous, AgentStore]:
+        """The rendezvous, set up at the first step (it opens the store)."""
         if self.rendezvous is None or self._unscoped is None:
             self._unscoped = self._open(None)
-            spec = ElasticSpec(**message["spec"])
             self.rendezvous = Rendezvous(
-                self._unscoped, spec, message["max_restarts"], self.opt.join_timeout_s, self._say
+                self._unscoped, arrive.spec, arrive.max_restarts, self.opt.join_timeout_s, self._say
             )
-        rendezvous, store = self.rendezvous, self._unscoped
-        if step == "arrive":
-            rendezvous.register(message["token"], message["standby"], message["master_port"], message["node"])
-            if store.is_host:
-                rendezvous.form_first()
-        elif step == "reform":
-            self._stop.set()  # this world's keep-alive loop and watchdog end; the next world's start anew
-            if self._thread is not None:
-                self._thread.join(timeout=self.opt.keepalive_s + 1)
-            self._stop.clear()
-            if store.is_host:
-                rendezvous.reform(set(message["lost_ranks"]))
-        elif step == "running":
-            rendezvous.names = self.nodes
-            rendezvous.running()
-        elif step == "done":
-            rendezvous.finish()
-        if step in ("running", "done"):
-            self._post({"ev": "arrived"})
+        return self.rendezvous, self._unscoped
+
+    def _joined(self) -> tuple[Rendezvous, AgentStore]:
+        """The rendezvous of a launcher that arrived (every later step's)."""
+        if self.rendezvous is None or self._unscoped is None:
+            raise AgentError("an elastic step before this launcher joined the rendezvous")
+        return self.rendezvous, self._unscoped
+
+    def _post_world(self, rendezvous: Rendezvous, store: AgentStore) -> None:
+        """The newest world that holds this launcher (its keys' scope from now on), or why none."""
+        answer = rendezvous.await_world()
+        if "rank" not in answer:
+            self._post(WorldAnswer(None, answer.get("closed", "the job ended")))
             return
-        world = rendezvous.await_world()
-        if "rank" in world:
-            self.store = store.within(world_scope(world["round"]))
-        self._post({"ev": "arrived", **world})
+        self.store = store.within(world_scope(answer["round"]))
+        fields = (answer["round"], answer["rank"], answer["nnodes"], answer["master_port"])
+        self._post(WorldAnswer(World(*fields, tuple(answer["tokens"]), tuple(answer["nodes"]))))
 
 
 def elastic_arrive(
@@ -137,18 +201,16 @@ def elastic_arrive(
     it replaces a lost node; ``node``: its config node, or ""). Returns the world and the helper,
     ``NotNeeded``, or a signal's number; ``AgentError`` if refused."""
     link = ElasticLink.start(options, lost_fate)
-    step = {"step": "arrive", "spec": dataclasses.asdict(spec), "max_restarts": options.max_restarts}
+    step = ElasticArrive(spec, options.max_restarts, link.token, standby, node, free_port)
     try:
-        answer = link.step(
-            {**step, "token": link.token, "standby": standby, "node": node, "master_port": free_port}, say, interrupted
-        )
+        answer = link.step(step, WorldAnswer, say, interrupted)
     except BaseException:
         link.close()
         raise
-    if isinstance(answer, int) or "rank" not in answer:
+    if isinstance(answer, int) or answer.world is None:
         link.close()
-        return answer if isinstance(answer, int) else NotNeeded(answer.get("closed", "the job ended"))
-    return World.from_answer(answer), link
+        return answer if isinstance(answer, int) else NotNeeded(answer.why)
+    return answer.world, link
 
 
 class ElasticAgent(Agent):
@@ -173,7 +235,7 @@ class ElasticAgent(Agent):
 
     def start(self) -> None:
         super().start()
-        self._step({"step": "running"})
+        self._step(WorldRunning(), StepTaken)
 
     def begin_attempt(self, attempt: int) -> None:
         """Attempt 0 runs the first world; every later one (the job restarts) re-forms first."""
@@ -229,10 +291,10 @@ class ElasticAgent(Agent):
             [names.index(before.node)] if before and before.kind == StopKind.LOST.value and before.node in names else []
         )
         try:
-            answer = self._step({"step": "reform", "lost_ranks": lost})
-            if "rank" not in answer:
-                raise AgentError(answer.get("closed", "the job ended"))
-            self.world = World.from_answer(answer)
+            answer = self._step(Reform(tuple(lost)), WorldAnswer)
+            if answer.world is None:
+                raise AgentError(answer.why)
+            self.world = answer.world
             self.plan, nodes, fingerprint = self.replan(self.world)
             self.me, self.name, self.is_host = self.plan.node_rank, self.plan.node, self.plan.node_rank == 0
             self.opt = dataclasses.replace(self.opt, nodes=nodes)
@@ -252,13 +314,13 @@ class ElasticAgent(Agent):
 
     def finish(self, payload: Mapping[str, Any]) -> list[Mapping[str, Any]] | None:
         if self.is_host:  # standbys still waiting stop waiting
-            self._step({"step": "done"})
+            self._step(JobDone(), StepTaken)
         return super().finish(payload)
 
-    def _step(self, step: Mapping[str, Any]) -> Message:
-        answer = self.elastic_link.step(step, self.say, _no_signal)
-        assert not isinstance(answer, int)
-        return answer
+    def _step(self, step: Message, answer: type[Answer]) -> Answer:
+        got = self.elastic_link.step(step, answer, self.say, _no_signal)
+        assert not isinstance(got, int)
+        return got
 
 
 def _nothing() -> None:

@@ -33,9 +33,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from openclaw_launch import exit_codes
-from openclaw_launch.agents.store_loop import StoreLink
+from openclaw_launch.agents.store_loop import Ended, FateOf, LoopEnded, Say, StoreLink
 from openclaw_launch.config import defaults
 from openclaw_launch.plan.model import LaunchPlan
+from openclaw_launch.run.helper import Message
 from openclaw_launch.run.participant import Participant, StopKind, StopReason
 
 EXIT_NODE_LOST = exit_codes.NODE_LOST  # the job's exit code on the surviving nodes when a node was lost
@@ -158,19 +159,19 @@ class Agent(Participant):
         assert self._link is not None
         self._take(self._link.events())
 
-    def _take(self, events: list[dict[str, Any]]) -> None:
+    def _take(self, events: list[Message]) -> None:
         """The store loop's news, in the order it saw it."""
         for event in events:
-            kind = event["ev"]
-            if kind == "fate":
-                self._on_fate(event["attempt"], Fate.from_json(event["fate"]))
-            elif kind == "ended":
-                self.ended.add(event["attempt"])
-                self.outcomes[event["attempt"]] = tuple(event.get("outcomes", ()))  # none when a node is lost
-            elif kind == "loop_ended":
-                self._loop_alive = False
-            elif kind == "say":
-                self.say(f"openclaw-launch: {event['text']}")
+            match event:
+                case FateOf(attempt=attempt, fate=fate):
+                    self._on_fate(attempt, Fate.from_json(fate))
+                case Ended(attempt=attempt, outcomes=outcomes):
+                    self.ended.add(attempt)
+                    self.outcomes[attempt] = outcomes  # none when a node is lost
+                case LoopEnded():
+                    self._loop_alive = False
+                case Say(text=text):
+                    self.say(f"openclaw-launch: {text}")
         if self._link is not None and self._link.closed and self._loop_alive:  # the helper died
             self._loop_alive = False
             host = self.opt.nodes[0]

@@ -3,18 +3,19 @@ thread, so the TCPStore client, its keep-alive loop and the watchdog run there, 
 TCPStore) is imported there, never in the launcher.
 
 The agent (agents/fate.py) forks the helper before the nodes meet and keeps the decisions; the
-helper does the store calls and reports what it sees. Messages, one JSON object per line:
+helper does the store calls and reports what it sees. Its messages (``VOCABULARY``, run/helper.py's
+typed link):
 
-- launcher -> helper: ``arrive`` (node ranks by arrival: open the store, take a rank),
-  ``join`` (open the store unless open, claim the node rank, meet, compare fingerprints),
-  ``start`` (the keep-alive loop),
-  ``attempt``, ``fate`` (compare-and-set this node's stop as ``fate/a``), ``end`` (``end/a/r``),
-  ``finish`` (stop the loop, exchange the reports, answer ``reports``, exit).
-- helper -> launcher: ``connected`` (the store answered), ``arrived`` (rank, MASTER_PORT),
-  ``joined``, or ``join_failed``; ``fate`` (the job's fate of an attempt, as the
-  store holds it), ``ended`` (every node is done with an attempt), ``loop_ended`` (the loop stopped:
-  a lost node, or the first node's store unreachable), ``say`` (a line for the console),
-  ``reports``.
+- launcher -> helper: ``Arrive`` (node ranks by arrival: open the store, take a rank),
+  ``Join`` (open the store unless open, claim the node rank, meet, compare fingerprints),
+  ``StartLoop`` (the keep-alive loop), ``BeginAttempt``, ``PublishFate`` (compare-and-set this
+  node's stop as ``fate/a``), ``SendEnd`` (``end/a/r``), ``FinishJob`` (stop the loop, exchange the
+  reports, answer ``Reports``, exit).
+- helper -> launcher: ``Opening`` (the store is being opened), ``Connected`` (it answered),
+  ``Arrived`` (rank, MASTER_PORT), ``Joined``, or ``JoinFailed``; ``FateOf`` (the job's fate of an
+  attempt, as the store holds it), ``Ended`` (every node is done with an attempt), ``LoopEnded``
+  (the loop stopped: a lost node, or the first node's store unreachable), ``Say`` (a line for the
+  console), ``Reports``.
 
 Fates are the store's JSON text (agents/fate.py's ``Fate``); the loop reads only their ``kind``.
 """
@@ -26,14 +27,124 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
 
 from openclaw_launch.agents.meeting import WAIT_NOTE_S, admit, arrive, launcher_token, meet
 from openclaw_launch.agents.store import AgentError, AgentStore, import_tcpstore, open_store
-from openclaw_launch.run.helper import Helper, Link, Message
+from openclaw_launch.run.helper import Helper, Link, Message, Vocabulary
 
 _JOIN_POLL_S = 0.1  # how often a waiting join looks for a signal
 _FINISH_MARGIN_S = 5.0
+
+# ---- launcher -> helper --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Arrive(Message):
+    nnodes: int
+    token: str  # this launcher, as the holder of its node rank (meeting.launcher_token)
+    master_port: int  # this host's free port: the job's if this launcher hosts the store
+
+
+@dataclass(frozen=True)
+class Join(Message):
+    me: int
+    name: str
+    nodes: tuple[str, ...]  # every node's name, by node rank
+    token: str
+    fingerprint: dict[str, str]
+
+
+@dataclass(frozen=True)
+class StartLoop(Message):
+    pass
+
+
+@dataclass(frozen=True)
+class BeginAttempt(Message):
+    attempt: int
+
+
+@dataclass(frozen=True)
+class PublishFate(Message):
+    attempt: int
+    fate: str  # agents/fate.py's Fate, as the store holds it
+
+
+@dataclass(frozen=True)
+class SendEnd(Message):
+    attempt: int
+    outcome: str
+
+
+@dataclass(frozen=True)
+class FinishJob(Message):
+    payload: dict[str, Any]  # this node's report
+    lost_nodes: tuple[str, ...]
+
+
+# ---- helper -> launcher --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Opening(Message):
+    pass
+
+
+@dataclass(frozen=True)
+class Connected(Message):
+    pass
+
+
+@dataclass(frozen=True)
+class Arrived(Message):
+    rank: int
+    master_port: int
+
+
+@dataclass(frozen=True)
+class Joined(Message):
+    pass
+
+
+@dataclass(frozen=True)
+class JoinFailed(Message):
+    text: str
+
+
+@dataclass(frozen=True)
+class FateOf(Message):
+    attempt: int
+    fate: str
+
+
+@dataclass(frozen=True)
+class Ended(Message):
+    attempt: int
+    outcomes: tuple[str, ...] = ()  # every node's end outcome; none when a node is lost
+
+
+@dataclass(frozen=True)
+class LoopEnded(Message):
+    pass
+
+
+@dataclass(frozen=True)
+class Say(Message):
+    text: str
+
+
+@dataclass(frozen=True)
+class Reports(Message):
+    reports: tuple[dict[str, Any], ...] | None  # on the first node: every node's; else None
+
+
+VOCABULARY = Vocabulary(
+    to_helper=(Arrive, Join, StartLoop, BeginAttempt, PublishFate, SendEnd, FinishJob),
+    to_launcher=(Opening, Connected, Arrived, Joined, JoinFailed, FateOf, Ended, LoopEnded, Say, Reports),
+)
+Answer = TypeVar("Answer", bound=Message)
 
 
 class LoopOptions(Protocol):
@@ -68,7 +179,7 @@ class StoreLink:
         def main(link: Link) -> None:
             _Loop(link, options, lost_fate).serve()
 
-        return cls(Helper.fork("openclaw-agent", main), options)
+        return cls(Helper.fork("openclaw-agent", main, VOCABULARY), options)
 
     @property
     def pid(self) -> int:
@@ -88,9 +199,8 @@ class StoreLink:
         """Node ranks by arrival: (this node's rank, the workers' MASTER_PORT), or the number of
         the signal that stopped the wait; ``AgentError`` if refused. ``master_port``: this host's
         free port, the job's if this launcher hosts the store (node rank 0)."""
-        op = {"op": "arrive", "nnodes": nnodes, "token": self.token, "master_port": master_port}
-        answer = self._exchange(op, "arrived", say, interrupted)
-        return answer if isinstance(answer, int) else (int(answer["rank"]), int(answer["master_port"]))
+        answer = self._exchange(Arrive(nnodes, self.token, master_port), Arrived, say, interrupted)
+        return answer if isinstance(answer, int) else (answer.rank, answer.master_port)
 
     def join(
         self,
@@ -104,34 +214,39 @@ class StoreLink:
         """Claim node rank ``me`` (``nodes``: every node's name), meet every node and compare
         fingerprints, in the helper. Returns a signal number if one stopped the wait, None when all agree; raises
         ``AgentError`` otherwise."""
-        op = {"op": "join", "me": me, "name": name, "nodes": nodes, "token": self.token}
-        answer = self._exchange({**op, "fingerprint": dict(fingerprint)}, "joined", say, interrupted)
+        request = Join(me, name, tuple(nodes), self.token, dict(fingerprint))
+        answer = self._exchange(request, Joined, say, interrupted)
         return answer if isinstance(answer, int) else None
 
     def _exchange(
-        self, op: Message, answer: str, say: Callable[[str], None], interrupted: Callable[[], int | None]
-    ) -> Message | int:
-        """Send ``op`` and wait for its ``answer`` (or a signal's number). Until the store answers,
+        self,
+        request: Message,
+        answer: type[Answer],
+        say: Callable[[str], None],
+        interrupted: Callable[[], int | None],
+    ) -> Answer | int:
+        """Send ``request`` and wait for its ``answer`` (or a signal's number). Until the store answers,
         say so every ``WAIT_NOTE_S``; a store that has not answered within ``--agent-timeout-s``
         (nothing there, or a port that accepts connections but speaks no store protocol, where
         the store client would wait without end) is an error, and the helper is ended."""
         link, opt = self._helper.link, self._opt
-        link.send(op)
+        link.send(request)
         start: float | None = None  # when the helper began to open the store (torch is imported then)
         noted = 0.0
         while True:
             link.flush(_JOIN_POLL_S)
             for message in link.wait(_JOIN_POLL_S):
-                if message["ev"] == answer:
+                if isinstance(message, answer):
                     return message
-                if message["ev"] == "opening":
-                    start = noted = time.monotonic()
-                elif message["ev"] == "connected":
-                    self._connected = True
-                elif message["ev"] == "say":
-                    say(f"openclaw-launch: {message['text']}")
-                elif message["ev"] == "join_failed":
-                    raise AgentError(message["text"])
+                match message:
+                    case Opening():
+                        start = noted = time.monotonic()
+                    case Connected():
+                        self._connected = True
+                    case Say(text=text):
+                        say(f"openclaw-launch: {text}")
+                    case JoinFailed(text=text):
+                        raise AgentError(text)
             if link.closed:
                 raise AgentError(f"this node's store loop (pid {self.pid}) ended while the nodes met; started nothing")
             sig = interrupted()
@@ -155,33 +270,35 @@ class StoreLink:
                 )
 
     def start_loop(self) -> None:
-        self._helper.link.send({"op": "start"})
+        self._helper.link.send(StartLoop())
 
     def set_attempt(self, attempt: int) -> None:
-        self._helper.link.send({"op": "attempt", "attempt": attempt})
+        self._helper.link.send(BeginAttempt(attempt))
 
     def publish_fate(self, attempt: int, fate: str) -> None:
-        self._helper.link.send({"op": "fate", "attempt": attempt, "fate": fate})
+        self._helper.link.send(PublishFate(attempt, fate))
 
     def send_end(self, attempt: int, outcome: str) -> None:
-        self._helper.link.send({"op": "end", "attempt": attempt, "outcome": outcome})
+        self._helper.link.send(SendEnd(attempt, outcome))
 
     def events(self) -> list[Message]:
         return self._helper.link.receive()
 
-    def finish(self, payload: Mapping[str, Any], lost_nodes: list[str]) -> tuple[list[Message], Any]:
+    def finish(
+        self, payload: Mapping[str, Any], lost_nodes: list[str]
+    ) -> tuple[list[Message], list[Mapping[str, Any]] | None]:
         """Stop the loop and exchange the reports (bounded by the keep-alive and the report wait).
         Returns the events that came before the answer, and the answer (None: no reports)."""
         link = self._helper.link
-        link.send({"op": "finish", "payload": payload, "lost_nodes": lost_nodes})
+        link.send(FinishJob(dict(payload), tuple(lost_nodes)))
         keepalive_s = self._opt.keepalive_s
         deadline = time.monotonic() + keepalive_s + 1 + max(10.0, 2 * keepalive_s) + _FINISH_MARGIN_S
         before: list[Message] = []
         while not link.closed and (left := deadline - time.monotonic()) > 0:
             link.flush(left)
             for message in link.wait(left):
-                if message["ev"] == "reports":
-                    return before, message["reports"]
+                if isinstance(message, Reports):
+                    return before, list(message.reports) if message.reports is not None else None
                 before.append(message)
         return before, None
 
@@ -201,7 +318,7 @@ class _Loop:
         self.is_host = False
         self.store: AgentStore | None = None
         self.attempt = 0
-        self._commands: queue.Queue[Message] = queue.Queue()
+        self._commands: queue.Queue[PublishFate | SendEnd] = queue.Queue()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._posted_fates: set[int] = set()
@@ -213,68 +330,74 @@ class _Loop:
         self.link.send(message)
 
     def _say(self, text: str) -> None:
-        self._post({"ev": "say", "text": text})
+        self._post(Say(text))
 
     def _post_fate(self, attempt: int, fate: str) -> None:
         if attempt not in self._posted_fates:
             self._posted_fates.add(attempt)
-            self._post({"ev": "fate", "attempt": attempt, "fate": fate})
+            self._post(FateOf(attempt, fate))
 
     def serve(self) -> None:
         while not self.link.closed:
             for message in self.link.wait(None):
-                op = message["op"]
-                if op in ("arrive", "join", "elastic"):  # elastic: agents/elastic_agent.py
-                    self._meeting(message)
-                elif op == "start":
-                    self._start()
-                elif op == "attempt":
-                    self.attempt = message["attempt"]
-                elif op in ("fate", "end"):
-                    if op == "end":
-                        self._end_sent.add(message["attempt"])
-                    self._commands.put(message)
-                elif op == "finish":
-                    self._post({"ev": "reports", "reports": self._finish(message["payload"], message["lost_nodes"])})
-                    return
+                match message:
+                    case StartLoop():
+                        self._start()
+                    case BeginAttempt(attempt=attempt):
+                        self.attempt = attempt
+                    case PublishFate():
+                        self._commands.put(message)
+                    case SendEnd():
+                        self._end_sent.add(message.attempt)
+                        self._commands.put(message)
+                    case FinishJob(payload=payload, lost_nodes=lost_nodes):
+                        self._post(Reports(self._finish(payload, list(lost_nodes))))
+                        return
+                    case _:
+                        self._meeting(message)
         self._stop.set()  # the launcher is gone
 
     # ---- before start ----------------------------------------------------------------------------
 
     def _meeting(self, message: Message) -> None:
-        """``arrive`` or ``join``; a failure is the launcher's ``join_failed`` (exit 2)."""
+        """A meeting message (``_meet``); a failure is the launcher's ``JoinFailed`` (exit 2)."""
         try:
-            if message["op"] == "arrive":
-                rank, port = arrive(self._open(None), message["nnodes"], message["token"], message["master_port"])
-                self._post({"ev": "arrived", "rank": rank, "master_port": port})
-                return
-            self._join(message)
+            self._meet(message)
         except AgentError as e:
-            self._post({"ev": "join_failed", "text": str(e)})
+            self._post(JoinFailed(str(e)))
             return
         except Exception as e:  # the store went away while meeting (the first node stopped)
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             text = f"lost the first node's agent while the nodes met: {first}; started nothing"
-            self._post({"ev": "join_failed", "text": text})
+            self._post(JoinFailed(text))
             return
+
+    def _meet(self, message: Message) -> None:
+        """``Arrive`` or ``Join`` (the elastic loop adds its steps: agents/elastic_agent.py)."""
+        match message:
+            case Arrive(nnodes=nnodes, token=token, master_port=master_port):
+                rank, port = arrive(self._open(None), nnodes, token, master_port)
+                self._post(Arrived(rank, port))
+            case Join():
+                self._join(message)
 
     def _open(self, host: bool | None) -> AgentStore:
         """The store (once): ``host`` given (node rank 0 hosts), or None (the c10d rule)."""
         if self.store is None:
             import_tcpstore()  # seconds on a busy host: the wait for an answer starts after it
-            self._post({"ev": "opening"})
+            self._post(Opening())
             self.store = open_store(self.opt.store_addr, self.opt.port, host, self.opt.join_timeout_s)
-            self._post({"ev": "connected"})
+            self._post(Connected())
         return self.store
 
-    def _join(self, message: Message) -> None:
-        self.me, self.name, self.nodes = message["me"], message["name"], tuple(message["nodes"])
+    def _join(self, message: Join) -> None:
+        self.me, self.name, self.nodes = message.me, message.name, message.nodes
         store = self._open(self.me == 0)
         self.is_host = store.is_host
-        admit(store, self.me, self.name, message["token"])
-        meet(store, self.me, self.name, self.nodes, message["fingerprint"], self.opt.join_timeout_s, self._say)
+        admit(store, self.me, self.name, message.token)
+        meet(store, self.me, self.name, self.nodes, message.fingerprint, self.opt.join_timeout_s, self._say)
         store.set_timeout(self.opt.keepalive_s)
-        self._post({"ev": "joined"})
+        self._post(Joined())
 
     def _start(self) -> None:
         self._last_ok = time.monotonic()
@@ -292,8 +415,8 @@ class _Loop:
                 host = self.nodes[0]
                 text = f"lost the first node {host}'s agent: no answer for {silent:.1f} s (--keepalive-s)"
                 self._post_fate(self.attempt, self.lost_fate(host, text))
-                self._post({"ev": "ended", "attempt": self.attempt})
-                self._post({"ev": "loop_ended"})
+                self._post(Ended(self.attempt))
+                self._post(LoopEnded())
                 return
 
     # ---- the loop --------------------------------------------------------------------------------
@@ -317,7 +440,7 @@ class _Loop:
                 if store.has(ends) and attempt in self._end_sent and posted_end != attempt:
                     self._watch_fate(store, attempt)  # a fate is always written before its node's end
                     # every node's outcome: one that vetoes a restart (a hang, a signal) stops it everywhere
-                    self._post({"ev": "ended", "attempt": attempt, "outcomes": store.get_many(ends)})
+                    self._post(Ended(attempt, tuple(store.get_many(ends))))
                     posted_end = attempt
                 now = time.monotonic()
                 for r, beat in zip(peers, store.get_many([f"hb/{r}" for r in peers]), strict=True):
@@ -326,7 +449,7 @@ class _Loop:
                         last_seen[r] = (beat, now)
                     elif now - seen[1] > self.opt.keepalive_s and not store.has([f"end/{attempt}/{r}"]):
                         self._lost(store, attempt, self.nodes[r], f"no keep-alive for {now - seen[1]:.1f} s")
-                        self._post({"ev": "loop_ended"})
+                        self._post(LoopEnded())
                         return
                 self._last_ok = time.monotonic()
                 self._stop.wait(tick)
@@ -336,8 +459,8 @@ class _Loop:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             host = self.nodes[0]
             self._post_fate(self.attempt, self.lost_fate(host, f"lost the first node {host}'s agent: {first}"))
-            self._post({"ev": "ended", "attempt": self.attempt})
-            self._post({"ev": "loop_ended"})
+            self._post(Ended(self.attempt))
+            self._post(LoopEnded())
 
     def _do_commands(self, store: AgentStore) -> None:
         while True:
@@ -345,11 +468,11 @@ class _Loop:
                 command = self._commands.get_nowait()
             except queue.Empty:
                 return
-            attempt = command["attempt"]
-            if command["op"] == "fate":
-                self._post_fate(attempt, store.first(f"fate/{attempt}", command["fate"]))
-            else:
-                store.set(f"end/{attempt}/{self.me}", command["outcome"])
+            match command:
+                case PublishFate(attempt=attempt, fate=fate):
+                    self._post_fate(attempt, store.first(f"fate/{attempt}", fate))
+                case SendEnd(attempt=attempt, outcome=outcome):
+                    store.set(f"end/{attempt}/{self.me}", outcome)
 
     def _watch_fate(self, store: AgentStore, attempt: int) -> None:
         if attempt not in self._posted_fates and store.has([f"fate/{attempt}"]):
@@ -360,11 +483,11 @@ class _Loop:
         won = store.first(f"fate/{attempt}", self.lost_fate(node, text))
         self._post_fate(attempt, won)
         if json.loads(won)["kind"] == "lost":  # no end will come from a lost node
-            self._post({"ev": "ended", "attempt": attempt})
+            self._post(Ended(attempt))
 
     # ---- after the job ---------------------------------------------------------------------------
 
-    def _finish(self, payload: Mapping[str, Any], lost_nodes: list[str]) -> list[Any] | None:
+    def _finish(self, payload: Mapping[str, Any], lost_nodes: list[str]) -> tuple[dict[str, Any], ...] | None:
         """This node's report to the first node; on the first node, every node's (its own first; a
         node that never sent one is missing)."""
         self._stop.set()
@@ -379,9 +502,9 @@ class _Loop:
             try:
                 store.set(f"report/{self.me}", json.dumps(payload))
             except Exception as e:
-                self._post({"ev": "say", "text": f"warning: could not send this node's report to the first node: {e}"})
+                self._say(f"warning: could not send this node's report to the first node: {e}")
             return None
-        got: dict[int, Any] = {0: payload}
+        got: dict[int, dict[str, Any]] = {0: dict(payload)}
         wanted = [r for r in range(1, len(self.nodes)) if self.nodes[r] not in lost_nodes]
         deadline = time.monotonic() + max(10.0, 2 * self.opt.keepalive_s)
         while wanted and time.monotonic() < deadline:
@@ -389,4 +512,4 @@ class _Loop:
                 got[r] = json.loads(store.get(f"report/{r}"))
                 wanted.remove(r)
             time.sleep(0.05)
-        return [got[r] for r in sorted(got)]
+        return tuple(got[r] for r in sorted(got))

@@ -12,9 +12,12 @@ SIGKILL when its parent dies (PR_SET_PDEATHSIG), checks that the parent did not 
 and exits when the link reaches EOF. It lives in its own session and ignores the launcher's
 forwarded signals (Ctrl-C reaches the launcher, which ends its helpers in order).
 
-The link is a Unix stream socket pair, one JSON object per line. The launcher's side never blocks:
-a message that does not fit is kept whole in a bounded buffer (sent with the next one), or dropped
-and counted once the buffer is full; its read side goes into the supervisor's event loop.
+The link is a Unix stream socket pair that carries typed messages: frozen dataclasses of the helper's
+``Vocabulary``, each going one way, in one codec (``LinkCodec``: one JSON object per line). A message
+of another vocabulary, or sent the wrong way, is a ``TypeError`` where it is sent, never one the
+other end drops. The launcher's side never blocks: a message that does not fit is kept whole in a
+bounded buffer (sent with the next one), or dropped and counted once the buffer is full; its read
+side goes into the supervisor's event loop.
 """
 
 from __future__ import annotations
@@ -27,8 +30,8 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Collection, Sequence
-from typing import Any
+from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass, is_dataclass
 
 from openclaw_launch.config.defaults import HANDLED_SIGNALS
 from openclaw_launch.config.signals import signal_numbers
@@ -41,21 +44,69 @@ CLOSE_TIMEOUT_S = 5.0
 
 _running: dict[int, str] = {}  # pid -> name of every helper this process started and not yet ended
 
-Message = dict[str, Any]
-
 
 def running_helpers() -> list[int]:
     """The helpers' pids: never a leftover for the supervisor to kill."""
     return list(_running)
 
 
-class Link:
-    """One end of the socket pair. The launcher's end does not block (``blocking=False``); a
-    helper's end blocks and may be used from several threads (sends are serialised)."""
+class Message:
+    """Base of every message a link carries; each is a frozen dataclass of one ``Vocabulary``."""
 
-    def __init__(self, sock: socket.socket, blocking: bool) -> None:
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """What the launcher and one kind of helper say to each other: the messages each way."""
+
+    to_helper: tuple[type[Message], ...]
+    to_launcher: tuple[type[Message], ...]
+
+
+class LinkCodec:
+    """The link's one codec, at one end: it encodes what this end ``sends`` and decodes what it
+    ``receives``. A message is one line, ``{"message": its class's name, "fields": ...}`` with the
+    fields as openclaw_launch/codec.py writes them, and read back through the same codec, which
+    checks each field against its type."""
+
+    def __init__(self, sends: Iterable[type[Message]], receives: Iterable[type[Message]]) -> None:
+        self._sends = frozenset(sends)
+        received = tuple(receives)
+        self._receives = {cls.__name__: cls for cls in received}
+        if len(self._receives) != len(received):
+            raise TypeError(f"two messages of one name: {sorted(cls.__name__ for cls in received)}")
+        for cls in (*self._sends, *received):
+            if not (is_dataclass(cls) and cls.__dataclass_params__.frozen):
+                raise TypeError(f"{cls.__name__}: a link's message is a frozen dataclass")
+
+    def encode(self, message: Message) -> bytes:
+        if type(message) not in self._sends:
+            raise TypeError(f"{type(message).__name__} is no message this end of the link sends")
+        from openclaw_launch.codec import to_json  # not at import: the start path needs no link
+
+        line = json.dumps({"message": type(message).__name__, "fields": to_json(message)}, separators=(",", ":"))
+        return (line + "\n").encode()
+
+    def decode(self, line: bytes) -> Message:
+        """The message on ``line``; a message this end does not receive, or one whose fields are
+        not its type's, is an error (the other end is the launcher's own code: a bug)."""
+        from openclaw_launch.codec import from_json
+
+        data = json.loads(line)
+        cls = self._receives.get(data["message"])
+        if cls is None:
+            raise TypeError(f"{data['message']!r} is no message this end of the link receives")
+        return from_json(cls, data["fields"])
+
+
+class Link:
+    """One end of the socket pair, speaking ``codec``. The launcher's end does not block
+    (``blocking=False``); a helper's end blocks and may be used from several threads (sends are
+    serialised)."""
+
+    def __init__(self, sock: socket.socket, blocking: bool, codec: LinkCodec) -> None:
         self._sock = sock
         self._blocking = blocking
+        self._codec = codec
         sock.setblocking(blocking)
         self._in = b""
         self._out = bytearray()
@@ -67,7 +118,7 @@ class Link:
         return self._sock.fileno()
 
     def send(self, message: Message) -> bool:
-        data = (json.dumps(message, separators=(",", ":")) + "\n").encode()
+        data = self._codec.encode(message)
         if self.closed:
             return False
         if self._lock is not None:
@@ -143,7 +194,7 @@ class Link:
 
     def _split(self) -> list[Message]:
         *lines, self._in = self._in.split(b"\n")
-        return [json.loads(line) for line in lines if line]
+        return [self._codec.decode(line) for line in lines if line]
 
     def close(self) -> None:
         self.closed = True
@@ -159,10 +210,12 @@ class Helper:
         self._ended = False
 
     @classmethod
-    def fork(cls, name: str, main: Callable[[Link], None], keep_fds: Sequence[int] = ()) -> Helper:
-        """Fork a helper running ``main(link)``; ``name`` is its process name (``ps``, 15 chars at
-        most); ``keep_fds`` stay open in it (every other fd but stderr is closed). Call while this
-        process has one thread (the reason helpers exist)."""
+    def fork(
+        cls, name: str, main: Callable[[Link], None], vocabulary: Vocabulary, keep_fds: Sequence[int] = ()
+    ) -> Helper:
+        """Fork a helper running ``main(link)``, the two ends speaking ``vocabulary``; ``name`` is its
+        process name (``ps``, 15 chars at most); ``keep_fds`` stay open in it (every other fd but
+        stderr is closed). Call while this process has one thread (the reason helpers exist)."""
         assert_single_threaded(f"fork the {name} helper")
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         launcher = os.getpid()
@@ -171,7 +224,7 @@ class Helper:
             code = 1
             try:
                 _become_helper(launcher, name, {theirs.fileno(), *keep_fds})
-                main(Link(theirs, blocking=True))
+                main(Link(theirs, blocking=True, codec=LinkCodec(vocabulary.to_launcher, vocabulary.to_helper)))
                 code = 0
             except BaseException:  # a bug: say it on the launcher's stderr, which the helper shares
                 import traceback
@@ -181,7 +234,7 @@ class Helper:
                 os._exit(code)
         theirs.close()
         _running[pid] = name
-        return cls(pid, name, Link(ours, blocking=False))
+        return cls(pid, name, Link(ours, blocking=False, codec=LinkCodec(vocabulary.to_helper, vocabulary.to_launcher)))
 
     def fileno(self) -> int:
         return self.link.fileno()

@@ -3,31 +3,74 @@ appends ``--stats-file``, so none of their threads runs in the launcher.
 
 The launcher forks it when the session starts (after the guardian, before the first worker) and
 does not wait for it: NVML's start (pynvml's import alone is 60-90 ms) runs beside the workers'.
-Messages, one JSON object per line:
+Its messages (``VOCABULARY``, run/helper.py's typed link):
 
-- launcher -> helper: ``publish`` (the endpoint's snapshot), ``append`` (a stats-file line),
-  ``finish`` (stop sampling, write what is queued, answer ``done``, exit).
-- helper -> launcher: ``gpus`` after every round of samples (the latest sample and the running
+- launcher -> helper: ``Publish`` (the endpoint's snapshot), ``Append`` (a stats-file line),
+  ``Finish`` (stop sampling, write what is queued, answer ``Finished``, exit).
+- helper -> launcher: ``GpuRound`` after every round of samples (the latest sample and the running
   summary per GPU, a ``GpuStats`` in the codec's JSON, the NVML events seen so far: XID,
-  uncorrectable ECC), ``gpu_error`` (NVML did
-  not start), ``stats_file_error`` (the first line that could not be written: a full disk),
-  ``done`` (the final summaries and errors).
+  uncorrectable ECC), ``GpuError`` (NVML did not start), ``StatsFileError`` (the first line that
+  could not be written: a full disk), ``Finished`` (the final round and errors).
 """
 
 from __future__ import annotations
 
 import socket
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from openclaw_launch.run.failure_class import GpuEvent
-from openclaw_launch.run.helper import Helper, Link, Message
+from openclaw_launch.run.helper import Helper, Link, Message, Vocabulary
 
 if TYPE_CHECKING:
     from openclaw_launch.stats.gpu import GpuSampler, Sample, SampleSource
     from openclaw_launch.stats.result import GpuStats
 
 FINISH_TIMEOUT_S = 12.0  # the sampler's and the file writer's own bounds (5 s each), and a margin
+
+
+@dataclass(frozen=True)
+class Publish(Message):
+    snap: dict[str, Any]  # the endpoint's snapshot (stats/metrics.py)
+
+
+@dataclass(frozen=True)
+class Append(Message):
+    snap: dict[str, Any]  # one line of the stats file
+
+
+@dataclass(frozen=True)
+class Finish(Message):
+    pass
+
+
+@dataclass(frozen=True)
+class GpuRound(Message):
+    latest: dict[str, dict[str, Any]]  # the last sample per GPU (stats/gpu.py's Sample)
+    summaries: dict[str, Any]  # the running summary per GPU: a GpuStats in the codec's JSON, decoded when asked
+    events: tuple[GpuEvent, ...]  # the NVML events so far, oldest first
+
+
+@dataclass(frozen=True)
+class GpuError(Message):
+    text: str
+
+
+@dataclass(frozen=True)
+class StatsFileError(Message):
+    text: str
+
+
+@dataclass(frozen=True)
+class Finished(Message):
+    last: GpuRound
+    gpu_error: str | None
+    stats_file_error: str | None
+    stats_file_dropped: int
+
+
+VOCABULARY = Vocabulary(to_helper=(Publish, Append, Finish), to_launcher=(GpuRound, GpuError, StatsFileError, Finished))
 
 
 class StatsHelper:
@@ -61,7 +104,7 @@ class StatsHelper:
             _serve(link, list(uuids), gpu_source, metrics_socket, stats_file)
 
         keep = (metrics_socket.fileno(),) if metrics_socket is not None else ()
-        helper = Helper.fork("openclaw-stats", main, keep_fds=keep)
+        helper = Helper.fork("openclaw-stats", main, VOCABULARY, keep_fds=keep)
         if metrics_socket is not None:
             metrics_socket.close()
         return cls(helper, on_warning)
@@ -87,10 +130,10 @@ class StatsHelper:
             self._take(message)
 
     def publish(self, snap: dict[str, Any]) -> None:
-        self._helper.link.send({"op": "publish", "snap": snap})
+        self._helper.link.send(Publish(snap))
 
     def append(self, snap: dict[str, Any]) -> None:
-        if not self._helper.link.send({"op": "append", "snap": snap}):
+        if not self._helper.link.send(Append(snap)):
             self.stats_file_dropped += 1
 
     def finish(self, timeout_s: float = FINISH_TIMEOUT_S) -> None:
@@ -99,7 +142,7 @@ class StatsHelper:
             return
         self._done = True
         link = self._helper.link
-        link.send({"op": "finish"})
+        link.send(Finish())
         link.flush(timeout_s)
         done = False
         while not done and not link.closed:
@@ -108,25 +151,29 @@ class StatsHelper:
                 break
             for message in messages:
                 self._take(message)
-                done = done or message["op"] == "done"
+                done = done or isinstance(message, Finished)
         self._helper.end()
 
     def _take(self, message: Message) -> None:
-        op = message["op"]
-        if op in ("gpus", "done"):
-            self.latest = message["latest"]
-            self._summaries = message["summaries"]
-            self.gpu_events = [GpuEvent(str(e["kind"]), str(e["uuid"]), int(e["code"])) for e in message["events"]]
-        if op == "gpu_error":
-            self.gpu_error = message["text"]
-            self._on_warning(message["text"])
-        if op == "stats_file_error" and self.stats_file_error is None:
-            self.stats_file_error = message["text"]
-            self._on_warning(f"{message['text']}; the job goes on, later lines may be lost (in the report)")
-        if op == "done":
-            self.gpu_error = self.gpu_error or message["gpu_error"]
-            self.stats_file_error = self.stats_file_error or message["stats_file_error"]
-            self.stats_file_dropped += message["stats_file_dropped"]
+        match message:
+            case GpuRound():
+                self._take_round(message)
+            case GpuError(text=text):
+                self.gpu_error = text
+                self._on_warning(text)
+            case StatsFileError(text=text) if self.stats_file_error is None:
+                self.stats_file_error = text
+                self._on_warning(f"{text}; the job goes on, later lines may be lost (in the report)")
+            case Finished():
+                self._take_round(message.last)
+                self.gpu_error = self.gpu_error or message.gpu_error
+                self.stats_file_error = self.stats_file_error or message.stats_file_error
+                self.stats_file_dropped += message.stats_file_dropped
+
+    def _take_round(self, gpus: GpuRound) -> None:
+        self.latest = gpus.latest
+        self._summaries = gpus.summaries
+        self.gpu_events = list(gpus.events)
 
 
 def _serve(
@@ -137,44 +184,36 @@ def _serve(
     stats_file: str | None,
 ) -> None:
     """The helper's main thread: start the parts, then follow the launcher's messages until
-    ``finish`` or EOF (the launcher is gone: nobody to answer)."""
-    from openclaw_launch.codec import to_json
+    ``Finish`` or EOF (the launcher is gone: nobody to answer)."""
     from openclaw_launch.stats.metrics import MetricsServer, StatsFile
 
     server = MetricsServer(metrics_socket) if metrics_socket is not None else None
 
     def file_error(text: str) -> None:  # from the writer's thread (the link's sends are serialised)
-        link.send({"op": "stats_file_error", "text": text})
+        link.send(StatsFileError(text))
 
     writer = StatsFile(stats_file, file_error) if stats_file else None
     sampler = _start_sampler(link, uuids, gpu_source)
     finish = False
     while not finish and not link.closed:
         for message in link.wait(None):
-            op = message["op"]
-            if op == "publish" and server is not None:
-                server.publish(message["snap"])
-            elif op == "append" and writer is not None:
-                writer.append(message["snap"])
-            elif op == "finish":
-                finish = True
+            match message:
+                case Publish(snap=snap) if server is not None:
+                    server.publish(snap)
+                case Append(snap=snap) if writer is not None:
+                    writer.append(snap)
+                case Finish():
+                    finish = True
     if sampler is not None:
         sampler.stop()
     if writer is not None:
         writer.close()
     # The endpoint goes with the process: a polite shutdown waits out serve_forever's 0.5 s poll.
     if finish:
-        link.send(
-            {
-                "op": "done",
-                "latest": sampler.latest() if sampler is not None else {},
-                "summaries": to_json(sampler.summaries()) if sampler is not None else {},
-                "events": sampler.events() if sampler is not None else [],
-                "gpu_error": sampler.error if sampler is not None else None,
-                "stats_file_error": writer.error if writer is not None else None,
-                "stats_file_dropped": writer.dropped if writer is not None else 0,
-            }
-        )
+        last = _round(sampler) if sampler is not None else GpuRound({}, {}, ())
+        gpu_error = sampler.error if sampler is not None else None
+        file_error_text = writer.error if writer is not None else None
+        link.send(Finished(last, gpu_error, file_error_text, writer.dropped if writer is not None else 0))
 
 
 def _start_sampler(
@@ -182,15 +221,21 @@ def _start_sampler(
 ) -> GpuSampler | None:
     if not uuids or gpu_source is None:
         return None
-    from openclaw_launch.codec import to_json
     from openclaw_launch.stats.gpu import GpuSampler
 
     def send(sampler: GpuSampler) -> None:
-        summaries, events = to_json(sampler.summaries()), sampler.events()
-        link.send({"op": "gpus", "latest": sampler.latest(), "summaries": summaries, "events": events})
+        link.send(_round(sampler))
 
     try:
         return GpuSampler(gpu_source(uuids), uuids, on_round=send).start()
     except Exception as exc:  # no NVML in this container, a driver mismatch: statistics go on
-        link.send({"op": "gpu_error", "text": f"GPU sampling off: {exc}"})
+        link.send(GpuError(f"GPU sampling off: {exc}"))
         return None
+
+
+def _round(sampler: GpuSampler) -> GpuRound:
+    """What the sampler has now (the summaries in the codec's JSON: the launcher decodes them when asked)."""
+    from openclaw_launch.codec import to_json
+
+    events = tuple(GpuEvent(str(e["kind"]), str(e["uuid"]), int(e["code"])) for e in sampler.events())
+    return GpuRound(sampler.latest(), to_json(sampler.summaries()), events)
