@@ -34,3 +34,14 @@ def session_tmpdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         else:
             os.environ["TMPDIR"] = saved_env
         shutil.rmtree(path, ignore_errors=True)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The ``torchrun_live`` tests run only when ``-m`` names them (``pytest -m torchrun_live``): a
+    plain run, or one of ``-m "not serial"``, compares with torchrun's recording instead."""
+    if "torchrun_live" in (config.getoption("markexpr") or ""):
+        return
+    live = [item for item in items if item.get_closest_marker("torchrun_live")]
+    if live:
+        config.hook.pytest_deselected(items=live)
+        items[:] = [item for item in items if not item.get_closest_marker("torchrun_live")]

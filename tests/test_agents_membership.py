@@ -22,6 +22,7 @@ import pytest
 from guards import GUARD_S, read_until
 from host import free_port, needs_torch
 from test_agents_loopback import CONFIG, FAKE, finish, start, wait_files
+from torchrun_recording import SIDES, torchrun_side
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPAT = [str(ROOT / "tests" / "compat_worker.py")]
@@ -118,12 +119,15 @@ def test_three_launchers_in_shuffled_order_take_node_ranks_by_arrival_and_keep_t
     assert addr == "127.0.0.1" and master_port != str(port)
 
 
-def test_the_same_line_under_torchrun_gives_every_rank_the_same_variables(tmp_path: Path) -> None:
-    """Three torchrun launchers and three of ours, the same c10d line: every rank's variables
-    agree (which launcher gets which node rank differs: torchrun sorts the nodes by host name and
-    pid, ours by arrival, docs/torchrun-compat.md), and each launcher's ranks are one node's."""
-    dumps: dict[str, dict[int, dict[str, str]]] = {}
-    for which, cmd in (("torchrun", [sys.executable, "-m", "torch.distributed.run"]), ("ours", ours())):
+@pytest.mark.parametrize("side", SIDES)
+def test_the_same_line_under_torchrun_gives_every_rank_the_same_variables(tmp_path: Path, side: str) -> None:
+    """Three torchrun launchers (or their recording: tests/torchrun_recording.py) and three of ours,
+    the same c10d line: every rank's variables agree (which launcher gets which node rank differs:
+    torchrun sorts the nodes by host name and pid, ours by arrival, docs/torchrun-compat.md), and
+    each launcher's ranks are one node's."""
+
+    def three_launchers(which: str, cmd: list[str]) -> dict[str, dict[str, str]]:
+        """Every rank's variables, by rank, of three launchers of the line at once."""
         port = free_port()
         procs = []
         for k in range(3):
@@ -132,19 +136,25 @@ def test_the_same_line_under_torchrun_gives_every_rank_the_same_variables(tmp_pa
             procs.append(popen([*cmd, *c10d_line(port, 3, 2), *COMPAT, "--dump", str(out)]))
         results = collect(procs, ["" for _ in procs])
         assert [code for code, _ in results] == [0, 0, 0], results
-        dumps[which] = {}
+        dumps = {}
         for k in range(3):
             ranks = {
-                int(p.stem.split("-")[1]): json.loads(p.read_text())
-                for p in (tmp_path / which / str(k)).glob("rank-*.json")
+                p.stem.split("-")[1]: json.loads(p.read_text()) for p in (tmp_path / which / str(k)).glob("rank-*.json")
             }
             assert len({r["GROUP_RANK"] for r in ranks.values()}) == 1 and len(ranks) == 2, (which, k, ranks)
-            dumps[which].update(ranks)
-    assert sorted(dumps["ours"]) == sorted(dumps["torchrun"]) == list(range(6))
-    for rank, theirs in dumps["torchrun"].items():
-        mine = dumps["ours"][rank]
-        assert {k: mine.get(k) for k in COMPARED} == {k: theirs.get(k) for k in COMPARED}, rank
-    assert len({r["MASTER_PORT"] for r in dumps["ours"].values()}) == 1
+            dumps.update(ranks)
+        return dumps
+
+    def torchruns() -> dict[str, dict[str, str | None]]:
+        dumps = three_launchers("torchrun", [sys.executable, "-m", "torch.distributed.run"])
+        return {rank: {k: env.get(k) for k in COMPARED} for rank, env in dumps.items()}
+
+    theirs = torchrun_side("membership/three_launchers_c10d", side, torchruns)
+    mine = three_launchers("ours", ours())
+    assert sorted(mine, key=int) == sorted(theirs, key=int) == [str(rank) for rank in range(6)]
+    for rank, variables in theirs.items():
+        assert {k: mine[rank].get(k) for k in COMPARED} == variables, rank
+    assert len({r["MASTER_PORT"] for r in mine.values()}) == 1
 
 
 def test_a_launcher_too_many_is_refused_and_the_job_finishes(

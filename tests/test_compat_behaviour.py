@@ -2,7 +2,8 @@
 one host (also with MASTER_PORT/MASTER_ADDR exported, and on torchtitan's port-0 line, under both
 launchers), a 30 s grace period for a checkpointing SIGTERM handler, output of a SIGKILLed worker, a
 progress bar drawn with \\r, the launcher's own TORCHELASTIC_ERROR_FILE, every attempt's error file,
-and every PET_* variable under both launchers."""
+and every PET_* variable under both launchers (torchrun's side from its recording,
+tests/torchrun_recording.py, but for one PET_* variable)."""
 
 from __future__ import annotations
 
@@ -12,13 +13,13 @@ import select
 import signal
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from guards import wait_for
-from host import free_port, needs_torch
+from host import needs_torch
 from test_supervise_signals import finish, wait_files
+from torchrun_recording import SIDES, case_sides, torchrun_side
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = "tests/compat_worker.py"
@@ -46,11 +47,17 @@ def test_two_one_node_jobs_on_one_host_both_succeed() -> None:
         assert "sum 1" in out
 
 
-LAUNCHERS = {"torchrun": "torch.distributed.run", "openclaw": "openclaw_launch"}
+TORCHRUN = "torch.distributed.run"
+
+
+def formed_worlds(jobs: list[subprocess.Popen[str]]) -> list[list[int]]:
+    """Each all-reduce job's exit code and how many of its two ranks printed the sum."""
+    return [[code, out.count("sum 1")] for code, out, _ in map(finish, jobs)]
 
 
 @needs_torch
-def test_master_port_and_addr_of_the_shell_are_ignored_as_by_torchrun() -> None:
+@pytest.mark.parametrize("side", SIDES)
+def test_master_port_and_addr_of_the_shell_are_ignored_as_by_torchrun(side: str) -> None:
     """Two one-node jobs of each launcher at once, in a shell that exports MASTER_PORT (a port this
     test holds, so a launcher that obeyed it would fail) and an unresolvable MASTER_ADDR: every job
     forms its world; ours says once what it ignored and what to use instead."""
@@ -60,51 +67,56 @@ def test_master_port_and_addr_of_the_shell_are_ignored_as_by_torchrun() -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         shell = {"MASTER_PORT": str(taken.getsockname()[1]), "MASTER_ADDR": "no-such-host.invalid"}
-        jobs = [
-            (which, start("--nproc-per-node", "2", "tests/allreduce_worker.py", env=shell, launcher=module))
-            for which, module in LAUNCHERS.items()
-            for _ in range(2)
-        ]
-        for which, job in jobs:
+        line = ["--nproc-per-node", "2", "tests/allreduce_worker.py"]
+        ours = [start(*line, env=shell) for _ in range(2)]
+
+        def theirs() -> list[list[int]]:
+            return formed_worlds([start(*line, env=shell, launcher=TORCHRUN) for _ in range(2)])
+
+        assert torchrun_side("behaviour/shell_master_port_and_addr", side, theirs) == [[0, 2], [0, 2]]
+        for job in ours:
             code, out, err = finish(job)
-            assert code == 0, f"{which}: {err}"
-            assert out.count("sum 1") == 2, f"{which}: {out}"
-            if which == "openclaw":
-                (warning,) = [line for line in err.splitlines() if "launching environment" in line]
-                assert f"MASTER_PORT={shell['MASTER_PORT']}" in warning and "--master-port" in warning
+            assert code == 0 and out.count("sum 1") == 2, err
+            (warning,) = [line for line in err.splitlines() if "launching environment" in line]
+            assert f"MASTER_PORT={shell['MASTER_PORT']}" in warning and "--master-port" in warning
 
 
 @needs_torch
-def test_two_port_0_jobs_at_once_under_both_launchers(tmp_path: Path) -> None:
+@pytest.mark.parametrize("side", SIDES)
+def test_two_port_0_jobs_at_once_under_both_launchers(tmp_path: Path, side: str) -> None:
     """torchtitan's run_train.sh line (c10d, localhost:0), twice at once under each launcher: every
     world forms on its own free port, and our report names the port its workers got."""
     line = ["--nproc_per_node=2", "--rdzv_backend", "c10d", "--rdzv_endpoint=localhost:0", "--role", "rank"]
-    jobs = []
-    for which, module in LAUNCHERS.items():
-        for k in range(2):
-            report = ["--report", str(tmp_path / f"run-{k}.json")] if which == "openclaw" else []
-            jobs.append((which, start(*line, *report, "tests/allreduce_worker.py", launcher=module)))
-    for which, job in jobs:
-        code, out, err = finish(job)
-        assert code == 0 and out.count("sum 1") == 2, f"{which}: {err}"
-    ports = {json.loads((tmp_path / f"run-{k}.json").read_text())["master_port"] for k in range(2)}
+    reports = [tmp_path / f"run-{k}.json" for k in range(2)]
+    ours = [start(*line, "--report", str(report), "tests/allreduce_worker.py") for report in reports]
+
+    def theirs() -> list[list[int]]:
+        return formed_worlds([start(*line, "tests/allreduce_worker.py", launcher=TORCHRUN) for _ in range(2)])
+
+    assert torchrun_side("behaviour/two_port_0_jobs", side, theirs) == [[0, 2], [0, 2]]
+    assert formed_worlds(ours) == [[0, 2], [0, 2]]
+    ports = {json.loads(report.read_text())["master_port"] for report in reports}
     assert len(ports) == 2 and 0 not in ports and None not in ports
 
 
-def test_every_attempts_error_file_is_kept_as_under_torchrun(tmp_path: Path) -> None:
+@pytest.mark.parametrize("side", SIDES)
+def test_every_attempts_error_file_is_kept_as_under_torchrun(tmp_path: Path, side: str) -> None:
     """--max-restarts 1, rank 1 fails both attempts with an @record error file: both attempts' files
     stay under either launcher, and our summary names the last attempt's (the root cause)."""
     args = ["--nproc-per-node", "2", "--max-restarts", "1", "--monitor-interval", "0.1", "--rdzv-id", "e"]
     worker = ["--no-python", sys.executable, "tests/fake_worker.py", "--only-rank", "1", "--error-file"]
-    jobs = {w: start(*args, "--log-dir", str(tmp_path / w), *worker, launcher=m) for w, m in LAUNCHERS.items()}
-    errs = {}
-    for which, job in jobs.items():
-        code, _, errs[which] = finish(job)
-        assert code != 0, f"{which}: {errs[which]}"
-    torchrun_logs = tmp_path / "torchrun"
-    theirs = sorted(p.relative_to(torchrun_logs).parts[1:] for p in torchrun_logs.glob("*/attempt_*/1/error.json"))
-    assert theirs == [("attempt_0", "1", "error.json"), ("attempt_1", "1", "error.json")]
-    err = errs["openclaw"]
+    job = start(*args, "--log-dir", str(tmp_path / "openclaw"), *worker)
+
+    def theirs() -> list[list[str]]:
+        logs = tmp_path / "torchrun"
+        code, _, err = finish(start(*args, "--log-dir", str(logs), *worker, launcher=TORCHRUN))
+        assert code != 0, err
+        return sorted(list(p.relative_to(logs).parts[1:]) for p in logs.glob("*/attempt_*/1/error.json"))
+
+    expected = [["attempt_0", "1", "error.json"], ["attempt_1", "1", "error.json"]]
+    assert torchrun_side("behaviour/every_attempts_error_file", side, theirs) == expected
+    code, _, err = finish(job)
+    assert code != 0, err
     ours = [tmp_path / "openclaw" / "e" / "errors" / f"attempt-{n}" / "rank-1" / "error.json" for n in (0, 1)]
     assert all(json.loads(f.read_text())["message"]["message"].startswith("ValueError") for f in ours)
     assert f"error file {ours[1]}" in err and f"error file {ours[0]}" not in err
@@ -269,28 +281,18 @@ def test_every_pet_variable_has_a_case() -> None:
     assert set(PET_CASES) == {name for flag in FLAGS for name in flag.env if name.startswith("PET_")}
 
 
-@pytest.mark.parametrize("variable", sorted(PET_CASES))
-def test_each_pet_variable_gives_the_workers_of_torchrun(tmp_path: Path, variable: str) -> None:
-    """Both launchers at once with the variable set: the same exit code, ranks, rank variables and
-    argv (tests/test_torchrun_compat.py's comparison), and the values the variable asks for."""
-    from test_torchrun_compat import assert_same, run_one
+@pytest.mark.parametrize(("variable", "side"), case_sides(PET_CASES, live_every_run=["PET_NPROC_PER_NODE"]))
+def test_each_pet_variable_gives_the_workers_of_torchrun(tmp_path: Path, variable: str, side: str) -> None:
+    """Both launchers with the variable set: the same exit code, ranks, rank variables and argv
+    (tests/test_torchrun_compat.py's comparison), and the values the variable asks for."""
+    from test_torchrun_compat import assert_same, compared
 
     env, args, expected = PET_CASES[variable]
-    jobs, wanted = {}, {}
-    with ThreadPoolExecutor(2) as pool:
-        for which in ("torchrun", "openclaw"):
-            port, out = str(free_port()), tmp_path / which
-
-            def fill(text: str, port: str = port, out: Path = out) -> str:
-                return text.replace("{port}", port).replace("{dump}", str(out))
-
-            wanted[which] = {k: fill(v) for k, v in expected.items()}
-            variables = {k: fill(v) for k, v in env.items()}
-            jobs[which] = pool.submit(run_one, which, [fill(a) for a in args], variables, out)
-        results = {which: job.result() for which, job in jobs.items()}
-    assert_same(variable, results["torchrun"], results["openclaw"])
-    for which, (_, ranks) in results.items():
-        for rank, got in ranks.items():
-            assert {k: got.get(k) for k in wanted[which]} == wanted[which], f"{which} rank {rank}"
+    theirs, run = compared(f"pet/{variable}", side, args, env, tmp_path)
+    ours = run.observed()
+    assert_same(variable, theirs, ours)
+    for which, observed in (("torchrun", theirs), ("openclaw", ours)):
+        for rank, got in observed["ranks"].items():
+            assert {k: got.get(k) for k in expected} == expected, f"{which} rank {rank}"
     if variable == "PET_LOG_DIR":  # both wrote their workers' logs there
-        assert (tmp_path / "torchrun" / "logs").is_dir() and (tmp_path / "openclaw" / "logs").is_dir()
+        assert "logs" in theirs["files"] and "logs" in ours["files"]

@@ -2,7 +2,9 @@
 (run/terminal.py), so it sees a terminal of the launcher's window size as torchrun's workers do;
 redraws reach the terminal with the rank prefix and the log as written; SIGWINCH resizes every
 rank's pty; Ctrl-C reaches the launcher, not the workers; pipes when the launcher's output is not a
-terminal. Real launchers on a real pty (the test holds its master side), under torchrun too."""
+terminal. Real launchers on a real pty (the test holds its master side), under torchrun too: what
+its workers saw from the recording (tests/torchrun_recording.py), the interactive cases under the
+``torchrun_live`` marker."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from guards import GUARD_S, wait_for
+from torchrun_recording import SIDES, torchrun_side
 
 if importlib.util.find_spec("torch") is None:
     pytest.skip("torchrun (torch) is compared in every test here", allow_module_level=True)
@@ -31,6 +34,8 @@ LAUNCHERS = {
     "openclaw": [sys.executable, "-m", "openclaw_launch"],
     "torchrun": [sys.executable, "-m", "torch.distributed.run"],
 }
+# each launcher, torchrun's under the marker (a test of it alone, against no recording)
+EACH_LAUNCHER = ["openclaw", pytest.param("torchrun", marks=pytest.mark.torchrun_live)]
 
 
 def _env() -> dict[str, str]:
@@ -103,8 +108,19 @@ class OnTerminal:
         return self.output.decode(errors="replace")
 
 
-def _probes(out: Path) -> dict[int, dict[str, object]]:
-    return {int(p.stem.split("-")[1]): json.loads(p.read_text()) for p in sorted(out.glob("rank-*.json"))}
+def _probes(out: Path) -> list[dict[str, object]]:
+    """What terminal_worker.probe wrote for each rank, in rank order."""
+    return [json.loads(p.read_text()) for p in sorted(out.glob("rank-*.json"), key=lambda p: int(p.stem.split("-")[1]))]
+
+
+def _probe_on_terminal(
+    launcher: list[str], out: Path, *args: str, rows: int = 24, columns: int = 80, stderr_pipe: bool = False
+) -> list[dict[str, object]]:
+    """The probes of a launcher's ranks (``args`` before the worker), the launcher on a pty."""
+    out.mkdir()
+    term = OnTerminal([*launcher, *args, WORKER, "probe", str(out)], rows, columns, stderr_pipe)
+    assert term.finish() == 0, term.text()
+    return _probes(out)
 
 
 def _view(stdout: bool, stderr: bool, columns: int = 80, rows: int = 24) -> dict[str, object]:
@@ -121,66 +137,63 @@ def _view(stdout: bool, stderr: bool, columns: int = 80, rows: int = 24) -> dict
 PREFIX_COLUMNS = len("[rank 0] ")  # the default prefix: a worker's line is the window less it
 
 
-def test_workers_see_the_launchers_terminal_and_its_size_as_under_torchrun(tmp_path: Path) -> None:
+@pytest.mark.parametrize("side", SIDES)
+def test_workers_see_the_launchers_terminal_and_its_size_as_under_torchrun(tmp_path: Path, side: str) -> None:
     """The launcher's window less the rank prefix, so that a full-width bar fits after the prefix;
     with ``--prefix ''`` exactly the window, as under torchrun."""
-    runs = {**LAUNCHERS, "openclaw, no prefix": [*LAUNCHERS["openclaw"], "--prefix", ""]}
-    seen = {}
-    for which, launcher in runs.items():
-        out = tmp_path / which.replace(" ", "_")
-        out.mkdir()
-        term = OnTerminal([*launcher, "--nproc-per-node", "2", WORKER, "probe", str(out)], rows=33, columns=101)
-        assert term.finish() == 0, term.text()
-        seen[which] = _probes(out)
+
+    def probes(out: str, *launcher: str) -> list[dict[str, object]]:
+        return _probe_on_terminal(list(launcher), tmp_path / out, "--nproc-per-node", "2", rows=33, columns=101)
+
     full = _view(True, True, 101, 33)
-    assert seen["torchrun"] == seen["openclaw, no prefix"] == {0: full, 1: full}
+    theirs = torchrun_side("terminal/window_size", side, lambda: probes("torchrun", *LAUNCHERS["torchrun"]))
+    assert theirs == probes("no-prefix", *LAUNCHERS["openclaw"], "--prefix", "") == [full, full]
     narrower = _view(True, True, 101 - PREFIX_COLUMNS, 33)
-    assert seen["openclaw"] == {0: narrower, 1: narrower}
+    assert probes("openclaw", *LAUNCHERS["openclaw"]) == [narrower, narrower]
 
 
-def test_with_the_launchers_output_a_pipe_the_workers_see_pipes_as_under_torchrun(tmp_path: Path) -> None:
-    seen = {}
-    for which, launcher in LAUNCHERS.items():
+@pytest.mark.parametrize("side", SIDES)
+def test_with_the_launchers_output_a_pipe_the_workers_see_pipes_as_under_torchrun(tmp_path: Path, side: str) -> None:
+    def probes(which: str) -> list[dict[str, object]]:
         out = tmp_path / which
         out.mkdir()
         done = subprocess.run(
-            [*launcher, "--nproc-per-node", "2", WORKER, "probe", str(out)],
+            [*LAUNCHERS[which], "--nproc-per-node", "2", WORKER, "probe", str(out)],
             capture_output=True,
             env=_env(),
             cwd=ROOT,
             timeout=GUARD_S,
         )
         assert done.returncode == 0, done.stderr
-        seen[which] = _probes(out)
-    assert seen["openclaw"] == seen["torchrun"] == {0: _view(False, False), 1: _view(False, False)}
+        return _probes(out)
+
+    pipes = [_view(False, False), _view(False, False)]
+    assert torchrun_side("terminal/pipes", side, lambda: probes("torchrun")) == pipes
+    assert probes("openclaw") == pipes
 
 
-def test_each_stream_gets_a_pty_only_where_the_launchers_is_a_terminal(tmp_path: Path) -> None:
+@pytest.mark.parametrize("side", SIDES)
+def test_each_stream_gets_a_pty_only_where_the_launchers_is_a_terminal(tmp_path: Path, side: str) -> None:
     """The launcher's stdout a terminal, its stderr a pipe: the worker's stdout a tty, its stderr a pipe."""
-    seen = {}
-    for which, launcher in LAUNCHERS.items():
-        out = tmp_path / which
-        out.mkdir()
-        term = OnTerminal([*launcher, "--nproc-per-node", "1", WORKER, "probe", str(out)], stderr_pipe=True)
-        assert term.finish() == 0, term.text()
-        seen[which] = _probes(out)
-    assert seen["torchrun"] == {0: _view(True, False)}
-    assert seen["openclaw"] == {0: _view(True, False, 80 - PREFIX_COLUMNS)}
+
+    def probes(which: str) -> list[dict[str, object]]:
+        return _probe_on_terminal(LAUNCHERS[which], tmp_path / which, "--nproc-per-node", "1", stderr_pipe=True)
+
+    assert torchrun_side("terminal/stderr_a_pipe", side, lambda: probes("torchrun")) == [_view(True, False)]
+    assert probes("openclaw") == [_view(True, False, 80 - PREFIX_COLUMNS)]
 
 
-def test_a_stream_kept_off_the_console_is_a_pipe_as_under_torchrun(tmp_path: Path) -> None:
+@pytest.mark.parametrize("side", SIDES)
+def test_a_stream_kept_off_the_console_is_a_pipe_as_under_torchrun(tmp_path: Path, side: str) -> None:
     """``--redirects 2``: the rank's stderr goes to its log only, so it is no terminal (torchrun's
     goes to a file)."""
-    seen = {}
-    for which, launcher in LAUNCHERS.items():
-        out = tmp_path / which
-        out.mkdir()
+
+    def probes(which: str) -> list[dict[str, object]]:
         args = ["--nproc-per-node", "1", "--log-dir", str(tmp_path / f"logs-{which}"), "--redirects", "2"]
-        term = OnTerminal([*launcher, *args, WORKER, "probe", str(out)])
-        assert term.finish() == 0, term.text()
-        seen[which] = _probes(out)
-    assert seen["torchrun"] == {0: _view(True, False)}
-    assert seen["openclaw"] == {0: _view(True, False, 80 - PREFIX_COLUMNS)}
+        return _probe_on_terminal(LAUNCHERS[which], tmp_path / which, *args)
+
+    assert torchrun_side("terminal/stderr_to_the_log", side, lambda: probes("torchrun")) == [_view(True, False)]
+    assert probes("openclaw") == [_view(True, False, 80 - PREFIX_COLUMNS)]
 
 
 def test_a_redrawn_bar_reaches_the_terminal_as_redraws_with_the_prefix_and_the_log_as_written(tmp_path: Path) -> None:
@@ -194,25 +207,22 @@ def test_a_redrawn_bar_reaches_the_terminal_as_redraws_with_the_prefix_and_the_l
     assert log.read_bytes() == ("".join(f"\r{d}" for d in drawn) + "\n").encode()  # no \r\n: bytes as written
 
 
-def test_tqdm_draws_on_the_launchers_terminal_and_not_into_a_pipe_as_under_torchrun() -> None:
+@pytest.mark.parametrize("which", EACH_LAUNCHER)
+def test_tqdm_draws_on_the_launchers_terminal_and_not_into_a_pipe_as_under_torchrun(which: str) -> None:
     """``tqdm(disable=None)``: a live bar on a terminal (each redraw with the rank prefix here),
     nothing at all into a pipe, under both launchers."""
     pytest.importorskip("tqdm")
-    args = ["--nproc-per-node", "1", WORKER, "tqdm", "3"]
-    drawn = {}
-    for which, launcher in LAUNCHERS.items():
-        term = OnTerminal([*launcher, *args])
-        assert term.finish() == 0, term.text()
-        drawn[which] = term.text()
-        piped = subprocess.run(
-            [*launcher, *args], capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=GUARD_S
-        )
-        assert piped.returncode == 0 and "3/3" not in piped.stderr + piped.stdout, piped.stderr
-    for which, text in drawn.items():  # a full-width bar, which fits the line after the prefix too
-        last = [drawing for drawing in text.split("\r") if "100%|" in drawing][-1]
-        assert "| 3/3 [" in last and last.startswith("[rank 0] 100%|" if which == "openclaw" else "100%|"), text
-        assert len(last) == 79, text  # tqdm leaves the last column free
-    assert drawn["openclaw"].count("\r[rank 0] ") >= 3  # 0/3 first, then one redraw per step
+    args = [*LAUNCHERS[which], "--nproc-per-node", "1", WORKER, "tqdm", "3"]
+    term = OnTerminal(args)
+    assert term.finish() == 0, term.text()
+    piped = subprocess.run(args, capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=GUARD_S)
+    assert piped.returncode == 0 and "3/3" not in piped.stderr + piped.stdout, piped.stderr
+    text = term.text()  # a full-width bar, which fits the line after the prefix too
+    last = [drawing for drawing in text.split("\r") if "100%|" in drawing][-1]
+    assert "| 3/3 [" in last and last.startswith("[rank 0] 100%|" if which == "openclaw" else "100%|"), text
+    assert len(last) == 79, text  # tqdm leaves the last column free
+    if which == "openclaw":
+        assert text.count("\r[rank 0] ") >= 3  # 0/3 first, then one redraw per step
 
 
 def test_a_line_on_stdout_never_lands_inside_a_bar_on_stderr_of_the_same_terminal() -> None:
@@ -226,7 +236,7 @@ def test_a_line_on_stdout_never_lands_inside_a_bar_on_stderr_of_the_same_termina
     assert "[rank 0] " not in lines  # the bar's last end is the one the line of stdout gave it
 
 
-@pytest.mark.parametrize("which", LAUNCHERS)
+@pytest.mark.parametrize("which", EACH_LAUNCHER)
 def test_a_resized_terminal_resizes_every_ranks_terminal(tmp_path: Path, which: str) -> None:
     term = OnTerminal([*LAUNCHERS[which], "--nproc-per-node", "2", WORKER, "resize", str(tmp_path)])
     prefixes = ["[rank 0] ", "[rank 1] "] if which == "openclaw" else [""]  # torchrun's workers: no prefix
@@ -240,7 +250,7 @@ def test_a_resized_terminal_resizes_every_ranks_terminal(tmp_path: Path, which: 
     assert term.finish() == 0, term.text()
 
 
-@pytest.mark.parametrize("which", LAUNCHERS)
+@pytest.mark.parametrize("which", EACH_LAUNCHER)
 def test_ctrl_c_on_the_terminal_reaches_the_launcher_which_stops_the_workers(tmp_path: Path, which: str) -> None:
     """The workers are in their own session: the terminal's SIGINT goes to the launcher alone, and
     the workers hear of it from the launcher (the sender's pid), as under torchrun."""
@@ -265,4 +275,4 @@ def test_without_ptys_to_be_had_the_workers_get_pipes_and_run(tmp_path: Path) ->
     launch = " ".join([*LAUNCHERS["openclaw"], "--nproc-per-node", "1", WORKER, "probe", str(out)])
     term = OnTerminal(["unshare", "--mount", "sh", "-c", f"mount --bind /dev/null /dev/ptmx && exec {launch}"])
     assert term.finish() == 0, term.text()
-    assert _probes(out) == {0: _view(False, False)}
+    assert _probes(out) == [_view(False, False)]

@@ -1,6 +1,7 @@
 """torchrun's command line, flag by flag, under both launchers (torch is installed): the same
 workers with the same rank variables, arguments and exit code (port 0, ``--`` after the target
-included); refused values exit 2 with nothing started; the docs tables are the flag table and the
+included; torchrun's side from its recording, tests/torchrun_recording.py, but for a few cases);
+refused values exit 2 with nothing started; the docs tables are the flag table and the
 defaults table; signal lists are read by one parser in every spelling; every default is the one in
 config/defaults.py; the opt-in ``torchrun`` shim, in a scratch directory."""
 
@@ -10,17 +11,21 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
-from cli_runner import invoke
+from cli_runner import Invocation, invoke
 from guards import GUARD_S, wait_for
 from host import free_port, needs_torch
+from torchrun_recording import SIDES, case_sides, torchrun_side
 
 from openclaw_launch.cli.torchrun_compat import FLAGS, compat_table_markdown
 from openclaw_launch.config import defaults
@@ -48,23 +53,94 @@ def launcher_cmd(which: str) -> list[str]:
 
 
 def env_for(extra: dict[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PET_")}
+    """The launchers' environment: this one's less torchrun's settings (``PET_*``) and the GPUs a
+    shell may have chosen (a case that wants them sets them), so that it is the recording's too."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PET_") and k != "CUDA_VISIBLE_DEVICES"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests"), env.get("PYTHONPATH", "")])
     return {**env, **extra}
 
 
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """A launcher's run on the dumping worker: its exit code, every rank's variables as the worker
+    dumped them, the port its line was given (None: none) and its output directory."""
+
+    code: int
+    ranks: dict[int, dict[str, str]]
+    port: int | None
+    out: Path
+
+    def observed(self) -> dict[str, Any]:
+        """What the comparisons read of the run, as JSON, the same for every run of its line: this
+        run's port, output directory, host name and drawn run id as ``{port}``, ``{dump}``,
+        ``{hostname}`` and ``{drawn}`` (a port the launcher chose: ``{free port}``), the error
+        file's path left out; ``files``: what else the launcher wrote in the output directory."""
+        ranks = {
+            str(rank): {k: self._placeholder(k, v) for k, v in env.items() if k != "TORCHELASTIC_ERROR_FILE"}
+            for rank, env in sorted(self.ranks.items())
+        }
+        files = sorted(p.name for p in self.out.iterdir() if not p.name.startswith("rank-"))
+        return {"exit_code": self.code, "ranks": ranks, "files": files}
+
+    def _placeholder(self, key: str, value: str) -> str:
+        value = value.replace(str(self.out), "{dump}")
+        if self.port is not None and value == str(self.port):
+            return "{port}"
+        if key == "MASTER_PORT" and value != "0":
+            return "{free port}"
+        if key == "MASTER_ADDR" and value == socket.gethostname():
+            return "{hostname}"
+        if key == "TORCHELASTIC_RUN_ID" and UUID.fullmatch(value):
+            return "{drawn}"
+        return value
+
+
 def run_one(
-    which: str, args: list[str], env: dict[str, str], out: Path, cwd: Path = ROOT
-) -> tuple[int, dict[int, dict[str, str]]]:
-    """Run a launcher on the dumping worker; its exit code and every rank's variables."""
+    which: str, args: Sequence[str], env: dict[str, str], out: Path, cwd: Path = ROOT, port: int | None = None
+) -> Run:
+    """Run a launcher on the dumping worker, ``{port}`` in its line and variables a free port (or
+    ``port``), ``{dump}`` its output directory ``out``. Every rank got the one MASTER_PORT and a
+    MASTER_ADDR that reaches this host (what a worker's init_process_group needs on one node)."""
     out.mkdir(parents=True, exist_ok=True)
-    argv = [a.replace("{dump}", str(out)) for a in args]
+    given = port or free_port()
+
+    def fill(text: str) -> str:
+        return text.replace("{port}", str(given)).replace("{dump}", str(out))
+
+    argv, variables = [fill(a) for a in args], {k: fill(v) for k, v in env.items()}
     proc = subprocess.run(
-        [*launcher_cmd(which), *argv], env=env_for(env), cwd=cwd, capture_output=True, text=True, timeout=GUARD_S
+        [*launcher_cmd(which), *argv], env=env_for(variables), cwd=cwd, capture_output=True, text=True, timeout=GUARD_S
     )
     ranks = {int(p.stem.split("-")[1]): json.loads(p.read_text()) for p in out.glob("rank-*.json")}
     assert ranks or proc.returncode != 0, f"{which} {argv}: no worker ran\n{proc.stderr[-3000:]}"
-    return proc.returncode, ranks
+    assert len({r["MASTER_PORT"] for r in ranks.values()}) <= 1, f"{which} {argv}: {ranks}"
+    assert all(local_address(r["MASTER_ADDR"]) for r in ranks.values())
+    uses_port = any("{port}" in text for text in [*args, *env.values()])
+    return Run(proc.returncode, ranks, given if uses_port else None, out)
+
+
+def compared(
+    key: str,
+    side: str,
+    args: Sequence[str],
+    env: dict[str, str],
+    tmp_path: Path,
+    cwd: Path = ROOT,
+    ours_first: Sequence[str] = (),
+) -> tuple[dict[str, Any], Run]:
+    """torchrun's observed run of the line (its ``side``: the recording's ``key``, or torchrun
+    itself; tests/torchrun_recording.py) and our run of it (``ours_first`` before it), at once."""
+
+    def theirs() -> dict[str, Any]:
+        return run_one("torchrun", args, env, tmp_path / "torchrun", cwd).observed()
+
+    with ThreadPoolExecutor(2) as pool:
+        recorded = pool.submit(torchrun_side, key, side, theirs)
+        ours = pool.submit(run_one, "openclaw", [*ours_first, *args], env, tmp_path / "openclaw", cwd)
+        return recorded.result(), ours.result()
 
 
 def local_address(addr: str) -> bool:
@@ -74,8 +150,9 @@ def local_address(addr: str) -> bool:
     return True
 
 
-def assert_same(case: str, theirs: tuple[int, dict[int, dict[str, str]]], ours: tuple[int, dict[int, dict[str, str]]]):
-    (t_code, t_ranks), (o_code, o_ranks) = theirs, ours
+def assert_same(case: str, theirs: dict[str, Any], ours: dict[str, Any]) -> None:
+    """The same exit code, ranks and rank variables (COMPARED) in torchrun's and our ``Run.observed()``."""
+    (t_code, t_ranks), (o_code, o_ranks) = (theirs["exit_code"], theirs["ranks"]), (ours["exit_code"], ours["ranks"])
     assert o_code == t_code, f"{case}: exit code {o_code}, torchrun {t_code}"
     assert sorted(o_ranks) == sorted(t_ranks), f"{case}: ranks {sorted(o_ranks)}, torchrun {sorted(t_ranks)}"
     for rank, t_env in t_ranks.items():
@@ -86,15 +163,14 @@ def assert_same(case: str, theirs: tuple[int, dict[int, dict[str, str]]], ours: 
         assert not diff, f"{case} rank {rank}: (ours, torchrun) {diff}"
         if "TORCHELASTIC_SIGNALS_TO_HANDLE" in t_env and "signals" in case:
             assert o_env["TORCHELASTIC_SIGNALS_TO_HANDLE"] == t_env["TORCHELASTIC_SIGNALS_TO_HANDLE"]
-        assert local_address(o_env["MASTER_ADDR"]) and local_address(t_env["MASTER_ADDR"])
-        assert len({r["MASTER_PORT"] for r in o_ranks.values()}) == 1
 
 
 def dump(*args: str) -> list[str]:
     return [WORKER, "--dump", "{dump}", *args]
 
 
-# id -> (launcher arguments, environment). Each runs under torchrun and under openclaw-launch.
+# id -> (launcher arguments, environment; "{port}": a free port, "{dump}": the output directory).
+# Each runs under openclaw-launch and under torchrun (its recording, or torchrun itself).
 CASES: dict[str, tuple[list[str], dict[str, str]]] = {
     # pytorch/examples distributed/ddp/run_example.sh
     "ddp_run_example": (
@@ -189,84 +265,71 @@ CASES: dict[str, tuple[list[str], dict[str, str]]] = {
     "cpu_host_keeps_cuda_visible_devices": (["--nproc-per-node=2", *dump()], {"CUDA_VISIBLE_DEVICES": "3,5"}),
 }
 PORT_ZERO = ("standalone_master_port_0", "torchtitan_run_train")
+# Against torchrun itself in every run: the classic c10d line, and the two whose answer is this
+# host's CPU count, which a recording made on another host would not know
+LIVE_EVERY_RUN = ("ddp_run_example", "nproc_auto", "nproc_cpu_and_auto")
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_same_workers_and_variables_as_torchrun(tmp_path: Path, case: str) -> None:
-    args, env = CASES[case]
-    with ThreadPoolExecutor(2) as pool:
-        jobs = {
-            which: pool.submit(
-                run_one, which, [a.replace("{port}", str(free_port())) for a in args], env, tmp_path / which
-            )
-            for which in ("torchrun", "openclaw")
-        }
-        theirs, ours = jobs["torchrun"].result(), jobs["openclaw"].result()
-    assert_same(case, theirs, ours)
+@pytest.mark.parametrize(("case", "side"), case_sides(CASES, LIVE_EVERY_RUN))
+def test_same_workers_and_variables_as_torchrun(tmp_path: Path, case: str, side: str) -> None:
+    theirs, ours = compared(f"compat/{case}", side, *CASES[case], tmp_path)
+    assert_same(case, theirs, ours.observed())
     if case in PORT_ZERO:  # a real port under both, the same for every rank
-        assert {r["MASTER_PORT"] for r in ours[1].values()} != {"0"} != {r["MASTER_PORT"] for r in theirs[1].values()}
+        ports = {r["MASTER_PORT"] for r in [*theirs["ranks"].values(), *ours.observed()["ranks"].values()]}
+        assert ports == {"{free port}"}
     if case == "cpu_host_keeps_cuda_visible_devices":
-        assert {r.get("CUDA_VISIBLE_DEVICES") for r in ours[1].values()} == {"3,5"}
+        assert {r.get("CUDA_VISIBLE_DEVICES") for r in ours.ranks.values()} == {"3,5"}
     if case.startswith("dashdash"):
-        assert all("--" not in json.loads(r["sys_argv"])[:1] for r in ours[1].values())
+        assert all("--" not in json.loads(r["sys_argv"])[:1] for r in ours.ranks.values())
 
 
 def test_two_nodes_two_launchers_per_side(tmp_path: Path) -> None:
-    """--nnodes 2 --node-rank 0/1 on loopback: one world of 4 ranks under either launcher."""
+    """--nnodes 2 --node-rank 0/1 on loopback: one world of 4 ranks under either launcher (under
+    torchrun itself in every run)."""
 
-    def side(which: str) -> tuple[int, dict[int, dict[str, str]]]:
-        port = str(free_port())
-        base = ["--nnodes", "2", "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", port]
+    def side(which: str) -> dict[str, Any]:
+        port = free_port()
+        base = ["--nnodes", "2", "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", "{port}"]
         with ThreadPoolExecutor(2) as pool:
             nodes = [
-                pool.submit(run_one, which, [*base, "--node-rank", str(k), *dump()], {}, tmp_path / which)
+                pool.submit(run_one, which, [*base, "--node-rank", str(k), *dump()], {}, tmp_path / which, port=port)
                 for k in (0, 1)
             ]
-            results = [n.result() for n in nodes]
-        return max(r[0] for r in results), {k: v for r in results for k, v in r[1].items()}
+            runs = [n.result() for n in nodes]
+        return {
+            "exit_code": max(r.code for r in runs),
+            "ranks": {k: v for r in runs for k, v in r.observed()["ranks"].items()},
+        }
 
     theirs, ours = side("torchrun"), side("openclaw")
     assert_same("two_nodes", theirs, ours)
-    assert sorted(ours[1]) == [0, 1, 2, 3] and ours[1][3]["GROUP_RANK"] == "1"
+    assert sorted(ours["ranks"]) == ["0", "1", "2", "3"] and ours["ranks"]["3"]["GROUP_RANK"] == "1"
 
 
-def both(args: list[str], env: dict[str, str], tmp_path: Path, cwd: Path = ROOT) -> dict[str, tuple[int, dict]]:
-    """The same line under both launchers at once ("{port}": a free port for each)."""
-    with ThreadPoolExecutor(2) as pool:
-        jobs = {
-            which: pool.submit(
-                run_one, which, [a.replace("{port}", str(free_port())) for a in args], env, tmp_path / which, cwd
-            )
-            for which in ("torchrun", "openclaw")
-        }
-        return {which: job.result() for which, job in jobs.items()}
-
-
-def test_static_master_port_0_is_a_free_port_where_torchrun_hands_out_0(tmp_path: Path) -> None:
+@pytest.mark.parametrize("side", SIDES)
+def test_static_master_port_0_is_a_free_port_where_torchrun_hands_out_0(tmp_path: Path, side: str) -> None:
     """torchrun's static rendezvous gives the workers MASTER_PORT=0 (their init_process_group then
     waits for ever: measured); here port 0 means a free port, as torchrun's c10d and --standalone
     read it, and the report holds it."""
     report = tmp_path / "run.json"
     line = ["--nproc-per-node=2", "--master-port=0", *dump()]
-    with ThreadPoolExecutor(2) as pool:
-        theirs = pool.submit(run_one, "torchrun", line, {}, tmp_path / "torchrun")
-        ours = pool.submit(run_one, "openclaw", ["--report", str(report), *line], {}, tmp_path / "openclaw")
-        runs = {"torchrun": theirs.result(), "openclaw": ours.result()}
-    assert_same("static_port_0", runs["torchrun"], runs["openclaw"])
-    ports = {r["MASTER_PORT"] for r in runs["openclaw"][1].values()}
-    assert {r["MASTER_PORT"] for r in runs["torchrun"][1].values()} == {"0"} and ports != {"0"}
+    theirs, ours = compared(
+        "compat/static_master_port_0", side, line, {}, tmp_path, ours_first=["--report", str(report)]
+    )
+    assert_same("static_port_0", theirs, ours.observed())
+    ports = {r["MASTER_PORT"] for r in ours.ranks.values()}
+    assert {r["MASTER_PORT"] for r in theirs["ranks"].values()} == {"0"} and ports != {"0"}
     assert ports == {str(json.loads(report.read_text())["master_port"])}
 
 
-@pytest.mark.parametrize(
-    "shape",
-    [
-        ["-m", "scripts.base_train", "--", "--depth=24", "--device_batch_size=2"],  # nanochat's line
-        ["{tmp}/worker.sh", "--", "--depth=24"],  # --no-python cmd -- args
-    ],
-    ids=["nanochat_module", "no_python_command"],
-)
-def test_double_dash_after_the_target_under_both(tmp_path: Path, shape: list[str]) -> None:
+DOUBLE_DASH_SHAPES = {
+    "nanochat_module": ["-m", "scripts.base_train", "--", "--depth=24", "--device_batch_size=2"],  # nanochat's line
+    "no_python_command": ["{tmp}/worker.sh", "--", "--depth=24"],  # --no-python cmd -- args
+}
+
+
+@pytest.mark.parametrize(("shape", "side"), case_sides(DOUBLE_DASH_SHAPES))
+def test_double_dash_after_the_target_under_both(tmp_path: Path, shape: str, side: str) -> None:
     """The worker parses its arguments strictly (argparse's parse_args, as nanochat's base_train):
     a '--' left in sys.argv fails every rank with 'unrecognized arguments'."""
     package = tmp_path / "scripts"
@@ -281,13 +344,14 @@ def test_double_dash_after_the_target_under_both(tmp_path: Path, shape: list[str
     wrapper = tmp_path / "worker.sh"
     wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} -m scripts.base_train "$@"\n')
     wrapper.chmod(0o755)
-    no_python = ["--no-python"] if shape[0].endswith(".sh") else []
-    args = [*no_python, "--nproc-per-node=2", *(a.replace("{tmp}", str(tmp_path)) for a in shape), "--dump", "{dump}"]
+    target = [a.replace("{tmp}", str(tmp_path)) for a in DOUBLE_DASH_SHAPES[shape]]
+    no_python = ["--no-python"] if target[0].endswith(".sh") else []
+    args = [*no_python, "--nproc-per-node=2", *target, "--dump", "{dump}"]
     env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT), str(ROOT / "tests")])}
-    runs = both(args, env, tmp_path, cwd=tmp_path)
-    assert_same("double_dash", runs["torchrun"], runs["openclaw"])
-    assert runs["openclaw"][0] == 0
-    for rank in runs["openclaw"][1].values():
+    theirs, ours = compared(f"compat/double_dash_{shape}", side, args, env, tmp_path, cwd=tmp_path)
+    assert_same("double_dash", theirs, ours.observed())
+    assert ours.code == 0
+    for rank in ours.ranks.values():
         assert json.loads(rank["sys_argv"])[:1] == ["--depth=24"]
 
 
@@ -534,21 +598,17 @@ def test_signal_spellings_reach_the_workers_and_the_supervisor(tmp_path: Path) -
     assert log.read_text().split() == ["SIGUSR2", "SIGUSR1"]
 
 
-def shim_command(bin_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*launcher_cmd("openclaw"), "install-torchrun-shim", "--dir", str(bin_dir), *args],
-        env=env_for({}),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=GUARD_S,
-    )
+def shim_command(bin_dir: Path, *args: str) -> Invocation:
+    """``install-torchrun-shim`` in this process (tests/cli_runner.py): it only writes files."""
+    return invoke("install-torchrun-shim", "--dir", str(bin_dir), *args, env=env_for({}))
 
 
-def test_torchrun_shim_runs_a_shell_script_that_calls_torchrun_under_openclaw(tmp_path: Path) -> None:
+@pytest.mark.parametrize("side", SIDES)
+def test_torchrun_shim_runs_a_shell_script_that_calls_torchrun_under_openclaw(tmp_path: Path, side: str) -> None:
     """In a scratch bin directory holding a copy of torch's torchrun (the real one is never
     touched): refused without --force, replaced with it, the script's `torchrun` line then gives
-    the workers torchrun's variables from openclaw-launch, and --uninstall puts torch's back."""
+    the workers torchrun's variables from openclaw-launch (through the real entry point), and
+    --uninstall puts torch's back."""
     import shutil
 
     bin_dir = tmp_path / "bin"
@@ -576,13 +636,9 @@ def test_torchrun_shim_runs_a_shell_script_that_calls_torchrun_under_openclaw(tm
     )
     assert proc.returncode == 0, proc.stderr
     ranks = {int(p.stem.split("-")[1]): json.loads(p.read_text()) for p in out.glob("rank-*.json")}
-    theirs = run_one(
-        "torchrun",
-        ["--nproc_per_node=2", "--rdzv_backend", "c10d", "--rdzv_endpoint=localhost:0", *dump()],
-        {},
-        tmp_path / "t",
-    )
-    assert_same("shim", theirs, (proc.returncode, ranks))
+    line = ["--nproc_per_node=2", "--rdzv_backend", "c10d", "--rdzv_endpoint=localhost:0", *dump()]
+    theirs = torchrun_side("compat/shim_line", side, lambda: run_one("torchrun", line, {}, tmp_path / "t").observed())
+    assert_same("shim", theirs, Run(proc.returncode, ranks, None, out).observed())
     assert {r["TORCHELASTIC_USE_AGENT_STORE"] for r in ranks.values()} == {"False"}  # openclaw's workers, not torch's
 
     again = shim_command(bin_dir)  # the shim is ours: rewritten without --force
