@@ -42,6 +42,17 @@ def warn(message: str) -> None:
     click.echo(f"openclaw-launch: warning: {message}", err=True)
 
 
+def echo_err(text: str) -> None:
+    """A line of the launcher's own on stderr (what the agents say while the nodes meet)."""
+    click.echo(text, err=True)
+
+
+def stopped_meeting(signum: int) -> NoReturn:
+    """A signal while the nodes met, before the plan: nothing started; exit 128+N, as for a job."""
+    click.echo(f"openclaw-launch: stopped by signal {signum} while the nodes met; started nothing", err=True)
+    sys.exit(128 + signum)
+
+
 def live_topology(with_gpus: bool, nvml_facts: bool = True) -> Topology:
     """Read this host; NVML is only touched when GPUs are wanted and, with ``nvml_facts`` False
     (no NVLink needed), not even then where the driver's /proc files list the GPUs: start-up time."""

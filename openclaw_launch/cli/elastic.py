@@ -11,11 +11,19 @@ from typing import TYPE_CHECKING
 
 import click
 
-from openclaw_launch.cli.common import Common, Inputs, fail, node_name_for, plan_and_config
+from openclaw_launch.cli.common import (
+    Common,
+    Inputs,
+    echo_err,
+    fail,
+    node_name_for,
+    plan_and_config,
+    stopped_meeting,
+)
 from openclaw_launch.cli.run_options import RunOptions
 from openclaw_launch.config.defaults import MASTER_PORT
 from openclaw_launch.errors import OpenclawError
-from openclaw_launch.job.agents import AgentWaits, ElasticJob, PlanWorld, agent_port
+from openclaw_launch.job.agents import ElasticJob, PlanWorld, agent_port
 
 if TYPE_CHECKING:
     from openclaw_launch.agents.elastic_agent import ElasticLink, World
@@ -62,14 +70,13 @@ def arrive_elastic(job: ElasticJob, inputs: Inputs, r: RunOptions, max_restarts:
 
     if r.preflight_first:
         raise click.BadParameter("needs each node's --node-rank K (not an elastic job)", param_hint="--preflight")
-    waits = AgentWaits(r.agent_timeout_s, r.keepalive_s)
+    signals = signal_numbers(inputs.want.signals)
     try:
-        answer = meet_first_world(job, waits, max_restarts, signal_numbers(inputs.want.signals), echo_err)
+        answer = meet_first_world(job, r.agent_waits(), max_restarts, signals, echo_err)
     except OpenclawError as e:
         fail(e)
     if isinstance(answer, int):
-        click.echo(f"openclaw-launch: stopped by signal {answer} while the nodes met; started nothing", err=True)
-        sys.exit(128 + answer)
+        stopped_meeting(answer)
     if isinstance(answer, NotNeeded):
         click.echo(f"openclaw-launch: {answer.text}; this launcher ran no ranks", err=True)
         sys.exit(0)
@@ -109,7 +116,3 @@ def world_planner(
         )
 
     return plan_world
-
-
-def echo_err(text: str) -> None:
-    click.echo(text, err=True)

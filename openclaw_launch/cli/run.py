@@ -16,13 +16,15 @@ from openclaw_launch.cli.common import (
     Common,
     Inputs,
     check_output_option,
+    echo_err,
     fail,
     plan_and_config,
     read_inputs,
+    stopped_meeting,
     warn,
     with_common,
 )
-from openclaw_launch.cli.elastic import arrive_elastic, echo_err, elastic_job, world_planner
+from openclaw_launch.cli.elastic import arrive_elastic, elastic_job, world_planner
 from openclaw_launch.cli.run_options import RunOptions, console_choices, startup_timeout_s, with_run_options
 from openclaw_launch.cli.torchrun_resolve import Resolved
 from openclaw_launch.config.model import Config
@@ -146,9 +148,9 @@ def _agents(
 ) -> AgentSetup | None:
     """The agents of a multi-node job (job/agents.py; imports torch's store: several nodes only), and
     where the first node writes the job's report; None for one node."""
-    from openclaw_launch.job.agents import AgentWaits, arrival_agents, elastic_agents, fixed_agents
+    from openclaw_launch.job.agents import arrival_agents, elastic_agents, fixed_agents
 
-    waits = AgentWaits(r.agent_timeout_s, r.keepalive_s)
+    waits = r.agent_waits()
     if elastic is not None:
         assert job is not None
         planner = world_planner(c, inputs, r, job, plan, elastic[0])
@@ -219,7 +221,6 @@ def _arrive(want: Resolved, r: RunOptions) -> Arrival:
     MASTER_PORT from the rendezvous at the endpoint (the agents' port), before the plan is built.
     A signal in the wait exits 128+N; a refusal or no answer exits 2."""
     from openclaw_launch.config.signals import signal_numbers
-    from openclaw_launch.job.agents import AgentWaits
     from openclaw_launch.job.meeting import meet_by_arrival
 
     assert want.master_addr is not None and want.master_port is not None and want.nnodes is not None
@@ -231,16 +232,13 @@ def _arrive(want: Resolved, r: RunOptions) -> Arrival:
         raise click.BadParameter(
             "needs each node's --node-rank K (not node ranks by arrival)", param_hint="--preflight"
         )
-    waits = AgentWaits(r.agent_timeout_s, r.keepalive_s)
+    signals = signal_numbers(want.signals)
     try:
-        answer = meet_by_arrival(
-            want.master_addr, want.master_port, want.nnodes, waits, signal_numbers(want.signals), echo_err
-        )
+        answer = meet_by_arrival(want.master_addr, want.master_port, want.nnodes, r.agent_waits(), signals, echo_err)
     except OpenclawError as e:
         fail(e)
     if isinstance(answer, int):
-        click.echo(f"openclaw-launch: stopped by signal {answer} while the nodes met; started nothing", err=True)
-        sys.exit(128 + answer)
+        stopped_meeting(answer)
     where = f"{want.master_addr}:{want.master_port}"
     click.echo(f"openclaw-launch: node rank {answer.node_rank} of {want.nnodes} (by arrival at {where})", err=True)
     return answer

@@ -17,6 +17,7 @@ import click
 from openclaw_launch.cli import option_types
 from openclaw_launch.config import defaults
 from openclaw_launch.config.signals import signal_numbers
+from openclaw_launch.job.agents import AgentWaits
 from openclaw_launch.limits import MIN_AGENT_TIMEOUT_S, MIN_KEEPALIVE_S
 from openclaw_launch.telemetry.wire import TELEMETRY_MODES
 
@@ -46,6 +47,9 @@ class RunOptions:
     preflight_first: bool
     exit_code_classes: bool
     dry_run: bool
+
+    def agent_waits(self) -> AgentWaits:
+        return AgentWaits(self.agent_timeout_s, self.keepalive_s)
 
 
 _run_options: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
