@@ -1,11 +1,11 @@
-"""The suite's own temporary files stay under pytest's directory, and go with it.
+"""The suite's own temporary files stay in a directory of its own, and go with it.
 
 torchrun keeps ``/tmp/torchelastic_*`` after every job, and a launcher given ``-r/-t`` without
 ``--log-dir`` keeps the logs it wrote in a temporary directory (both on purpose, for the user). So
 every process the tests start gets a ``TMPDIR`` of the session's own, removed at the end: the test
-command leaves ``/tmp`` as it found it. Under pytest-xdist each worker is a session of its own, in
-its own base directory (``pytest-N/popen-gwK``), so each worker has its own ``TMPDIR`` too, and the
-jobs of one worker's tests never see the other's (tests/test_launch_e2e.py's MPS check relies on it).
+command leaves ``/tmp`` as it found it. Under pytest-xdist each worker is a session of its own, with
+its own ``TMPDIR``, so the jobs of one worker's tests never see the other's (tests/test_launch_e2e.py's
+MPS check relies on it).
 """
 
 from __future__ import annotations
@@ -20,8 +20,12 @@ import pytest
 
 
 @pytest.fixture(scope="session", autouse=True)
-def session_tmpdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    path = tmp_path_factory.mktemp("tmpdir", numbered=False)
+def session_tmpdir() -> Iterator[Path]:
+    """Directly in the temp directory the session was given, not under pytest's base directory: a
+    unix socket path under it (an MPS pipe directory's) must fit in 108 bytes, and pytest's base is 45
+    characters deep under xdist (``pytest-of-USER/pytest-N/popen-gwK``)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    path = Path(tempfile.mkdtemp(prefix=f"openclaw-tests-{worker}-"))
     saved_env, saved_module = os.environ.get("TMPDIR"), tempfile.tempdir
     os.environ["TMPDIR"] = str(path)
     tempfile.tempdir = str(path)  # the tests' own gettempdir() agrees with the launchers'

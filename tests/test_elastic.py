@@ -9,7 +9,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -19,7 +18,7 @@ import psutil
 import pytest
 from cli_runner import invoke
 from guards import GUARD_S, wait_for
-from host import free_port
+from host import free_port, listening
 
 from openclaw_launch.agents.membership import ElasticSpec, Member, first_world, next_world, wants_growth
 
@@ -59,15 +58,7 @@ def world_of_two(
 
 def wait_listening(port: int) -> None:
     """The first launcher hosts the rendezvous (torchrun's c10d rule: the first to listen)."""
-
-    def listening() -> bool:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-        except OSError:
-            return False
-        return True
-
-    wait_for(listening, "the first launcher never listened", poll_s=0.05)
+    wait_for(lambda: listening(port), "the first launcher never listened", poll_s=0.05)
 
 
 def wait_said(path: Path, text: str) -> None:

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -21,7 +20,7 @@ from typing import Any
 
 import pytest
 from guards import GUARD_S, wait_for
-from host import free_port, needs_torch
+from host import free_port, listening, needs_torch
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = "tests/dump_worker.py"
@@ -171,15 +170,6 @@ def attempt_of(rank: Mapping[str, Any], attempt: int) -> dict[str, Any]:
     env = {**rank["env"], "TORCHELASTIC_RESTART_COUNT": str(attempt)}
     env["TORCHELASTIC_ERROR_FILE"] = env["TORCHELASTIC_ERROR_FILE"].replace("/attempt-0/", f"/attempt-{attempt}/")
     return {**rank, "env": env}
-
-
-def listening(port: int) -> bool:
-    """Whether a launcher hosts the rendezvous (the agents' store) on ``port``."""
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-    except OSError:
-        return False
-    return True
 
 
 def written(*paths: Path) -> bool:
