@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
+from guards import GUARD_S
 
 from openclaw_launch.agents.elastic_agent import ELASTIC_VOCABULARY
 from openclaw_launch.agents.store_loop import VOCABULARY as AGENT_VOCABULARY
@@ -53,9 +54,9 @@ def test_messages_cross_typed_both_ways_with_nested_types(ends: tuple[Link, Link
     launcher, helper_end, _ = ends
     ask = Ask(3, (GpuEvent("xid", "GPU-1", 79), GpuEvent("ecc", "GPU-2")))
     assert launcher.send(ask)
-    assert helper_end.wait(5.0) == [ask]
+    assert helper_end.wait(GUARD_S) == [ask]
     assert helper_end.send(Answer(None)) and helper_end.send(Answer("done"))
-    assert launcher.wait(5.0) == [Answer(None), Answer("done")]
+    assert launcher.wait(GUARD_S) == [Answer(None), Answer("done")]
 
 
 def test_a_message_the_link_does_not_send_is_a_type_error_at_the_send(ends: tuple[Link, Link, socket.socket]) -> None:
@@ -73,10 +74,10 @@ def test_what_a_link_end_does_not_receive_is_an_error_not_a_drop(ends: tuple[Lin
     launcher, _, raw = ends
     raw.sendall(b'{"message":"Ask","fields":{"attempt":1,"events":[]}}\n')  # the launcher never receives Ask
     with pytest.raises(TypeError, match="'Ask' is no message this end of the link receives"):
-        launcher.wait(5.0)
+        launcher.wait(GUARD_S)
     raw.sendall(b'{"message":"Answer","fields":{"text":7}}\n')
     with pytest.raises(ReportShapeError, match="text: expected string or null, found 7"):
-        launcher.wait(5.0)
+        launcher.wait(GUARD_S)
 
 
 def test_the_launchers_end_never_blocks_and_counts_what_it_drops(
