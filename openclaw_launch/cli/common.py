@@ -29,6 +29,7 @@ from openclaw_launch.config.reader import load_config
 from openclaw_launch.errors import OpenclawError
 from openclaw_launch.plan.build import build_plan
 from openclaw_launch.plan.context import RUN_ID_PLACEHOLDER, RunContext, free_port, run_context, run_id_for
+from openclaw_launch.plan.env import worker_python
 from openclaw_launch.plan.model import ElasticRange, Entry, EntryKind, LaunchPlan, PlanOptions
 from openclaw_launch.topology.model import Topology
 
@@ -156,7 +157,7 @@ def plan_and_config(
     options = PlanOptions(
         entry=entry,
         node=node_name,
-        python=os.environ.get("PYTHON_EXEC") or sys.executable,  # torchrun's PYTHON_EXEC
+        python=worker_python(os.environ),
         base_env=dict(os.environ),
         master_addr=want.master_addr,
         master_port=None if want.by_arrival else want.master_port,  # by arrival: node rank 0's (the context's)

@@ -290,7 +290,9 @@ def validate(config_path: str, node: str | None, topology_path: str | None, as_j
             mps=mps,
             mps_pipe_dir=_mps_pipe_dir() if mps is not None else None,
         )
-        python = os.environ.get("PYTHON_EXEC") or sys.executable
+        from openclaw_launch.plan.env import worker_python
+
+        python = worker_python(os.environ)
         fp = node_fingerprint(config, node_name, topology, os.environ, HOST_ROOT, python)
     except OpenclawError as e:
         fail(e)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -144,9 +143,10 @@ def _names(config: Config) -> tuple[str, ...]:
 def _versions() -> dict[str, str]:
     """This node's torch, NCCL, CUDA, driver and the workers' Python (``PYTHON_EXEC``, as the plan's)."""
     from openclaw_launch.agents.versions import node_versions, python_version_of
+    from openclaw_launch.plan.env import worker_python
     from openclaw_launch.topology.live import HOST_ROOT
 
-    python = os.environ.get("PYTHON_EXEC") or sys.executable
+    python = worker_python(os.environ)
     return node_versions(HOST_ROOT, lambda: python_version_of(python))
 
 

@@ -9,6 +9,7 @@ exactly. Values from the config are passed literally: there is no shell anywhere
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -107,6 +108,12 @@ class RankSlot:
     cuda_visible_devices: str = ""  # see visible_devices()
     cuda_device_index: int | None = None  # the rank's GPU within CUDA_VISIBLE_DEVICES
     nic: tuple[str, str] | None = None  # (kind, name) of its NIC under runtime.nic_binding: nearest
+
+
+def worker_python(environ: Mapping[str, str]) -> str:
+    """The interpreter of script and module targets: torchrun's ``PYTHON_EXEC``, else the launcher's.
+    The plan's argv, the fingerprint's Python version and ``validate`` all ask this one rule."""
+    return environ.get("PYTHON_EXEC") or sys.executable
 
 
 def visible_devices(mode: str, node_uuids: Sequence[str], own_uuid: str) -> tuple[str, int]:
