@@ -103,7 +103,11 @@ _run_options: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
         type=option_types.percent(),
         default=defaults.STRAGGLER_THRESHOLD_PCT,
         show_default=True,
-        help="Name a straggler when one rank is busy this % of the median step longer than the others.",
+        help=(
+            "Name a straggler whose steps run this % longer than the other ranks' pace would make them "
+            "(an excess of t/(100+t) of the step, judged on 5-step windows; named from "
+            f"{100 * (1 - defaults.STRAGGLER_THRESHOLD_MARGIN):g} % of it)."
+        ),
     ),
     click.option(
         "--hang-timeout-s",
