@@ -176,3 +176,24 @@ def test_the_start_path_never_imports_pynvml(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=GUARD_S)
     assert out.returncode == 0, out.stderr
     assert out.stdout.rstrip().endswith("PYNVML False") and '"backend": "nccl"' in out.stdout
+
+
+def test_the_real_nvml_is_read_in_a_forked_child_and_comes_back_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NVML's start leaves a thread of the CUDA driver's in its process (it outlives nvmlShutdown,
+    seen on the H200 host), and the launcher forks afterwards: the live host's NVML facts are read
+    in a child and come back as a snapshot, the host this process would have read."""
+    root = h200x2_tree(tmp_path / "host")
+    opened_in = tmp_path / "opened-in"
+
+    def nvml_here() -> NvmlProvider:
+        opened_in.write_text(str(os.getpid()))
+        return h200_nvml()
+
+    monkeypatch.setattr(live, "HOST_ROOT", root)
+    monkeypatch.setattr(live, "PynvmlProvider", nvml_here)
+    apart = discover_topology()
+    assert int(opened_in.read_text()) != os.getpid()  # started in the child, never here
+    assert apart == discover_topology(open_nvml=h200_nvml)  # the same host, its NVML in this process
+    assert len(apart.gpus) == 2 and apart.links

@@ -12,21 +12,29 @@ planned where NVML is asked: ``NvmlBroken`` says why, and CPU mode has to be ask
 for. On the /proc path NVML is not started, so its state is not checked there: the
 GPUs are still planned as GPUs (never CPU workers with gloo), and a mismatch shows
 as the workers' CUDA error.
+
+The real NVML is read in a forked child, which sends the host back as a snapshot (topology/
+snapshot.py): NVML's start leaves a thread of the CUDA driver's in its process (``cuda0000...``, it
+outlives ``nvmlShutdown``: seen on the H200 host), and the launcher forks and spawns afterwards,
+which it does with one thread only (openclaw_launch/single_thread.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from openclaw_launch.errors import TopologyError
+from openclaw_launch.single_thread import assert_single_threaded
 from openclaw_launch.topology.model import GpuInfo, Topology, normalize_bus_id
 from openclaw_launch.topology.nic import gpu_pci_location, read_nics
 from openclaw_launch.topology.nvml import NvmlProvider, NvmlUnavailable, PynvmlProvider, no_gpus
 from openclaw_launch.topology.procfs import usable_driver_gpus
+from openclaw_launch.topology.snapshot import dump_snapshot, topology_from_snapshot
 from openclaw_launch.topology.sysfs import SysfsFacts, read_allowed_mems, read_sysfs
 
 #: This host's tree (``proc/``, ``sys/``, ``dev/``); tests point it at a recorded host's.
@@ -185,8 +193,17 @@ def discover_topology(
             return _discover(root, live, driver_gpus, allowed_cpus)
     if not driver_present(root):  # skip pynvml's import and library search: start-up time
         return _discover(root, live, no_gpus(), allowed_cpus)
+    if open_nvml is None and live:
+        return _discover_apart(root, allowed_cpus)
+    return _discover_with(open_nvml or PynvmlProvider, root, live, allowed_cpus)
+
+
+def _discover_with(
+    open_nvml: Callable[[], NvmlProvider], root: Path, live: bool, allowed_cpus: Iterable[int] | None
+) -> Topology:
+    """The host read with the NVML ``open_nvml`` starts, closed after."""
     try:
-        provider = (open_nvml or PynvmlProvider)()
+        provider = open_nvml()
     except NvmlUnavailable as e:
         raise NvmlBroken(broken_nvml_message("this host" if live else f"the host at {root}", str(e))) from None
     with contextlib.ExitStack() as stack:
@@ -194,3 +211,40 @@ def discover_topology(
         if close is not None:
             stack.callback(close)
         return _discover(root, live, provider, allowed_cpus)
+
+
+def _discover_apart(root: Path, allowed_cpus: Iterable[int] | None) -> Topology:
+    """This host read with the real NVML in a forked child (NVML's thread stays there), sent back
+    as a snapshot, or the ``TopologyError`` it raised (``NvmlBroken`` or another) as its text."""
+    assert_single_threaded("fork the NVML reader")
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into the caller's stack
+        code = 1
+        try:
+            os.close(read_fd)
+            answer: dict[str, object]
+            try:
+                answer = {"snapshot": dump_snapshot(_discover_with(PynvmlProvider, root, True, allowed_cpus))}
+            except TopologyError as e:
+                answer = {"error": str(e), "nvml_broken": isinstance(e, NvmlBroken)}
+            with os.fdopen(write_fd, "w") as out:
+                json.dump(answer, out)
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    try:
+        with os.fdopen(read_fd) as answers:
+            text = answers.read()
+    finally:
+        _, status = os.waitpid(pid, 0)
+    if not text:
+        raise TopologyError(
+            f"reading this host's GPUs with NVML failed: its reader (pid {pid}) ended with "
+            f"{os.waitstatus_to_exitcode(status)} and no answer (its error, if any, is above)"
+        )
+    got = json.loads(text)
+    if "error" in got:
+        raise (NvmlBroken if got["nvml_broken"] else TopologyError)(got["error"])
+    return topology_from_snapshot(got["snapshot"], "this host")
