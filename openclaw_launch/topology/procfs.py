@@ -3,7 +3,8 @@ GPU, named by its PCI bus id, whose ``information`` file gives the model, UUID, 
 device minor (``/dev/nvidiaN``).
 
 Reading it takes well under a millisecond; NVML costs 70-100 ms on the H200 host (importing pynvml
-60-90 ms, ``nvmlInit`` 10-15 ms) and about 30 MiB of launcher memory. So a plan that needs only
+60-90 ms, ``nvmlInit`` 10-15 ms) and about 30 MiB of memory (in the child that reads it,
+topology/live.py, since its start leaves a thread behind). So a plan that needs only
 which GPUs there are and where they sit reads them here and asks NVML nothing. ``DriverGpus`` gives
 these answers through the ``NvmlProvider`` interface; what only NVML knows (NVLink state and
 peers, the PCIe level between GPUs, ECC and retired pages) is unknown (None) there.
