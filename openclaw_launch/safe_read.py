@@ -3,7 +3,8 @@
 ``open`` of a FIFO blocks until a writer comes; reading ``/dev/zero`` never ends; a 10 GB file is
 read whole; deep JSON is a RecursionError. Here a file is opened non-blocking, must be a regular
 file (after symlinks), at most ``limit`` bytes are read, and JSON that nests too deeply is a
-ValueError like any other malformed JSON.
+ValueError like any other malformed JSON. A file a worker controls (read_untrusted) is held to more:
+no symlink is followed, and a bad one is absent, never an error.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 import os
 import stat
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from openclaw_launch.errors import OpenclawError
@@ -35,13 +37,14 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def read_prefix(path: str | os.PathLike[str], limit: int) -> tuple[bytes, bool]:
+def read_prefix(path: str | os.PathLike[str], limit: int, follow_symlinks: bool = True) -> tuple[bytes, bool]:
     """At most ``limit`` bytes of the regular file ``path`` and whether there was more.
 
     Never blocks: the open is non-blocking (a FIFO opens at once) and anything but a regular file is
-    refused with ``OSError`` before a byte is read.
+    refused with ``OSError`` before a byte is read; without ``follow_symlinks`` a symlink is refused too.
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    nofollow = 0 if follow_symlinks else os.O_NOFOLLOW
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC | nofollow)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -80,6 +83,32 @@ def read_input(path: str | os.PathLike[str], what: str, limit: int) -> str:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         raise InputFileError(f"{where}: the {what} is not UTF-8 text ({e})") from None
+
+
+def read_untrusted(
+    path: str | os.PathLike[str], max_bytes: int, warn: Callable[[str], None] | None = None
+) -> str | None:
+    """The text of a file a worker controls (its stack file, its ``@record`` error file), or None.
+
+    Such a file can be swapped for a FIFO (a blocking open wedges the launcher), a symlink, a device
+    or a huge file, or hold bytes that are not UTF-8; none of these may block or crash the
+    supervisor. So: no symlink is followed, only a regular file is read, at most ``max_bytes`` of it
+    (a longer one ends with a note saying it was cut), and bytes that are not UTF-8 are replaced. A
+    missing file is None; any other refusal is None too, said once through ``warn``.
+    """
+    where = os.fspath(path)
+    try:
+        data, more = read_prefix(path, max_bytes, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        if warn is not None:
+            warn(f"openclaw-launch: warning: {where} not read (a worker's file): {e.strerror or e}")
+        return None
+    text = data.decode(errors="replace")
+    if more:
+        text += f"\n... (cut at {max_bytes >> 10} KiB; the whole file is {where})"
+    return text
 
 
 def _refuse_constant(name: str) -> float:

@@ -14,7 +14,9 @@ import time
 from collections.abc import Callable
 
 from openclaw_launch.files import write_atomic
+from openclaw_launch.limits import MAX_ERROR_FILE_BYTES
 from openclaw_launch.run.results import JobResult, format_root_cause, signal_name
+from openclaw_launch.safe_read import parse_json, read_untrusted
 
 
 def parent_error_data(result: JobResult, worker_file_text: str | None) -> dict[str, object]:
@@ -22,7 +24,7 @@ def parent_error_data(result: JobResult, worker_file_text: str | None) -> dict[s
     root = result.root_cause
     if root is not None and worker_file_text:
         try:
-            data = json.loads(worker_file_text)
+            data = parse_json(worker_file_text)
         except ValueError:
             data = None
         if isinstance(data, dict) and "message" in data:
@@ -43,13 +45,7 @@ def parent_error_data(result: JobResult, worker_file_text: str | None) -> dict[s
 def write_parent_error_file(path: str, result: JobResult, warn: Callable[[str], None]) -> None:
     """Write the root cause of a failed job to ``path``; a failure to write is a warning, not a crash."""
     root = result.root_cause
-    worker_text = None
-    if root is not None and root.error_file:
-        try:
-            with open(root.error_file) as f:
-                worker_text = f.read()
-        except OSError:
-            worker_text = None
+    worker_text = read_untrusted(root.error_file, MAX_ERROR_FILE_BYTES, warn) if root and root.error_file else None
     try:
         write_atomic(path, json.dumps(parent_error_data(result, worker_text)))
     except OSError as e:

@@ -8,12 +8,12 @@ rows of docs/failures.md (``python -m tools.failure_docs --write``).
 
 from __future__ import annotations
 
-import json
 import re
 import signal
 from dataclasses import dataclass
 
 from openclaw_launch.run.results import signal_name
+from openclaw_launch.safe_read import parse_json
 
 
 @dataclass(frozen=True)
@@ -134,7 +134,7 @@ def error_message(error_file: str | None) -> str:
     if not error_file:
         return ""
     try:
-        data = json.loads(error_file)
+        data = parse_json(error_file)
     except ValueError:
         return error_file
     message = data.get("message") if isinstance(data, dict) else None

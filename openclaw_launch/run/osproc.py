@@ -21,7 +21,7 @@ from openclaw_launch.limits import MAX_ERROR_FILE_BYTES
 from openclaw_launch.run import terminal
 from openclaw_launch.run.cgroup import join as join_cgroup
 from openclaw_launch.run.terminal import Terminal
-from openclaw_launch.safe_read import read_prefix
+from openclaw_launch.safe_read import read_untrusted
 from openclaw_launch.single_thread import assert_single_threaded
 
 PR_SET_PDEATHSIG = 1
@@ -346,16 +346,8 @@ class RealOs:
             return None
 
     def read_error_file(self, path: str) -> str | None:
-        """A worker's ``@record`` error file: a bounded prefix of a regular file, read without
-        blocking (a FIFO or a symlink to /dev/zero there is refused, not read)."""
-        try:
-            data, more = read_prefix(path, MAX_ERROR_FILE_BYTES)
-        except OSError:
-            return None
-        text = data.decode(errors="replace")
-        if more:
-            text += f"\n... (cut at {MAX_ERROR_FILE_BYTES >> 10} KiB; the whole file is {path})"
-        return text
+        """A worker's ``@record`` error file, read as every file a worker controls is (safe_read.read_untrusted)."""
+        return read_untrusted(path, MAX_ERROR_FILE_BYTES)
 
     def fresh_file(self, path: str) -> None:
         """Make ``path`` ready to be written by a worker: its directory exists (torch's ``@record``

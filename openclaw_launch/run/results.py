@@ -6,9 +6,10 @@ and the agents read); ``format_root_cause`` is the first thing shown when a job 
 
 from __future__ import annotations
 
-import json
 import signal
 from dataclasses import dataclass
+
+from openclaw_launch.safe_read import parse_json
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,7 @@ def format_root_cause(result: WorkerResult, error_file_kept: bool = True) -> str
 def read_error_file(text: str) -> str:
     """Message and traceback from torch's ``@record`` error file (or the raw text)."""
     try:
-        data = json.loads(text)
+        data = parse_json(text)
     except ValueError:
         return text.strip()
     message = data.get("message") if isinstance(data, dict) else None

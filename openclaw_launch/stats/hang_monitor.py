@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import IO, TYPE_CHECKING
 
 from openclaw_launch.run.participant import Participant, StopKind, StopReason, Timer
+from openclaw_launch.safe_read import read_untrusted
 from openclaw_launch.single_thread import assert_single_threaded
 from openclaw_launch.stats.hang import (
     CHECK_INTERVAL_S,
@@ -95,14 +96,6 @@ class PySpy:
                 f.close()
         self._runs = {}
         return {**texts, **self._failed}
-
-
-def read_stack_file(path: str) -> str:
-    try:
-        with open(path, "rb") as f:
-            return f.read(MAX_STACK_BYTES).decode(errors="replace")
-    except OSError:
-        return ""
 
 
 def excerpt(text: str, lines: int = EXCERPT_LINES) -> list[str]:
@@ -292,7 +285,11 @@ class HangMonitor(Participant):
         if self._py_spy is not None:
             self.stacks = self._py_spy.take()
         elif self.stack_source == "faulthandler":
-            self.stacks = {r: read_stack_file(p) for r, p in self._stack_files.items() if r in self.watch.ranks}
+            self.stacks = {
+                r: read_untrusted(p, MAX_STACK_BYTES, self._say) or ""
+                for r, p in self._stack_files.items()
+                if r in self.watch.ranks
+            }
         self.stacks = {r: t for r, t in self.stacks.items() if t.strip()}
         for rank, text in sorted(self.stacks.items()):
             path = self._log_path(rank, self.attempt)
