@@ -5,6 +5,7 @@
 ``--checkpoint-on-sigterm S FILE``: on SIGTERM, "checkpoint" for S seconds, write FILE, exit 0.
 ``--partial-then-sigkill TEXT``: print TEXT without newline or flush, then SIGKILL itself.
 ``--redraw-until FILE``: draw ``\\rstep N`` (no newline) until FILE exists, then end the line.
+``--say``: print ``say-<LOCAL_RANK>-stdout`` on stdout and ``say-<LOCAL_RANK>-stderr`` on stderr.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ def main() -> int:
     p.add_argument("--ready-file")
     p.add_argument("--partial-then-sigkill")
     p.add_argument("--redraw-until")
+    p.add_argument("--say", action="store_true")
     a, rest = p.parse_known_args()
     if a.dump:
         env = {k: v for k, v in os.environ.items() if k in DUMPED or k.startswith(DUMPED_PREFIXES)}
@@ -52,6 +54,9 @@ def main() -> int:
         open(a.ready_file, "w").close()
         while True:
             time.sleep(1)
+    if a.say:
+        for name, stream in (("stdout", sys.stdout), ("stderr", sys.stderr)):
+            print(f"say-{os.environ['LOCAL_RANK']}-{name}", file=stream)
     if a.partial_then_sigkill:
         print(a.partial_then_sigkill, end="")  # python -u: written now, as under torchrun
         os.kill(os.getpid(), signal.SIGKILL)

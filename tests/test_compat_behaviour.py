@@ -2,13 +2,14 @@
 one host (also with MASTER_PORT/MASTER_ADDR exported, and on torchtitan's port-0 line, under both
 launchers), a 30 s grace period for a checkpointing SIGTERM handler, output of a SIGKILLed worker, a
 progress bar drawn with \\r, the launcher's own TORCHELASTIC_ERROR_FILE, every attempt's error file,
-and every PET_* variable under both launchers (torchrun's side from its recording,
-tests/torchrun_recording.py, but for one PET_* variable)."""
+the console of --redirects with --tee, and every PET_* variable under both launchers (torchrun's
+side from its recording, tests/torchrun_recording.py, but for one PET_* variable)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import signal
 import subprocess
@@ -120,6 +121,36 @@ def test_every_attempts_error_file_is_kept_as_under_torchrun(tmp_path: Path, sid
     ours = [tmp_path / "openclaw" / "e" / "errors" / f"attempt-{n}" / "rank-1" / "error.json" for n in (0, 1)]
     assert all(json.loads(f.read_text())["message"]["message"].startswith("ValueError") for f in ours)
     assert f"error file {ours[1]}" in err and f"error file {ours[0]}" not in err
+
+
+#: --redirects and --tee together (Megatron-LM passes -r 3 -t 3): a teed stream stays on the
+#: console, per stream and per local rank, single values and mappings mixed
+REDIRECTED_AND_TEED = {
+    "both_3": ["--redirects", "3", "--tee", "3"],
+    "tee_stdout": ["-r", "3", "-t", "1"],
+    "tee_mapping": ["-r", "3", "-t", "0:2"],
+    "redirect_mapping": ["-r", "0:3,1:1", "-t", "2"],
+}
+
+
+@pytest.mark.parametrize(("case", "side"), case_sides(REDIRECTED_AND_TEED))
+def test_teed_streams_stay_on_the_console_as_under_torchrun(tmp_path: Path, case: str, side: str) -> None:
+    """Which local rank's streams reach which console stream: the same under both launchers."""
+    args = ["--nproc-per-node", "2", *REDIRECTED_AND_TEED[case]]
+
+    def console(launcher: str) -> list[list[str]]:
+        logs = tmp_path / launcher
+        code, out, err = finish(start(*args, "--log-dir", str(logs), WORKER, "--say", launcher=launcher))
+        assert code == 0, err
+        return sorted(
+            [name, word]
+            for name, text in (("stdout", out), ("stderr", err))
+            for word in re.findall(r"say-\d-\w+", text)
+        )
+
+    assert console("openclaw_launch") == torchrun_side(
+        f"behaviour/teed_console/{case}", side, lambda: console(TORCHRUN)
+    )
 
 
 def test_sigterm_handler_gets_torchruns_30s_grace(tmp_path: Path) -> None:

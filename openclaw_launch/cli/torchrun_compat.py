@@ -185,15 +185,15 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "redirects",
         ("-r", "--redirects"),
-        "Streams sent to the log only, not the console: 0 none, 1 stdout, 2 stderr, 3 both, or per local "
-        "rank like 0:1,1:2 (a temporary log directory if no --log-dir).",
+        "Streams sent to the log only, not the console (unless --tee names them too): 0 none, 1 stdout, "
+        "2 stderr, 3 both, or per local rank like 0:1,1:2 (a temporary log directory if no --log-dir).",
         env=_pet("redirects"),
     ),
     Flag(
         "tee",
         ("-t", "--tee"),
-        "Streams written to the log and the console (format of --redirects); every stream is logged "
-        "whenever there is a log directory.",
+        "Streams written to the log and the console (format of --redirects; it wins over --redirects, "
+        "as under torchrun); every stream is logged whenever there is a log directory.",
         env=_pet("tee"),
     ),
     Flag(

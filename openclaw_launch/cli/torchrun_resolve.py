@@ -34,7 +34,7 @@ class Resolved:
     by_arrival: bool  # c10d, several nodes, no --node-rank: node ranks by arrival at the endpoint
     binding: str | None  # overrides runtime.binding
     signals: tuple[str, ...]  # forwarded, by canonical name
-    console_hidden: frozenset[tuple[int, str]]  # (local rank, stream) kept off the console (--redirects)
+    console_hidden: frozenset[tuple[int, str]]  # (local rank, stream) kept off the console (--redirects less --tee)
     wants_logs: bool  # --redirects/--tee: a log directory is needed
     local_ranks_shown: frozenset[int] | None  # --local-ranks-filter
 
@@ -94,7 +94,7 @@ def resolve(args: TorchrunArgs, with_config: bool) -> Resolved:
         raise _bad("--master-addr", f"{host_problem(addr)}; use an IP address or hostname")
     if args.standalone:  # torchrun's --standalone: a free port, whatever --master-port says
         port = FREE_PORT
-    hidden = _streams(args.redirects, "--redirects")
+    redirected = _streams(args.redirects, "--redirects")
     teed = _streams(args.tee, "--tee")
     return Resolved(
         nproc_per_node=_nproc(args.nproc_per_node),
@@ -107,8 +107,8 @@ def resolve(args: TorchrunArgs, with_config: bool) -> Resolved:
         by_arrival=by_arrival,
         binding=args.numa_binding,
         signals=args.signals_to_handle or HANDLED_SIGNALS,
-        console_hidden=hidden,
-        wants_logs=bool(hidden or teed),
+        console_hidden=_console_hidden(redirected, teed),
+        wants_logs=bool(redirected or teed),
         local_ranks_shown=_local_ranks(args.local_ranks_filter),
     )
 
@@ -220,6 +220,26 @@ def _streams(text: str | None, option: str) -> frozenset[tuple[int, str]]:
     except (ValueError, KeyError):
         raise _bad(option, f"{text!r}: use 0 (none), 1 (stdout), 2 (stderr), 3 (both), or like 0:1,1:2") from None
     return frozenset(out)
+
+
+def _console_hidden(
+    redirected: frozenset[tuple[int, str]], teed: frozenset[tuple[int, str]]
+) -> frozenset[tuple[int, str]]:
+    """The (local rank or -1 = all, stream) pairs kept off the console: redirected and not teed, as
+    torchrun has it (its tee is a redirect plus a tail of the log, so tee wins, per stream and local
+    rank). Where a per-rank mapping meets a single value, every local rank is listed."""
+    named = any(rank != -1 for rank, _ in redirected | teed)
+    ranks = range(MAX_RANKS_PER_NODE) if named else (-1,)
+
+    def covers(pairs: frozenset[tuple[int, str]], rank: int, stream: str) -> bool:
+        return bool({(rank, stream), (-1, stream)} & pairs)
+
+    return frozenset(
+        (rank, stream)
+        for rank in ranks
+        for stream in _STD_STREAMS[3]
+        if covers(redirected, rank, stream) and not covers(teed, rank, stream)
+    )
 
 
 def _local_ranks(text: str | None) -> frozenset[int] | None:
