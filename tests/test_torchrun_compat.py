@@ -261,6 +261,9 @@ CASES: dict[str, tuple[list[str], dict[str, str]]] = {
     "dashdash_after_script": (["--nproc-per-node=2", WORKER, "--", "--dump", "{dump}", "--lr", "1"], {}),
     "dashdash_after_module": (["--nproc-per-node=1", "-m", "compat_worker", "--", "--dump", "{dump}", "x"], {}),
     "dashdash_later_is_kept": (["--nproc-per-node=1", *dump("a", "--", "b")], {}),
+    # argparse's abbreviations (a prefix beginning one option string only; --stand is torchrun's
+    # --standalone, not our --standby); after the script, --nnode is the script's
+    "abbreviated_long_options": (["--nnode=1", "--nproc_per=2", "--stand", "--max_=0", *dump("--nnode", "3")], {}),
     # a CPU host: the user's CUDA_VISIBLE_DEVICES reaches the workers unchanged
     "cpu_host_keeps_cuda_visible_devices": (["--nproc-per-node=2", *dump()], {"CUDA_VISIBLE_DEVICES": "3,5"}),
 }
@@ -395,6 +398,9 @@ def test_a_free_port_is_held_until_the_launcher_exits() -> None:
         (["--forward-signals", "stop"], "--forward-signals"),
         (["--redirects", "7"], "--redirects"),
         (["--nproc_per_node=1", "--rdzv_idd=3"], "--rdzv_id"),  # unknown option: did you mean
+        # a prefix of two spellings is ambiguous, as under torchrun's argparse
+        (["--nproc=1"], "ambiguous option: --nproc could match --nproc-per-node, --nproc_per_node"),
+        (["--nproc-per-node=1", "--monitor", "1"], "--monitor could match --monitor-interval, --monitor_interval"),
         (["--nproc-per-node=1", "--bogus", "--dry-run"], "--bogus"),  # --dry-run after it starts nothing
         (["--nnodes", "2", "--node-rank", "2"], "--node-rank"),
         (["--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", "0"], "MASTER_PORT 0"),
@@ -425,6 +431,13 @@ def test_misspelled_command_is_not_run_as_a_script(command: list[str]) -> None:
 def test_plan_refuses_an_unknown_option_instead_of_putting_it_in_argv() -> None:
     proc = invoke("plan", "--nproc-per-node=1", "--max_restarst=1", "train.py", env=env_for({}))
     assert proc.returncode == 2 and "--max_restarts" in proc.stderr, proc.stderr
+
+
+def test_plan_takes_abbreviated_options_as_run_does() -> None:
+    """Only before the script: its own ``--nproc`` reaches it (torchrun's argparse refuses it there)."""
+    proc = invoke("plan", "--nnode=1", "--nproc_per=2", "--stand", "train.py", "--nproc", "3", env=env_for({}))
+    assert proc.returncode == 0 and "world size 2" in proc.stdout, proc.stderr
+    assert "train.py --nproc 3" in proc.stdout
 
 
 def torchrun_parser() -> argparse.ArgumentParser:

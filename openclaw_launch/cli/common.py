@@ -294,9 +294,50 @@ def with_common(f: Callable[..., None]) -> Callable[..., None]:
     return wrapper
 
 
-# Options end at the script: an unknown option before it is an error (with "did you mean"), and
-# everything after it goes to the script untouched, as with torchrun.
-SCRIPT_LAST = {"allow_interspersed_args": False}
+class ScriptLast(click.Command):
+    """A command whose options end at the script, as torchrun's: everything after the script goes
+    to it untouched, and before it a long option may be shortened as argparse allows (to a prefix
+    that begins one option string only: ``--nnode``; ``--nproc`` begins both spellings of
+    --nproc-per-node and is ambiguous, as under torchrun); an unknown one is an error with a "did
+    you mean". The rule holds for every command built on it (run, the default command, plan,
+    preflight)."""
+
+    allow_interspersed_args = False
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, self._spelled_out(ctx, args))
+
+    def _spelled_out(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """``args`` with each abbreviated long option before the script written in full."""
+        options = {
+            name: param
+            for param in self.get_params(ctx)
+            if isinstance(param, click.Option)
+            for name in (*param.opts, *param.secondary_opts)
+        }
+        spelled = list(args)
+        at = 0
+        while at < len(spelled) and spelled[at].startswith("-") and spelled[at] not in ("-", "--"):
+            name, equals, value = spelled[at].partition("=")
+            if name.startswith("--") and name not in options:
+                name = _long_option(name, options)
+                spelled[at] = name + equals + value
+            option = options.get(name)
+            takes_value = option is not None and not option.is_flag and not option.count and not equals
+            at += 1 + (option.nargs if option is not None and takes_value else 0)
+        return spelled
+
+
+def _long_option(prefix: str, options: dict[str, click.Option]) -> str:
+    """The one long option ``prefix`` begins, looked for among torchrun's spellings first (so a
+    torchrun line means what it means under torchrun: ``--stand`` is --standalone, not our
+    --standby); itself when none begins with it (click then says "no such option" and what was
+    meant)."""
+    torchrun = [name for flag in FLAGS for name in flag.torchrun if name.startswith(prefix)]
+    candidates = torchrun or [name for name in options if name.startswith(prefix)]
+    if len(candidates) > 1:
+        raise click.UsageError(f"ambiguous option: {prefix} could match {', '.join(candidates)}")
+    return candidates[0] if candidates else prefix
 
 
 def check_output_option(path: str, option: str) -> None:

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 import click
 
 from openclaw_launch.cli.common import (
-    SCRIPT_LAST,
     Common,
     Inputs,
+    ScriptLast,
     check_output_option,
     echo_err,
     fail,
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from openclaw_launch.job.agents import AgentSetup, ElasticJob
 
 
-@click.command(context_settings=SCRIPT_LAST)
+@click.command(cls=ScriptLast)
 @with_common
 @with_run_options
 def run(c: Common, r: RunOptions) -> None:

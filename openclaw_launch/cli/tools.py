@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from openclaw_launch.cli.common import (
-    SCRIPT_LAST,
     Common,
     Inputs,
+    ScriptLast,
     check_output_option,
     fail,
     live_topology,
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from openclaw_launch.run.supervise import SuperviseOptions
 
 
-@click.command(context_settings=SCRIPT_LAST)
+@click.command(cls=ScriptLast)
 @with_common
 @with_run_options
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON (schema 1).")
@@ -92,7 +92,7 @@ def plan(c: Common, r: RunOptions, as_json: bool, suggest_parallel: bool) -> Non
             click.echo(format_suggestions(suggestions))
 
 
-@click.command(context_settings=SCRIPT_LAST)
+@click.command(cls=ScriptLast)
 @with_common
 @click.option(
     "--size-mib",
