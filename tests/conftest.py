@@ -12,11 +12,16 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from guards import wait_for
+
+from openclaw_launch.agents.served_store import SERVER_ENV
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -38,6 +43,33 @@ def session_tmpdir() -> Iterator[Path]:
         else:
             os.environ["TMPDIR"] = saved_env
         shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def agent_store_server(session_tmpdir: Path) -> Iterator[str]:
+    """The process that holds the agents' stores of the tests that take ``served_agent_stores``
+    (openclaw_launch/agents/served_store.py), started when the first one runs; its log is
+    agent-stores.log in the session's directory."""
+    path = session_tmpdir / "agent-stores.sock"
+    with open(session_tmpdir / "agent-stores.log", "w") as log:
+        command = [sys.executable, "-m", "openclaw_launch.agents.served_store", str(path)]
+        server = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+    try:
+        wait_for(lambda: path.exists() or server.poll() is not None, "the agents' store server never listened")
+        assert server.poll() is None, (session_tmpdir / "agent-stores.log").read_text()
+        yield str(path)
+    finally:
+        server.terminate()
+        server.wait()
+
+
+@pytest.fixture
+def served_agent_stores(agent_store_server: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launchers this test starts keep their agents' stores in the session's store server, so
+    that their helpers never import torch (about 2 s of CPU each): for the tests of what the agents
+    do over the store. The store's own behaviour (who hosts it, reaching it, a host that is frozen
+    or gone) is tested with the store in the helper."""
+    monkeypatch.setenv(SERVER_ENV, agent_store_server)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

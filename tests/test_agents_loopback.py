@@ -25,7 +25,7 @@ from openclaw_launch.report.model import JobReport, NodeReport
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "configs" / "two-nodes-loopback.yaml"
 FAKE = [sys.executable, str(ROOT / "tests" / "fake_worker.py")]
-pytestmark = needs_torch  # the agents meet through torch's TCPStore
+pytestmark = [needs_torch, pytest.mark.usefixtures("served_agent_stores")]  # the agents meet through torch's TCPStore
 
 
 def start(

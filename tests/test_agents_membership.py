@@ -119,6 +119,7 @@ def test_three_launchers_in_shuffled_order_take_node_ranks_by_arrival_and_keep_t
     assert addr == "127.0.0.1" and master_port != str(port)
 
 
+@pytest.mark.usefixtures("served_agent_stores")
 @pytest.mark.parametrize("side", SIDES)
 def test_the_same_line_under_torchrun_gives_every_rank_the_same_variables(tmp_path: Path, side: str) -> None:
     """Three torchrun launchers (or their recording: tests/torchrun_recording.py) and three of ours,
@@ -157,6 +158,7 @@ def test_the_same_line_under_torchrun_gives_every_rank_the_same_variables(tmp_pa
     assert len({r["MASTER_PORT"] for r in mine.values()}) == 1
 
 
+@pytest.mark.usefixtures("served_agent_stores")
 def test_a_launcher_too_many_is_refused_and_the_job_finishes(
     tmp_path: Path, reaped: list[subprocess.Popen[str]]
 ) -> None:
@@ -281,6 +283,7 @@ def test_a_waiting_launcher_says_what_it_waits_for(tmp_path: Path, reaped: list[
     assert [code for code, _ in results] == [0, 0], results
 
 
+@pytest.mark.usefixtures("served_agent_stores")
 def test_configs_that_differ_only_by_comments_agree(tmp_path: Path) -> None:
     text = CONFIG.read_text()
     commented = tmp_path / "commented.yaml"
@@ -294,6 +297,7 @@ def test_configs_that_differ_only_by_comments_agree(tmp_path: Path) -> None:
     assert "do not agree" not in results["node0"][1]
 
 
+@pytest.mark.usefixtures("served_agent_stores")
 def test_a_stopping_signal_while_waiting_for_the_rendezvous_starts_nothing(tmp_path: Path) -> None:
     """By arrival, the launcher waits for HEAD's store before it has a plan: SIGTERM there exits
     143, says so, and starts no worker."""
@@ -312,6 +316,7 @@ def test_a_stopping_signal_while_waiting_for_the_rendezvous_starts_nothing(tmp_p
     assert not list(tmp_path.glob("ready-*"))
 
 
+@pytest.mark.usefixtures("served_agent_stores")
 @pytest.mark.skipif(shutil.which("numactl") is None, reason="numactl not installed")
 def test_plan_shows_node_rank_0s_plan_which_the_first_to_arrive_runs(tmp_path: Path) -> None:
     """`plan --json` of the c10d line without a node rank is node rank 0's plan with the

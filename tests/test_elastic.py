@@ -77,6 +77,7 @@ def worlds(report: Path) -> list[dict[str, object]]:
     return [e["membership"] for e in json.loads(report.read_text())["attempt_history"]]
 
 
+@pytest.mark.usefixtures("served_agent_stores")
 def test_shrink_a_killed_node_leaves_a_world_of_one(tmp_path: Path) -> None:
     """torchrun completes the same line (the node killed with its workers: a killed torchrun agent
     leaves them running) in 45-50 s with its defaults: benchmarks/elastic_reform.py, RESULTS.md."""
@@ -95,6 +96,7 @@ def test_shrink_a_killed_node_leaves_a_world_of_one(tmp_path: Path) -> None:
     assert [(w["world_size"], len(w["nodes"])) for w in history[-2:]] == [(2, 2), (1, 1)]
 
 
+@pytest.mark.usefixtures("served_agent_stores")
 def test_a_node_whose_ranks_are_renumbered_keeps_its_statistics_and_hang_watch(tmp_path: Path) -> None:
     """Three nodes; node 1 is killed: node 2 becomes node 1 of a world of two and its rank 2 becomes
     rank 1. Its statistics and hang watch follow the new number: the new rank's steps are in its
@@ -135,6 +137,7 @@ def test_plan_of_an_elastic_job_says_that_each_world_has_its_own() -> None:
     )
 
 
+@pytest.mark.usefixtures("served_agent_stores")
 def test_fewer_than_min_left_ends_the_job_as_a_lost_node(tmp_path: Path) -> None:
     port = free_port()
     line = [*elastic_line(port, nnodes="2:3", last_call_s=0), "--max-restarts", "3"]
@@ -186,6 +189,7 @@ def test_shrink_a_node_that_stops_answering_is_lost_after_the_keepalive(tmp_path
     assert [w["world_size"] for w in worlds(tmp_path / "a.json")][-2:] == [2, 1]
 
 
+@pytest.mark.usefixtures("served_agent_stores")
 def test_grow_a_node_that_arrives_is_taken_in(tmp_path: Path) -> None:
     port = free_port()
     line = [*elastic_line(port, last_call_s=0.2), "--max-restarts", "2"]
@@ -202,6 +206,7 @@ def test_grow_a_node_that_arrives_is_taken_in(tmp_path: Path) -> None:
     assert [(w["world"], w["node_rank"], w["world_size"]) for w in worlds(tmp_path / "b.json")] == [(1, 1, 2)]
 
 
+@pytest.mark.usefixtures("served_agent_stores")
 def test_a_standby_takes_the_lost_nodes_rank(tmp_path: Path) -> None:
     port = free_port()
     line = [*elastic_line(port, last_call_s=30), "--max-restarts", "2"]  # MAX arrives: no last-call wait
@@ -235,6 +240,7 @@ runtime:
 """
 
 
+@pytest.mark.usefixtures("served_agent_stores")
 def test_from_a_config_the_standby_node_takes_the_lost_nodes_rank(tmp_path: Path) -> None:
     """The same from --config: runtime.min_nodes/max_nodes, node2 a standby by runtime.standby_nodes."""
     config = tmp_path / "cluster.yaml"
@@ -270,6 +276,7 @@ def test_config_elastic_keys_are_checked(tmp_path: Path) -> None:
         assert proc.returncode == 2 and says in proc.stderr and "Traceback" not in proc.stderr, (bad, proc.stderr)
 
 
+@pytest.mark.usefixtures("served_agent_stores")
 def test_a_standby_not_needed_exits_0_when_the_job_ends(tmp_path: Path) -> None:
     port = free_port()
     go = tmp_path / "go"
@@ -283,6 +290,7 @@ def test_a_standby_not_needed_exits_0_when_the_job_ends(tmp_path: Path) -> None:
     assert "ran no ranks" in err_s and (tmp_path / "s.out").read_text() == ""
 
 
+@pytest.mark.usefixtures("served_agent_stores")
 @pytest.mark.parametrize(
     ("host_nnodes", "joiner_nnodes", "says"),
     [("1:2", "2", "is elastic (--nnodes 1:2)"), ("2", "1:2", "is not elastic")],

@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
+import pytest
 from guards import GUARD_S, wait_for
 from host import free_port
 from supervise_driver import make_plan
@@ -153,6 +154,7 @@ def test_recorded_nvml_events_reach_the_launcher_through_the_statistics_helper(t
         session.close()
 
 
+@pytest.mark.usefixtures("served_agent_stores")
 def test_a_storm_on_one_node_stops_every_node_after_two_attempts(tmp_path: Path) -> None:
     """Two loopback agents: rank 2 (node1) fails the same way at start twice; node1's storm is its
     end outcome, which vetoes the restart on node0 too, so both stop with 2 of 6 attempts."""

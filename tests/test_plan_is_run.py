@@ -146,6 +146,7 @@ def test_config_with_mps_and_groups_runs_its_plan(tmp_path: Path) -> None:
 
 
 @needs_torch  # the agents meet through torch's TCPStore
+@pytest.mark.usefixtures("served_agent_stores")
 def test_two_nodes_on_loopback_run_their_plans(tmp_path: Path) -> None:
     env = launcher_env(tmp_path)
     master, agents = str(free_port()), str(free_port())
@@ -190,6 +191,7 @@ def test_a_restart_runs_the_plans_next_attempt(tmp_path: Path) -> None:
 
 
 @needs_torch  # the agents meet through torch's TCPStore
+@pytest.mark.usefixtures("served_agent_stores")
 def test_node_ranks_by_arrival_run_the_plans_of_their_ranks(tmp_path: Path) -> None:
     """c10d without --node-rank: the first launcher at the endpoint hosts the rendezvous and is node
     rank 0; it runs the plan ``plan`` shows (node rank 0's). The other runs the plan of the rank it
@@ -215,6 +217,7 @@ def test_node_ranks_by_arrival_run_the_plans_of_their_ranks(tmp_path: Path) -> N
 
 
 @needs_torch  # the agents meet through torch's TCPStore
+@pytest.mark.usefixtures("served_agent_stores")
 def test_a_reformed_elastic_world_runs_the_plan_of_that_world(tmp_path: Path) -> None:
     """--nnodes 1:2: two launchers form a world of two, and the second is killed; the first re-forms a
     world of one (attempt 1), whose rank runs what ``plan`` shows for the line (a world of MIN nodes,
@@ -248,6 +251,7 @@ ELASTIC_RANGE = "  min_nodes: 1\n  max_nodes: 2\n"
 
 
 @needs_torch  # the agents meet through torch's TCPStore
+@pytest.mark.usefixtures("served_agent_stores")
 def test_a_reformed_world_is_planned_from_the_config_the_job_started_with(tmp_path: Path) -> None:
     """The YAML is replaced by one that does not parse while the world of two runs (which runs what
     ``plan`` shows: the config's nodes); node1 is lost, and node0's world of one is planned from the

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 from guards import GUARD_S, wait_for
 from host import free_port, needs_torch
 
@@ -130,6 +131,7 @@ def _two_nodes(tmp: Path, extra: Sequence[str], worker: Sequence[str]) -> dict[s
 
 
 @needs_torch  # the agents' store (in their helper)
+@pytest.mark.usefixtures("served_agent_stores")
 def test_two_nodes_with_agents_fork_and_spawn_single_threaded(tmp_path: Path) -> None:
     procs = _two_nodes(tmp_path, ["--metrics-port", "0"], ["--sleep", "0.5"])
     errs = {}
@@ -172,6 +174,7 @@ def test_the_stats_helper_dies_with_a_sigkilled_launcher(tmp_path: Path) -> None
 
 
 @needs_torch  # the agents' store (in their helper)
+@pytest.mark.usefixtures("served_agent_stores")
 def test_the_agent_helper_dies_with_a_sigkilled_launcher(tmp_path: Path) -> None:
     procs = _two_nodes(
         tmp_path, ["--telemetry", "off"], ["--ready-file", f"{tmp_path}/ready-{{rank}}", "--sleep", "600"]
@@ -219,6 +222,7 @@ def _elastic_line(port: int) -> list[str]:
 
 
 @needs_torch  # the agents' store (in their helper)
+@pytest.mark.usefixtures("served_agent_stores")
 def test_an_elastic_job_re_forming_forks_and_spawns_single_threaded(tmp_path: Path) -> None:
     """--nnodes 1:2: a world of one runs, a node arrives, the world re-forms (the rendezvous in the
     agents' helpers) and both launchers spawn the new world's workers."""
@@ -239,6 +243,7 @@ def test_an_elastic_job_re_forming_forks_and_spawns_single_threaded(tmp_path: Pa
 
 
 @needs_torch  # the store the launchers take their node ranks from
+@pytest.mark.usefixtures("served_agent_stores")
 def test_node_ranks_by_arrival_fork_and_spawn_single_threaded(tmp_path: Path) -> None:
     """--nnodes 2 without a config (torchrun's c10d line): each launcher takes its node rank from the
     first node's store before it plans."""

@@ -27,10 +27,17 @@ class AgentError(OpenclawError):
 
 
 def import_tcpstore() -> Any:
-    """c10d logs every failed connect as a C++ warning with a trace; the launcher says what matters
+    """torch's TCPStore, or with ``OPENCLAW_AGENT_STORE_SERVER`` set its stand-in whose stores that
+    process holds (agents/served_store.py: the tests' one torch import for every launcher).
+
+    c10d logs every failed connect as a C++ warning with a trace; the launcher says what matters
     itself. The level is read when torch loads; the workers' environment is left as it was."""
     import sys
 
+    from openclaw_launch.agents import served_store
+
+    if served_store.SERVER_ENV in os.environ:
+        return served_store.served_tcpstore(os.environ[served_store.SERVER_ENV])
     quiet = "torch" not in sys.modules and "TORCH_CPP_LOG_LEVEL" not in os.environ
     if quiet:
         os.environ["TORCH_CPP_LOG_LEVEL"] = "ERROR"
