@@ -63,7 +63,10 @@ def invoke(*args: str, env: Mapping[str, str] | None = None, cwd: Path = ROOT) -
 
 @contextmanager
 def _restored_process_state(cwd: Path) -> Iterator[None]:
-    argv, before = sys.argv, Path.cwd()
+    """``cwd`` for the invocation; then this process's working directory, ``sys.argv``, environment
+    (click's isolation undoes only its ``env``) and signal handlers as they were, and the ports the
+    invocation's ``free_port`` held let go (plan/context holds them until the process exits)."""
+    argv, before, environ = sys.argv, Path.cwd(), dict(os.environ)
     handlers = {sig: signal.getsignal(sig) for sig in signal.valid_signals()}
     held = list(context._held_ports)
     os.chdir(cwd)
@@ -72,8 +75,11 @@ def _restored_process_state(cwd: Path) -> Iterator[None]:
     finally:
         os.chdir(before)
         sys.argv = argv
+        if os.environ != environ:
+            os.environ.clear()
+            os.environ.update(environ)
         for sig, handler in handlers.items():
             if handler is not None and signal.getsignal(sig) != handler:
                 signal.signal(sig, handler)
-        for socket in [s for s in context._held_ports if s not in held]:
-            context.release_port(socket.getsockname()[1])
+        for holder in [h for h in context._held_ports if h not in held]:
+            context.release_port(holder.getsockname()[1])
