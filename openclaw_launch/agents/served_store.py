@@ -143,16 +143,22 @@ def _serve_one(connection: socket.socket, tcp_store: Any) -> NoReturn:
 
 
 def serve(path: str) -> None:
-    """Listen at the unix socket ``path``; each connection's store in a child forked for it."""
+    """Listen at the unix socket ``path``; each connection's store in a child forked for it. Ends
+    when the process that started it does (a test session killed before it could stop this one)."""
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # agents/store.py's import_tcpstore: quiet c10d
     from torch.distributed import TCPStore
 
+    parent = os.getppid()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the children
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(path)
     listener.listen(64)
-    while True:
-        connection, _ = listener.accept()
+    listener.settimeout(1.0)  # to look at the parent now and then; the accepted sockets block
+    while os.getppid() == parent:
+        try:
+            connection, _ = listener.accept()
+        except TimeoutError:
+            continue
         if os.fork() == 0:
             listener.close()
             _serve_one(connection, TCPStore)
