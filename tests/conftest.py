@@ -45,31 +45,54 @@ def session_tmpdir() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
-def agent_store_server(session_tmpdir: Path) -> Iterator[str]:
+class AgentStoreServer:
     """The process that holds the agents' stores of the tests that take ``served_agent_stores``
-    (openclaw_launch/agents/served_store.py), started when the first one runs; its log is
-    agent-stores.log in the session's directory."""
-    path = session_tmpdir / "agent-stores.sock"
-    with open(session_tmpdir / "agent-stores.log", "w") as log:
-        command = [sys.executable, "-m", "openclaw_launch.agents.served_store", str(path)]
-        server = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+    (openclaw_launch/agents/served_store.py); its log is agent-stores.log in the session's directory.
+
+    Started again when gone: a test that runs ``supervise()`` in this process kills at its end every
+    descendant of this process it does not exempt, as the launcher does, and the server is one (a
+    served test after such a test found no server: every elastic test failed).
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / "agent-stores.sock"
+        self.log = directory / "agent-stores.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def running(self) -> str:
+        """The server's socket path, the server started first if it is not running."""
+        if self.process is None or self.process.poll() is not None:
+            self.path.unlink(missing_ok=True)  # a killed server's socket file
+            with open(self.log, "a") as log:
+                command = [sys.executable, "-m", "openclaw_launch.agents.served_store", str(self.path)]
+                server = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+            self.process = server
+            wait_for(lambda: self.path.exists() or server.poll() is not None, "the agents' store server never listened")
+            assert server.poll() is None, self.log.read_text()
+        return str(self.path)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait()
+
+
+@pytest.fixture(scope="session")
+def agent_store_server(session_tmpdir: Path) -> Iterator[AgentStoreServer]:
+    server = AgentStoreServer(session_tmpdir)
     try:
-        wait_for(lambda: path.exists() or server.poll() is not None, "the agents' store server never listened")
-        assert server.poll() is None, (session_tmpdir / "agent-stores.log").read_text()
-        yield str(path)
+        yield server
     finally:
-        server.terminate()
-        server.wait()
+        server.stop()
 
 
 @pytest.fixture
-def served_agent_stores(agent_store_server: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def served_agent_stores(agent_store_server: AgentStoreServer, monkeypatch: pytest.MonkeyPatch) -> None:
     """The launchers this test starts keep their agents' stores in the session's store server, so
     that their helpers never import torch (about 2 s of CPU each): for the tests of what the agents
     do over the store. The store's own behaviour (who hosts it, reaching it, a host that is frozen
     or gone) is tested with the store in the helper."""
-    monkeypatch.setenv(SERVER_ENV, agent_store_server)
+    monkeypatch.setenv(SERVER_ENV, agent_store_server.running())
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from guards import GUARD_S
@@ -16,6 +17,9 @@ from host import free_port, needs_torch
 
 from openclaw_launch.agents.served_store import SERVER_ENV
 from openclaw_launch.agents.store import AgentError, AgentStore
+
+if TYPE_CHECKING:
+    from conftest import AgentStoreServer
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = needs_torch  # the server's stores are torch's TCPStore
@@ -43,10 +47,10 @@ def _every_call(port: int) -> list[object]:
 
 
 def test_a_served_store_answers_every_call_as_torchs_tcpstore(
-    agent_store_server: str, monkeypatch: pytest.MonkeyPatch
+    agent_store_server: AgentStoreServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     in_helper = _every_call(free_port())  # torch imported here, as in a helper
-    monkeypatch.setenv(SERVER_ENV, agent_store_server)
+    monkeypatch.setenv(SERVER_ENV, agent_store_server.running())
     assert _every_call(free_port()) == in_helper
 
 
