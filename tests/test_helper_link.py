@@ -12,7 +12,7 @@ import pytest
 from guards import GUARD_S
 
 from openclaw_launch.agents.elastic_agent import ELASTIC_VOCABULARY
-from openclaw_launch.agents.store_loop import VOCABULARY as AGENT_VOCABULARY
+from openclaw_launch.agents.store_messages import VOCABULARY as AGENT_VOCABULARY
 from openclaw_launch.codec import ReportShapeError, hints
 from openclaw_launch.run import helper
 from openclaw_launch.run.failure_class import GpuEvent

@@ -20,7 +20,8 @@ from openclaw_launch.agents.elastic import REFORM, Rendezvous, world_scope
 from openclaw_launch.agents.fate import EXIT_NODE_LOST, Agent, AgentOptions, Fate, lost_fate
 from openclaw_launch.agents.membership import ElasticSpec
 from openclaw_launch.agents.store import AgentError, AgentStore
-from openclaw_launch.agents.store_loop import VOCABULARY, Answer, LoopOptions, LostFate, StoreLink, _Loop
+from openclaw_launch.agents.store_loop import Answer, LoopOptions, LostFate, StoreLink, _Loop
+from openclaw_launch.agents.store_messages import VOCABULARY
 from openclaw_launch.plan.model import LaunchPlan, RankPlan
 from openclaw_launch.report.membership import AttemptMembership
 from openclaw_launch.report.model import NodeReport

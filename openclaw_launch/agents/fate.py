@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from openclaw_launch import exit_codes
-from openclaw_launch.agents.store_loop import Ended, FateOf, LoopEnded, Say, StoreLink
+from openclaw_launch.agents.store_loop import StoreLink
+from openclaw_launch.agents.store_messages import Ended, FateOf, LoopEnded, Say
 from openclaw_launch.config import defaults
 from openclaw_launch.plan.model import LaunchPlan
 from openclaw_launch.run.helper import Message
