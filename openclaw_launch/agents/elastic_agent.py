@@ -20,7 +20,8 @@ from openclaw_launch.agents.elastic import REFORM, Rendezvous, world_scope
 from openclaw_launch.agents.fate import EXIT_NODE_LOST, Agent, AgentOptions, Fate, lost_fate
 from openclaw_launch.agents.membership import ElasticSpec
 from openclaw_launch.agents.store import AgentError, AgentStore
-from openclaw_launch.agents.store_loop import Answer, LoopOptions, LostFate, StoreLink, _Loop
+from openclaw_launch.agents.store_link import Answer, StoreLink
+from openclaw_launch.agents.store_loop import LoopOptions, LostFate, StoreLoop
 from openclaw_launch.agents.store_messages import VOCABULARY
 from openclaw_launch.plan.model import LaunchPlan, RankPlan
 from openclaw_launch.report.membership import AttemptMembership
@@ -127,7 +128,7 @@ class ElasticLink(StoreLink):
         return self._exchange(step, answer, say, interrupted)
 
 
-class _ElasticLoop(_Loop):
+class _ElasticLoop(StoreLoop):
     """The helper's loop, with the rendezvous: it opens the store, and every world's scope."""
 
     def __init__(self, link: Link, options: LoopOptions, lost_fate: LostFate) -> None:

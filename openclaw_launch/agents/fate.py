@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from openclaw_launch import exit_codes
-from openclaw_launch.agents.store_loop import StoreLink
+from openclaw_launch.agents.store_link import StoreLink
 from openclaw_launch.agents.store_messages import Ended, FateOf, LoopEnded, Say
 from openclaw_launch.config import defaults
 from openclaw_launch.plan.model import LaunchPlan

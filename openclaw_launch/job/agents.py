@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from openclaw_launch.agents.elastic_agent import ElasticLink, World
     from openclaw_launch.agents.fate import Agent, AgentOptions, Arrival
     from openclaw_launch.agents.membership import ElasticSpec
-    from openclaw_launch.agents.store_loop import StoreLink
+    from openclaw_launch.agents.store_link import StoreLink
     from openclaw_launch.config.model import Config
     from openclaw_launch.plan.model import LaunchPlan
 
