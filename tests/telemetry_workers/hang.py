@@ -25,6 +25,7 @@ import time
 
 import torch
 import torch.distributed as dist
+from clean_exit import leave
 
 from openclaw_launch import telemetry
 
@@ -79,3 +80,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    leave()

@@ -14,6 +14,8 @@ import argparse
 import os
 import time
 
+from clean_exit import leave
+
 
 def main() -> None:
     p = argparse.ArgumentParser()
@@ -104,3 +106,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    leave()

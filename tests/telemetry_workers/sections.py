@@ -19,6 +19,7 @@ from collections import deque
 
 import torch
 import torch.distributed as dist
+from clean_exit import leave
 
 from openclaw_launch import telemetry
 
@@ -71,3 +72,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    leave()
