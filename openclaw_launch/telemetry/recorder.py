@@ -357,7 +357,7 @@ def get(watch_sigterm: bool = False) -> Recorder | None:
         if path:
             try:
                 rank = int(os.environ.get("RANK", "0"))
-                local_rank = int(os.environ.get("LOCAL_RANK", str(rank)))
+                local_rank = int(os.environ.get(wire.SLOT_ENV) or os.environ.get("LOCAL_RANK", str(rank)))
                 _recorder = Recorder(wire.rank_address(path, local_rank), rank)
                 os.register_at_fork(after_in_child=_recorder.forked)
                 if watch_sigterm:

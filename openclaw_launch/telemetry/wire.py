@@ -14,6 +14,9 @@ from typing import Any
 
 SOCKET_ENV = "OPENCLAW_TELEMETRY_SOCKET"  # where to send; unset = telemetry off (the API is a no-op)
 HOOKS_ENV = "OPENCLAW_TELEMETRY_HOOKS"  # "0" = no zero-code torch hooks, only the API
+# The rank's socket (``rank_address``): its local rank as the launcher planned it. Not LOCAL_RANK,
+# which --virtual-local-rank sets to 0 on every rank (they all sent to local rank 0's socket).
+SLOT_ENV = "OPENCLAW_TELEMETRY_SLOT"
 # Hang detection (--hang-timeout-s): PROGRESS_ENV = seconds between progress datagrams (what a rank
 # is doing now); STACKS_ENV = a file per rank where the bootstrap's faulthandler writes every
 # thread's stack when the launcher sends DUMP_SIGNAL.
