@@ -13,7 +13,7 @@ from dataclasses import dataclass
 OK = 0
 NODE_LOST = 1  # the nodes left, when a node of the job was lost (agents/fate.py)
 BAD_INPUT = 2  # usage, config or input error, nodes that disagree: nothing started
-SCRIPT_FAILED = 70  # --exit-code-classes: a restart cannot help (the failure class says so): do not requeue
+SCRIPT_FAILED = 70  # --exit-code-classes: the script's own failure (a restart may or cannot help): do not requeue
 REQUEUE = 75  # --exit-code-classes: a node, a GPU, the fabric failed, or a hang: requeue
 HANG = 124  # --hang-timeout-s fired, as timeout(1)
 NOT_EXECUTABLE = 126  # a --no-python command that is not executable, as a shell says
@@ -38,8 +38,8 @@ EXIT_CODES: tuple[ExitCode, ...] = (
     ExitCode(str(BAD_INPUT), "bad usage, config or input, nodes that disagree: nothing started"),
     ExitCode(
         str(SCRIPT_FAILED),
-        "`--exit-code-classes`: the job failed and a restart cannot help (its failure class, or a restart "
-        "storm of one): **do not requeue**",
+        "`--exit-code-classes`: the job failed and its failure class is the script's own (a restart may or "
+        "cannot help), or a restart storm: **do not requeue**",
     ),
     ExitCode(
         str(REQUEUE),

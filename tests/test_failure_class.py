@@ -11,7 +11,17 @@ import pytest
 
 from openclaw_launch.exit_codes import EXIT_CODES, REQUEUE, SCRIPT_FAILED, exit_codes_markdown
 from openclaw_launch.run import cgroup
-from openclaw_launch.run.failure_class import BY_NAME, CLASSES, Evidence, GpuEvent, classes_markdown, classify
+from openclaw_launch.run.failure_class import (
+    BY_NAME,
+    CAN_HELP,
+    CANNOT_HELP,
+    CLASSES,
+    MAY_HELP,
+    Evidence,
+    GpuEvent,
+    classes_markdown,
+    classify,
+)
 from openclaw_launch.run.failure_policy import FailurePolicy
 from openclaw_launch.run.participant import StopKind, StopReason
 from tools.failure_docs import DOCS_FILE, update
@@ -58,9 +68,78 @@ def record(message: str) -> str:
         ),
         (
             Evidence(exit_code=1, error_file=record("torch.distributed.DistNetworkError: Connection reset by peer")),
-            "nccl",
+            "fabric",
             "torch.distributed.DistNetworkError",
         ),
+        (  # classes by backend: gloo's own error is gloo's, not NCCL's
+            Evidence(
+                exit_code=1,
+                error_file=record(
+                    "torch.distributed.DistBackendError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] "
+                    "Connection closed by peer [127.0.0.1]:4242"
+                ),
+            ),
+            "gloo",
+            "torch.distributed.DistBackendError: gloo/transport",
+        ),
+        (  # a port in use, on any backend, is neither NCCL's nor a cause a restart is known to cure
+            Evidence(
+                exit_code=1,
+                stderr_tail=(
+                    "Traceback (most recent call last):",
+                    '  File "train.py", line 3, in <module>',
+                    "torch.distributed.DistNetworkError: The server socket has failed to listen on any local "
+                    "network address. port: 29500, useIpv6: false, code: -98, name: EADDRINUSE, message: address "
+                    "already in use",
+                ),
+            ),
+            "port-in-use",
+            "torch.distributed.DistNetworkError: EADDRINUSE",
+        ),
+        (  # issue 32 item 7: the log's earlier words are history; the ValueError it died of decides
+            Evidence(
+                exit_code=1,
+                stderr_tail=(
+                    "step 40: all_reduce retried once after an NCCL error (ncclRemoteError), recovered",
+                    "Traceback (most recent call last):",
+                    '  File "train.py", line 9, in <module>',
+                    "ValueError: bad batch shape",
+                ),
+            ),
+            "exception",
+            "ValueError",
+        ),
+        (  # the same words in the last lines of an exit without a traceback: still only an earlier line's
+            Evidence(exit_code=1, stderr_tail=("retried once after an NCCL error", *(f"step {i}" for i in range(9)))),
+            "exit",
+            "exit code 1",
+        ),
+        (  # issue 32 item 7: SIGKILLed from outside after a recovered CUDA OOM: the signal decides
+            Evidence(
+                signal=signal.SIGKILL,
+                stderr_tail=("caught: CUDA out of memory. Tried to allocate 2.00 GiB; halving the batch", "step 7"),
+            ),
+            "killed",
+            "SIGKILL",
+        ),
+        (  # an earlier traceback the script caught and logged is not the one it died of
+            Evidence(
+                exit_code=1,
+                stderr_tail=(
+                    "Traceback (most recent call last):",
+                    '  File "train.py", line 3, in <module>',
+                    "torch.OutOfMemoryError: CUDA out of memory.",
+                    "retrying with a smaller batch",
+                    "Traceback (most recent call last):",
+                    '  File "train.py", line 7, in <module>',
+                    "KeyError: 'lr'",
+                ),
+            ),
+            "exception",
+            "KeyError",
+        ),
+        (Evidence(exit_code=1, error_file=record("RuntimeError: CUDA out of memory. Tried 2 GiB")), "cuda-oom", None),
+        (Evidence(exit_code=1, error_file=record("ValueError: NCCL error is not mine")), "exception", "ValueError"),
         (Evidence(signal=signal.SIGKILL, oom_kills=1), "host-oom", None),
         (Evidence(signal=signal.SIGKILL), "killed", "SIGKILL"),
         (Evidence(signal=signal.SIGSEGV), "crash", "SIGSEGV"),
@@ -91,13 +170,18 @@ def test_the_gpu_outranks_what_the_script_said_and_a_kill_needs_the_oom_count() 
 
 def test_the_table_says_which_classes_a_restart_can_help() -> None:
     helps = {c.name for c in CLASSES if c.restart_helps}
-    assert helps == {"gpu-xid", "gpu-ecc", "node-lost", "hang", "nccl", "killed", "reform"}
+    assert helps == {"gpu-xid", "gpu-ecc", "node-lost", "hang", "nccl", "gloo", "fabric", "killed", "reform"}
+    assert {c.name for c in CLASSES if c.restart == CANNOT_HELP} == {"cuda-oom", "host-oom", "not-started"}
+    assert all(c.restart in (CAN_HELP, MAY_HELP, CANNOT_HELP) for c in CLASSES)
     assert len(BY_NAME) == len(CLASSES)
 
 
 def _policy(steps: dict[int, int], max_restarts: int = 5) -> tuple[FailurePolicy, list[str]]:
     said: list[str] = []
-    return FailurePolicy({0: GPU, 1: None}, max_restarts, said.append, steps_of=lambda r: steps.get(r, 0)), said
+    policy = FailurePolicy(
+        {0: GPU, 1: None}, max_restarts, said.append, steps_of=lambda r: steps.get(r, 0), storm_guard=True
+    )
+    return policy, said
 
 
 def _fail(policy: FailurePolicy, attempt: int, rank: int, message: str) -> StopReason | None:
@@ -111,11 +195,11 @@ def test_the_storm_needs_the_same_class_on_the_same_rank_before_any_step_in_a_ro
     policy, said = _policy({})
     assert _fail(policy, 0, 0, "ValueError: x") is None
     assert _fail(policy, 1, 1, "ValueError: x") is None  # another rank
-    assert _fail(policy, 2, 1, "torch.OutOfMemoryError: CUDA out of memory") is None  # another class
-    storm = _fail(policy, 3, 1, "torch.OutOfMemoryError: CUDA out of memory")
+    assert _fail(policy, 2, 1, "torch.distributed.DistNetworkError: x") is None  # another class
+    storm = _fail(policy, 3, 1, "torch.distributed.DistNetworkError: x")
     assert storm is not None and storm.kind is StopKind.STORM and not storm.restartable and storm.rank == 1
     assert policy.failures[3].storm and not policy.failures[2].storm
-    assert len(said) == 1 and "rank 1" in said[0] and "cuda-oom" in said[0]
+    assert len(said) == 1 and "rank 1" in said[0] and "fabric" in said[0]
 
 
 def test_no_storm_after_steps_on_the_last_attempt_or_without_statistics() -> None:
@@ -123,7 +207,7 @@ def test_no_storm_after_steps_on_the_last_attempt_or_without_statistics() -> Non
     assert _fail(policy, 0, 0, "ValueError: x") is None and _fail(policy, 1, 0, "ValueError: x") is None
     last, _ = _policy({}, max_restarts=1)
     assert _fail(last, 0, 0, "ValueError: x") is None and _fail(last, 1, 0, "ValueError: x") is None
-    blind = FailurePolicy({}, 5, lambda text: None)  # --telemetry off: steps unknown
+    blind = FailurePolicy({}, 5, lambda text: None, storm_guard=True)  # --telemetry off: steps unknown
     assert _fail(blind, 0, 0, "ValueError: x") is None and _fail(blind, 1, 0, "ValueError: x") is None
 
 

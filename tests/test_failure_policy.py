@@ -60,7 +60,7 @@ def error_file_script(message: str, code: int = 1) -> str:
 
 
 def test_the_same_exception_before_any_step_twice_stops_the_job_after_two_attempts(tmp_path: Path) -> None:
-    proc, report = launch(tmp_path, "raise ValueError('no such dataset')\n", "--max-restarts", "5")
+    proc, report = launch(tmp_path, "raise ValueError('no such dataset')\n", "--max-restarts", "5", "--storm-guard")
     assert proc.returncode == 1, proc.stderr  # the worker's code, as without the rule
     assert report["attempts"] == 2 and classes(report) == ["exception", "exception"]
     assert report["attempt_history"][1]["failure"]["storm"] is True
@@ -166,7 +166,7 @@ def test_a_storm_on_one_node_stops_every_node_after_two_attempts(tmp_path: Path)
     for node in ("node0", "node1"):
         cmd = [sys.executable, "-m", "openclaw_launch", "--config", str(config), "--node", node]
         cmd += ["--master-port", ports[0], "--agent-port", ports[1], "--run-id", "storm", "--keepalive-s", "2"]
-        cmd += ["--grace-period-s", "2", "--max-restarts", "5", "--restart-backoff-s", "0.05"]
+        cmd += ["--grace-period-s", "2", "--max-restarts", "5", "--restart-backoff-s", "0.05", "--storm-guard"]
         cmd += ["--report", str(tmp_path / f"{node}.json"), "--job-report", str(tmp_path / "job.json"), str(script)]
         procs[node] = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out = {node: (p.communicate(timeout=GUARD_S)[1], p.returncode) for node, p in procs.items()}

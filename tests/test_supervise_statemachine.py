@@ -217,15 +217,16 @@ def test_restart_with_exponential_backoff_and_hooks() -> None:
 
     result = run(fake, 1, [Recorder()], max_restarts=5, restart_backoff_s=0.5)
     assert result.exit_code == 0 and result.attempts == 3
-    # attempt 0 ends at 1.0, backoff 0.5 -> 1.5; attempt 1 ends at 2.5, backoff 1.0 -> 3.5
-    assert [t for t, _ in fake.spawned] == [0.0, 1.5, 3.5]
+    # attempt 0 ends at 1.0, the first restart waits nothing; attempt 1 ends at 2.0, backoff 0.5 -> 2.5
+    assert [t for t, _ in fake.spawned] == [0.0, 1.0, 2.5]
     assert seen == [("before", 0), ("after", 0), ("before", 1), ("after", 1), ("before", 2), ("after", 2)]
 
 
 def test_signal_during_backoff_ends_the_job() -> None:
-    fake = FakeOs([FakeProc(exit_after=1.0, exit_code=1)], signals=[(2.0, signal.SIGINT)])
+    procs = [FakeProc(exit_after=1.0, exit_code=1), FakeProc(exit_after=1.0, exit_code=1)]
+    fake = FakeOs(procs, signals=[(3.0, signal.SIGINT)])  # the first restart waits nothing, the second 10 s
     result = run(fake, 1, max_restarts=3, restart_backoff_s=10.0)
-    assert result.attempts == 1
+    assert result.attempts == 2
     assert result.exit_code == 1  # the root cause's code wins over the later signal
     assert result.signal_received == signal.SIGINT
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 GRACE_PERIOD_S = 30.0  # SIGTERM -> SIGKILL; torchrun's default shutdown timeout
 KILL_TIMEOUT_S = 5.0  # SIGKILL -> give up on workers stuck in the kernel
 MAX_RESTARTS = 0
-RESTART_BACKOFF_S = 1.0  # restart k waits this times 2**k ...
+RESTART_BACKOFF_S = 1.0  # the first restart waits nothing; restart k >= 2 waits this times 2**(k-2) ...
 RESTART_BACKOFF_MAX_S = 30.0  # ... at most this
 #: What the launcher forwards and stops on: torchrun's four, plus Slurm's SIGUSR1/SIGUSR2 (sent
 #: before a job's time limit). Its helpers ignore them and its guardian takes their defaults back.
@@ -78,7 +78,21 @@ DEFAULTS: tuple[Default, ...] = (
         "--restart-backoff-s",
         _s(RESTART_BACKOFF_S),
         "-",
-        f"wait before restart k: this times 2**k, at most {_s(RESTART_BACKOFF_MAX_S)}",
+        f"no wait before the first restart (as torchrun); before restart k >= 2: this times 2**(k-2), at most "
+        f"{_s(RESTART_BACKOFF_MAX_S)}",
+    ),
+    Default(
+        "--restart-any-class",
+        "off",
+        "-",
+        "restart a failure class a restart cannot help too (cuda-oom, host-oom, not-started), as torchrun "
+        "restarts every failure (docs/failures.md)",
+    ),
+    Default(
+        "--storm-guard",
+        "off",
+        "-",
+        "stop instead of restarting when a rank fails the same way before its first step twice in a row",
     ),
     Default(
         "--signals-to-handle",

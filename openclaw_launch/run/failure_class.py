@@ -1,9 +1,13 @@
 """What a failure was, judged from what the launcher sees: the one table of failure classes and the
 pure classifier (no I/O; the evidence is gathered by run/failure_policy.py).
 
-Each class says whether restarting the job can help (the cause is outside the script: a node, a
-GPU, the fabric) or not (the script fails the same way each time). The table builds the classes'
-rows of docs/failures.md (``python -m tools.failure_docs --write``).
+Each class says what a restart can do: it can help (the cause is outside the script: a node, a GPU,
+the fabric), it may help (the script's own failure, its cause unknown: restarted, as torchrun does),
+or it cannot help (another attempt fails the same way: not restarted unless ``--restart-any-class``).
+The evidence is weighed strongest first: what the kernel, NVML and the process's end say outrank what
+the rank printed, and of its output only the exception it died of and its last error lines count
+(docs/failures.md). The table builds the classes' rows of docs/failures.md
+(``python -m tools.failure_docs --write``).
 """
 
 from __future__ import annotations
@@ -15,56 +19,101 @@ from dataclasses import dataclass
 from openclaw_launch.run.results import signal_name
 from openclaw_launch.safe_read import parse_json
 
+#: What a restart can do for a class: the three answers, as the console and docs/failures.md say them.
+CAN_HELP = "can help"  # the cause is outside the script (a node, a GPU, the fabric): another attempt may succeed
+MAY_HELP = "may help"  # the script's own failure, cause unknown (a flaky start-up, a race): restarted as torchrun
+CANNOT_HELP = "cannot help"  # another attempt fails the same way: not restarted unless --restart-any-class
+
 
 @dataclass(frozen=True)
 class FailureClass:
     name: str
-    restart_helps: bool  # the cause is outside the script: another attempt (or a requeue) may succeed
+    restart: str  # CAN_HELP, MAY_HELP or CANNOT_HELP: what a restart can do (run/failure_policy.py acts on it)
     meaning: str  # what the launcher saw, for docs/failures.md
+
+    @property
+    def restart_helps(self) -> bool:
+        """The cause is outside the script (``--exit-code-classes``: 75, requeue)."""
+        return self.restart == CAN_HELP
+
+    @property
+    def words(self) -> str:
+        return f"a restart {self.restart}"
 
 
 CLASSES: tuple[FailureClass, ...] = (
-    FailureClass("gpu-xid", True, "NVML reported an XID (critical GPU error) on the rank's GPU during the attempt"),
+    FailureClass("gpu-xid", CAN_HELP, "NVML reported an XID (critical GPU error) on the rank's GPU during the attempt"),
     FailureClass(
-        "gpu-ecc", True, "NVML reported an uncorrectable (double-bit) ECC error on the rank's GPU during the attempt"
+        "gpu-ecc",
+        CAN_HELP,
+        "NVML reported an uncorrectable (double-bit) ECC error on the rank's GPU during the attempt",
     ),
-    FailureClass("node-lost", True, "a node of the job stopped answering (its agent died, its host or link went away)"),
-    FailureClass("hang", True, "`--hang-timeout-s` fired: a rank made no step for the timeout (exit 124)"),
+    FailureClass(
+        "node-lost", CAN_HELP, "a node of the job stopped answering (its agent died, its host or link went away)"
+    ),
+    FailureClass("hang", CAN_HELP, "`--hang-timeout-s` fired: a rank made no step for the timeout (exit 124)"),
     FailureClass(
         "nccl",
-        True,
-        "NCCL's text in the rank's error file or last stderr lines (`NCCL error`, `ncclSystemError`, "
-        "`ncclRemoteError`, `Watchdog caught collective operation timeout`, ...), or torch.distributed's "
-        "`DistBackendError` / `DistNetworkError`: a peer or the fabric failed",
+        CAN_HELP,
+        "NCCL failed: the error file's `DistBackendError` (or torch's C++ `RuntimeError`) naming NCCL "
+        "(`NCCL error`, `ncclSystemError`, `ncclRemoteError`, ...), or a SIGABRT whose last error lines are "
+        "NCCL's watchdog (`Watchdog caught collective operation timeout`): a peer or the fabric failed",
     ),
     FailureClass(
-        "killed", True, "killed by a signal from outside (SIGKILL without an OOM kill in the cgroup, SIGTERM, ...)"
+        "gloo",
+        CAN_HELP,
+        "gloo failed: the error file's `DistBackendError` or `RuntimeError` naming gloo (`Gloo connectFullMesh "
+        "failed`, gloo's `gloo/transport/...` errors such as `Connection closed by peer`): a peer or the network "
+        "failed",
+    ),
+    FailureClass(
+        "port-in-use",
+        MAY_HELP,
+        "torch.distributed could not listen on its port (`EADDRINUSE`, `address already in use`), on any "
+        "backend: another process holds MASTER_PORT",
+    ),
+    FailureClass(
+        "fabric",
+        CAN_HELP,
+        "torch.distributed's `DistNetworkError` or a `DistBackendError` that names no backend (the store's "
+        "connection reset or timed out): a peer or the network failed",
+    ),
+    FailureClass(
+        "killed",
+        CAN_HELP,
+        "killed by a signal from outside (SIGKILL without an OOM kill in the cgroup, SIGTERM, ...), whatever "
+        "the rank had printed",
     ),
     FailureClass(
         "host-oom",
-        False,
+        CANNOT_HELP,
         "SIGKILL while the `oom_kill` count of the job's cgroup (`memory.events`) rose: the host's memory ran out",
     ),
     FailureClass(
-        "cuda-oom", False, "`torch.OutOfMemoryError` in the error file, or `CUDA out of memory` in the rank's output"
+        "cuda-oom",
+        CANNOT_HELP,
+        "`torch.OutOfMemoryError` in the error file or as the type of the rank's last traceback (or a "
+        "`RuntimeError: CUDA out of memory`, or those words in the last lines before a SIGABRT)",
     ),
     FailureClass(
         "exception",
-        False,
-        "a Python exception in the script: its type from the error file (`@record`), else from the "
-        "traceback's last line in stderr",
+        MAY_HELP,
+        "a Python exception in the script: its type from the error file (`@record`), else from the last "
+        "traceback's exception line in stderr",
     ),
-    FailureClass("crash", False, "a crash signal: SIGSEGV, SIGBUS, SIGILL, SIGFPE or SIGABRT"),
-    FailureClass("not-started", False, "the command could not be started: not found (127) or not executable (126)"),
-    FailureClass("exit", False, "a non-zero exit code and nothing else known"),
+    FailureClass("crash", MAY_HELP, "a crash signal: SIGSEGV, SIGBUS, SIGILL, SIGFPE or SIGABRT"),
+    FailureClass(
+        "not-started", CANNOT_HELP, "the command could not be started: not found (127) or not executable (126)"
+    ),
+    FailureClass("exit", MAY_HELP, "a non-zero exit code and nothing else known"),
     FailureClass(
         "remote",
-        False,
+        MAY_HELP,
         "another node failed first and this node's workers were stopped (that node's report names the class)",
     ),
     FailureClass(
         "reform",
-        True,
+        CAN_HELP,
         "no failure: a node arrived at an elastic job (`--nnodes MIN:MAX`) and every node's workers restarted "
         "into the larger world (docs/elastic.md)",
     ),
@@ -81,14 +130,23 @@ NCCL_MARKERS = (
     "Watchdog caught collective operation timeout",
     "NCCL communicator was aborted",
 )
+GLOO_MARKERS = ("Gloo connectFullMesh failed", "gloo/transport", "[Gloo]")
+PORT_IN_USE_MARKERS = ("EADDRINUSE", "address already in use", "Address already in use")
 FABRIC_TYPES = frozenset(
     {"torch.distributed.DistBackendError", "torch.distributed.DistNetworkError", "DistBackendError", "DistNetworkError"}
 )
+# torch's C++ errors surface as RuntimeError (and, before torch 2.2, NCCL's too): only for these types
+# do the exception's own words (never the log's) say what failed
+WORDED_TYPES = FABRIC_TYPES | {"RuntimeError", "torch.distributed.DistError", "DistError"}
 CUDA_OOM_TYPES = frozenset({"OutOfMemoryError", "torch.OutOfMemoryError", "torch.cuda.OutOfMemoryError"})
 CUDA_OOM_TEXT = "CUDA out of memory"
 CRASH_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT})
+#: How many of a rank's last non-empty stderr lines count as its last error lines (a SIGABRT's reason,
+#: an exit without a traceback): words on any earlier line are history, not the failure.
+LAST_ERROR_LINES = 5
 # the last line of a Python traceback: ``pkg.mod.SomeError: text`` (or the bare type)
 _EXCEPTION_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning))(?::|$)")
+_TRACEBACK = "Traceback (most recent call last)"
 
 
 @dataclass(frozen=True)
@@ -128,9 +186,15 @@ class Failure:
     def restart_helps(self) -> bool:
         return BY_NAME[self.name].restart_helps
 
+    @property
+    def restart(self) -> str:
+        """What a restart can do: CAN_HELP, MAY_HELP or CANNOT_HELP (its class's)."""
+        return BY_NAME[self.name].restart
+
 
 def error_message(error_file: str | None) -> str:
-    """The message torch's ``@record`` writes (``{"message": {"message": "Type: text", ...}}``), else the raw text."""
+    """The exception torch's ``@record`` writes (``{"message": {"message": "Type: text", ...}}``), else the raw
+    text; never the file's call stack (its frames are code, not the failure)."""
     if not error_file:
         return ""
     try:
@@ -139,28 +203,85 @@ def error_message(error_file: str | None) -> str:
         return error_file
     message = data.get("message") if isinstance(data, dict) else None
     if isinstance(message, dict):
-        extra = message.get("extraInfo")
-        callstack = extra.get("py_callstack") if isinstance(extra, dict) else None
-        return f"{message.get('message') or ''}\n{callstack or ''}"
+        text = message.get("message")
+        return text if isinstance(text, str) else ""
     return message if isinstance(message, str) else error_file
 
 
-def exception_type(error_file: str | None, stderr_tail: tuple[str, ...] = ()) -> str | None:
-    """The Python exception's type: the error file message's first line, else the last traceback line of stderr."""
-    first = error_message(error_file).strip().splitlines()
-    candidates = first[:1] if first else []
-    if not candidates and any(line.startswith("Traceback (most recent call last)") for line in stderr_tail):
-        candidates = [line for line in reversed(stderr_tail) if line and not line.startswith(" ")][:1]
-    for line in candidates:
-        match = _EXCEPTION_LINE.match(line.strip())
-        if match:
-            return match["type"]
+@dataclass(frozen=True)
+class Raised:
+    """The exception a rank died of: its type and its own text (the message, not the log)."""
+
+    type: str
+    text: str
+    source: str  # "error file" or "traceback"
+
+
+def _exception_at(lines: list[str], source: str) -> Raised | None:
+    """The exception line first in ``lines`` (a traceback's last frame onward) and the lines of its text."""
+    for i, line in enumerate(lines):
+        if line and not line.startswith((" ", "\t")):
+            match = _EXCEPTION_LINE.match(line.strip())
+            if match is None:
+                return None
+            rest = [x for x in lines[i + 1 : i + LAST_ERROR_LINES] if x.strip()]
+            return Raised(match["type"], "\n".join([line, *rest]), source)
     return None
 
 
+def raised(error_file: str | None, stderr_tail: tuple[str, ...] = ()) -> Raised | None:
+    """The exception a rank died of: the error file's (``@record``), else the last traceback in its stderr;
+    an earlier traceback (an error the script caught and logged) is history, not the failure."""
+    message = error_message(error_file).strip()
+    if message:
+        return _exception_at(message.splitlines(), "error file")
+    starts = [i for i, line in enumerate(stderr_tail) if line.startswith(_TRACEBACK)]
+    if not starts:
+        return None
+    frames = list(stderr_tail[starts[-1] + 1 :])
+    return _exception_at(frames, "traceback")
+
+
+def exception_type(error_file: str | None, stderr_tail: tuple[str, ...] = ()) -> str | None:
+    """The type of the exception a rank died of (``raised``), or None."""
+    found = raised(error_file, stderr_tail)
+    return found.type if found is not None else None
+
+
+def last_error_lines(stderr_tail: tuple[str, ...]) -> str:
+    """The rank's last LAST_ERROR_LINES non-empty stderr lines, where words may say what failed."""
+    lines = [line for line in stderr_tail if line.strip()]
+    return "\n".join(lines[-LAST_ERROR_LINES:])
+
+
+def _by_words(text: str) -> tuple[str, str] | None:
+    """(class, marker) by the words in ``text``: CUDA out of memory, a port in use, NCCL's, gloo's."""
+    if CUDA_OOM_TEXT in text:
+        return "cuda-oom", CUDA_OOM_TEXT
+    for name, markers in (("port-in-use", PORT_IN_USE_MARKERS), ("nccl", NCCL_MARKERS), ("gloo", GLOO_MARKERS)):
+        marker = next((m for m in markers if m in text), None)
+        if marker is not None:
+            return name, marker
+    return None
+
+
+def _by_exception(found: Raised, rank: int | None, node: str | None) -> Failure:
+    """A Python exception's class: its type decides; its own words only for torch's generic types."""
+    if found.type in CUDA_OOM_TYPES:
+        return Failure("cuda-oom", found.type, rank, node)
+    worded = _by_words(found.text) if found.type in WORDED_TYPES else None
+    if worded is not None:
+        return Failure(worded[0], f"{found.type}: {worded[1]}", rank, node)
+    if found.type in FABRIC_TYPES:
+        return Failure("fabric", found.type, rank, node)
+    return Failure("exception", found.type, rank, node)
+
+
 def classify(e: Evidence, rank: int | None = None, node: str | None = None) -> Failure:
-    """The class of one failure, by the strongest evidence first: the stop's own kind, the GPU's
-    events, the host's OOM killer, CUDA OOM, NCCL text, a Python exception, the signal, the code."""
+    """The class of one failure, by the strongest evidence first: the stop's own kind, the GPU's events,
+    the kernel's OOM kill, the signal (nothing the rank printed outranks a SIGKILL or a SIGSEGV), the
+    exception it died of (the error file's type, else its last traceback's), then, only without any of
+    these, the words of its last error lines (a SIGABRT's reason: NCCL's watchdog), then the exit code."""
     if e.stop in ("hang", "lost", "remote", "reform"):
         name = {"hang": "hang", "lost": "node-lost", "remote": "remote", "reform": "reform"}[e.stop]
         return Failure(name, f"the job's stop: {e.stop}", rank, node)
@@ -171,26 +292,25 @@ def classify(e: Evidence, rank: int | None = None, node: str | None = None) -> F
             return Failure(f"gpu-{kind}", f"NVML: {what} on {events[0].uuid}", rank, node)
     if e.signal == signal.SIGKILL and e.oom_kills > 0:
         return Failure("host-oom", f"SIGKILL with {e.oom_kills} OOM kill(s) in the job's cgroup", rank, node)
-    text = "\n".join((error_message(e.error_file), *e.stderr_tail))
-    found = exception_type(e.error_file, e.stderr_tail)
-    if found in CUDA_OOM_TYPES or CUDA_OOM_TEXT in text:
-        return Failure("cuda-oom", found or CUDA_OOM_TEXT, rank, node)
-    marker = next((m for m in NCCL_MARKERS if m in text), None)
-    if marker is not None or found in FABRIC_TYPES:
-        detail = found if marker is None else marker if found is None else f"{found}: {marker}"
-        return Failure("nccl", detail or "", rank, node)
-    if found is not None:
-        return Failure("exception", found, rank, node)
-    if e.not_started:
-        return Failure("not-started", f"exit code {e.exit_code}", rank, node)
-    if e.signal is not None:
+    if e.signal is not None and e.signal != signal.SIGABRT:  # SIGABRT: C++'s abort, its reason in the last lines
         name = signal_name(e.signal)
         return Failure("crash" if e.signal in CRASH_SIGNALS else "killed", name, rank, node)
+    if e.not_started:
+        return Failure("not-started", f"exit code {e.exit_code}", rank, node)
+    found = raised(e.error_file, e.stderr_tail)
+    if found is not None:
+        return _by_exception(found, rank, node)
+    worded = _by_words("\n".join((error_message(e.error_file), last_error_lines(e.stderr_tail))))
+    if worded is not None:
+        return Failure(worded[0], worded[1], rank, node)
+    if e.signal is not None:
+        return Failure("crash", signal_name(e.signal), rank, node)
     return Failure("exit", f"exit code {e.exit_code}", rank, node)
 
 
 def classes_markdown() -> str:
     """The classes' table of docs/failures.md."""
-    rows = ["| class | a restart can help | what the launcher saw |", "|---|---|---|"]
-    rows += [f"| `{c.name}` | {'yes' if c.restart_helps else 'no'} | {c.meaning} |" for c in CLASSES]
+    rows = ["| class | a restart | restarted by `--max-restarts` | what the launcher saw |", "|---|---|---|---|"]
+    restarted = {CAN_HELP: "yes", MAY_HELP: "yes", CANNOT_HELP: "only with `--restart-any-class`"}
+    rows += [f"| `{c.name}` | {c.restart} | {restarted[c.restart]} | {c.meaning} |" for c in CLASSES]
     return "\n".join(rows) + "\n"

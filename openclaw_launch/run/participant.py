@@ -58,7 +58,8 @@ class StopKind(enum.Enum):
     HANG = "hang"  # --hang-timeout-s fired on this node (stats/hang_monitor.py)
     LOST = "lost"  # a node of the job, or the first node's store, is gone (agents)
     REMOTE = "remote"  # another node stopped first: the job's fate (agents/fate.py)
-    STORM = "storm"  # the same failure before any step twice in a row (run/failure_policy.py): no restart
+    STORM = "storm"  # the same failure before any step twice in a row, with --storm-guard (run/failure_policy.py)
+    CANNOT_HELP = "cannot-help"  # a failure class a restart cannot help, without --restart-any-class (the same)
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ class StopReason:
     kind: StopKind
     exit_code: int
     text: str  # what the user is told (a remote reason: the other node's text)
-    restartable: bool  # a failure is; a signal, a hang, a lost node or a restart storm never is
+    restartable: bool  # a failure is; a signal, a hang, a lost node, a storm or a class a restart cannot help never is
     node: str | None = None  # whose stop it is (a remote or lost reason: the other node)
     rank: int | None = None  # the failed or stuck rank, where there is one
     evidence: Evidence | None = None  # a failed worker's: what classifies it (run/failure_class.py)

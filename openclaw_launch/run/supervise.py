@@ -54,6 +54,15 @@ if TYPE_CHECKING:  # plan.py pulls in config/yaml; the supervisor only needs the
 ESCALATING_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # a second one while stopping means "SIGKILL now"
 
 
+def restart_delay_s(attempt: int, backoff_s: float, backoff_max_s: float) -> float:
+    """The wait after attempt ``attempt`` (0-based) failed, before the next: none before the first restart
+    (torchrun waits none; one failure is no storm to slow down), then ``backoff_s`` doubling, at most
+    ``backoff_max_s``, against a failure that keeps coming back."""
+    if attempt == 0:
+        return 0.0
+    return min(backoff_s * 2 ** min(attempt - 1, 64), backoff_max_s)
+
+
 class State(enum.Enum):
     STARTING = "starting"
     RUNNING = "running"
@@ -67,7 +76,10 @@ class SuperviseOptions:
     grace_period_s: float = defaults.GRACE_PERIOD_S  # SIGTERM -> SIGKILL (torchrun's default shutdown timeout)
     kill_timeout_s: float = defaults.KILL_TIMEOUT_S  # SIGKILL -> give up (uninterruptible sleep)
     max_restarts: int = 0
-    restart_backoff_s: float = defaults.RESTART_BACKOFF_S  # attempt k waits restart_backoff_s * 2**k ...
+    restart_any_class: bool = False  # restart a failure class a restart cannot help too (run/failure_policy.py)
+    storm_guard: bool = False  # stop a restart storm (run/failure_policy.py)
+    # the first restart waits nothing (as torchrun); restart k >= 2 waits restart_backoff_s * 2**(k-2) ...
+    restart_backoff_s: float = defaults.RESTART_BACKOFF_S
     restart_backoff_max_s: float = defaults.RESTART_BACKOFF_MAX_S  # ... at most this
     log_dir: str | None = None  # each rank's logs there: plan/context.LogDir
     console_ranks: frozenset[int] | None = None  # None = every rank reaches the console
@@ -348,7 +360,7 @@ class _Supervisor:
 
     def _backoff(self, attempt: int) -> None:
         self.state = State.RESTARTING
-        delay = min(self.opt.restart_backoff_s * 2 ** min(attempt, 64), self.opt.restart_backoff_max_s)
+        delay = restart_delay_s(attempt, self.opt.restart_backoff_s, self.opt.restart_backoff_max_s)
         expired: list[bool] = []
         self.loop.at(delay, lambda: expired.append(True))
         self._loop(lambda: bool(expired) or self.signal_received is not None)
