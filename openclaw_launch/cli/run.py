@@ -104,6 +104,8 @@ def run(c: Common, r: RunOptions) -> None:
         kill_timeout_s=r.kill_timeout_s,
         max_restarts=c.tr.max_restarts - (elastic[0].round if elastic else 0),  # a node taken in later: fewer left
         restart_backoff_s=r.restart_backoff_s,
+        restart_any_class=r.restart_any_class,
+        storm_guard=r.storm_guard,
         log_dir=log_dir,
         console_ranks=ranks_shown,
         console_hidden=want.console_hidden,

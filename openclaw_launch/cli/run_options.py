@@ -27,6 +27,8 @@ class RunOptions:
     """Every ``run`` option besides the shared ``Common`` ones, as click parsed them."""
 
     restart_backoff_s: float
+    restart_any_class: bool
+    storm_guard: bool
     kill_timeout_s: float
     console_ranks: str
     prefix_template: str | None
@@ -58,7 +60,22 @@ _run_options: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
         type=option_types.seconds(),
         default=defaults.RESTART_BACKOFF_S,
         show_default=True,
-        help=f"Wait before restart k: this times 2**k (at most {defaults.RESTART_BACKOFF_MAX_S:g} s).",
+        help="No wait before the first restart (as torchrun); before restart k >= 2: this times 2**(k-2) "
+        f"(at most {defaults.RESTART_BACKOFF_MAX_S:g} s).",
+    ),
+    click.option(
+        "--restart-any-class",
+        is_flag=True,
+        envvar="OPENCLAW_RESTART_ANY_CLASS",
+        help="Restart a failure whose class says a restart cannot help too (cuda-oom, host-oom, not-started), "
+        "as torchrun restarts every failure; the line says so (docs/failures.md).",
+    ),
+    click.option(
+        "--storm-guard",
+        is_flag=True,
+        envvar="OPENCLAW_STORM_GUARD",
+        help="Stop instead of restarting when a rank fails with the same class before its first step in two "
+        "attempts in a row (a restart storm; docs/failures.md).",
     ),
     click.option(
         "--kill-timeout-s",

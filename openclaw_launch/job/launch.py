@@ -195,7 +195,7 @@ def _run(
 def _failure_policy(
     plan: LaunchPlan, options: SuperviseOptions, session: StatsSession | None, job_cgroup: cgroup.JobCgroup | None
 ) -> FailurePolicy:
-    """Classification and the restart-storm rule, with the evidence this node has: each rank's steps
+    """Classification and the restart rules, with the evidence this node has: each rank's steps
     and the GPUs' NVML events (statistics), the OOM kills of the job's cgroup (or the launcher's own)."""
     dirs = (job_cgroup.path if job_cgroup is not None else None, cgroup.own_dir())
     oom_dir = next((d for d in dirs if d is not None and cgroup.oom_kills(d) is not None), None)
@@ -206,4 +206,6 @@ def _failure_policy(
         steps_of=session.steps_of if session is not None else None,
         oom_kills=functools.partial(cgroup.oom_kills, oom_dir) if oom_dir is not None else None,
         gpu_events=session.gpu_events if session is not None else None,
+        restart_any_class=options.restart_any_class,
+        storm_guard=options.storm_guard,
     )
