@@ -6,6 +6,7 @@ import statistics
 
 from openclaw_launch.report.model import JobReport, NodeReport, Report
 from openclaw_launch.report.rank import StepStatistics
+from openclaw_launch.run.failure_class import BY_NAME, CAN_HELP, CANNOT_HELP
 from openclaw_launch.stats.collect import OTHER
 from openclaw_launch.stats.phases import GPU_WORK, StepSplit, split
 from openclaw_launch.stats.result import Straggler
@@ -78,17 +79,27 @@ def _step_columns(stats: StepStatistics | None) -> str:
 
 
 def _failure_lines(report: Report) -> list[str]:
-    """Per failed attempt: its failure class and evidence, whether a restart can help (docs/failures.md)."""
+    """Per failed attempt: its failure class and evidence, what a restart can do for it and what was done
+    (docs/failures.md)."""
     lines = []
-    for entry in report.attempt_history:
+    last = len(report.attempt_history) - 1
+    for n, entry in enumerate(report.attempt_history):
         f = entry.failure
         if f is None:
             continue
         whose = f"rank {f.rank} on node {f.node}" if f.rank is not None else f"node {f.node}"
-        helps = "a restart can help" if f.restart_helps else "a restart cannot help"
-        storm = "; restart storm: as the attempt before, before the first step: no restart" if f.storm else ""
+        known = BY_NAME.get(f.failure_class)  # the class's words: it can, may or cannot help
+        restart = known.restart if known is not None else CAN_HELP if f.restart_helps else CANNOT_HELP
+        done = ""  # what was done, as run/failure_policy.py decided it
+        if n < last:
+            done = "; restarted, as --restart-any-class asks" if restart == CANNOT_HELP else "; restarted"
+        elif f.storm:
+            done = "; restart storm: as the attempt before, before the first step: no restart"
+        elif restart == CANNOT_HELP:
+            done = "; not restarted"
         lines.append(
-            f"attempt {entry.attempt + 1}: failure class {f.failure_class} ({f.detail}), {whose}: {helps}{storm}"
+            f"attempt {entry.attempt + 1}: failure class {f.failure_class} ({f.detail}), {whose}: "
+            f"a restart {restart}{done}"
         )
     return lines
 
