@@ -28,7 +28,17 @@ from openclaw_launch.report.preflight import (
     PreflightVerdict,
 )
 from openclaw_launch.report.rank import RankEntry, SectionTimes, StepStatistics, StepTimes
-from openclaw_launch.stats.result import DroppedDatagrams, GpuStats, Hang, HangCause, HangRank, RunStatistics, Straggler
+from openclaw_launch.stats.result import (
+    DroppedDatagrams,
+    GpuStats,
+    Hang,
+    HangCause,
+    HangRank,
+    MemoryAsymmetry,
+    RunStatistics,
+    StepImbalance,
+    Straggler,
+)
 from tools.markdown_tables import check_or_write, update_tables
 
 DOCS_FILE = Path(__file__).resolve().parents[1] / "docs" / "report-format.md"
@@ -38,6 +48,8 @@ TABLES: dict[str, type] = {
     "statistics": RunStatistics,
     "statistics.dropped_datagrams": DroppedDatagrams,
     "stragglers[]": Straggler,
+    "step_imbalance": StepImbalance,
+    "memory_asymmetry[]": MemoryAsymmetry,
     "hang": Hang,
     "hang.ranks[]": HangRank,
     "hang.cause": HangCause,

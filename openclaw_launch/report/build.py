@@ -25,6 +25,7 @@ from openclaw_launch.run.failure_class import Failure
 from openclaw_launch.run.results import JobResult, WorkerResult, signal_name
 from openclaw_launch.safe_read import InputFileError, parse_json, read_input
 from openclaw_launch.stats.collect import RankSummary
+from openclaw_launch.stats.memory import find_asymmetry
 from openclaw_launch.stats.phases import split as phase_split
 from openclaw_launch.stats.result import SessionResult, Straggler
 from openclaw_launch.stats.verdict import waited_for_others
@@ -177,6 +178,8 @@ def build_report(
         unkillable_pids=tuple(result.unkillable),
         containment=result.containment or CONTAINMENT,
         preflight=preflight,
+        step_imbalance=statistics.imbalance if statistics is not None else None,
+        memory_asymmetry=find_asymmetry(plan.ranks, plan.parallel, gpus),
     )
 
 

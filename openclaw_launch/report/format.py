@@ -9,7 +9,7 @@ from openclaw_launch.report.rank import StepStatistics
 from openclaw_launch.run.failure_class import BY_NAME, CAN_HELP, CANNOT_HELP
 from openclaw_launch.stats.collect import OTHER
 from openclaw_launch.stats.phases import GPU_WORK, StepSplit, split
-from openclaw_launch.stats.result import Straggler
+from openclaw_launch.stats.result import StepImbalance, Straggler
 from openclaw_launch.telemetry.wire import HOST, INPUT
 
 _SECTION_WORDS = {
@@ -64,6 +64,20 @@ def format_verdict(s: Straggler, median_step_s: float) -> str:
     if s.wait_source == "nccl-flight-recorder":
         text += " (NCCL flight recorder)"
     return "\n".join([text, *(f"  hint: {h}" for h in s.hints)])
+
+
+def format_imbalance(imb: StepImbalance, shown_ranks: int = 4) -> str:
+    """The finding: the slowest rank moves from step to step, what it costs, what to do."""
+    shares = sorted(imb.slowest_share.items(), key=lambda kv: (-kv[1], int(kv[0])))
+    who = ", ".join(f"rank {rank} in {100 * share:.0f} %" for rank, share in shares[:shown_ranks])
+    if len(shares) > shown_ranks:
+        who += f", {len(shares) - shown_ranks} more"
+    text = (
+        f"per-step imbalance: no fixed straggler, the slowest rank changes from step to step (slowest: {who} "
+        f"of {imb.steps} steps); the spread costs {1000 * imb.cost_s:.1f} ms/step ({imb.cost_pct:.0f} % of the "
+        f"{1000 * imb.step_s:.1f} ms step): every step waits for its slowest rank"
+    )
+    return "\n".join([text, *(f"  hint: {h}" for h in imb.hints)])
 
 
 def _step_columns(stats: StepStatistics | None) -> str:
@@ -128,6 +142,9 @@ def _verdict_lines(report: Report) -> list[str]:
     if not lines:
         threshold = f"{stats.threshold_pct:g} % " if stats.threshold_pct is not None else ""
         lines.append(f"straggler: none (no rank makes the step {threshold}longer than the others' pace)")
+    if report.step_imbalance is not None and report.step_imbalance.variance:
+        lines.append(format_imbalance(report.step_imbalance))
+    lines.extend(m.text for m in report.memory_asymmetry)
     if stats.sync_bound_share:
         lines.append(
             f"synchronisation: every rank waits at least {100 * stats.sync_bound_share:.0f} % of its step for the "

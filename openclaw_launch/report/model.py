@@ -17,9 +17,10 @@ from openclaw_launch.report.failure import AttemptFailure
 from openclaw_launch.report.membership import AttemptMembership
 from openclaw_launch.report.preflight import PreflightVerdict
 from openclaw_launch.report.rank import RankEntry, RankOutcome
-from openclaw_launch.stats.result import Hang, RunStatistics, Straggler
+from openclaw_launch.stats import imbalance
+from openclaw_launch.stats.result import Hang, MemoryAsymmetry, RunStatistics, StepImbalance, Straggler
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 SCHEMA = f"openclaw-report/{SCHEMA_VERSION}"
 # Every schema ``report`` reads -> its version; in an older one, a field whose ``since`` is later
 # reads as absent (codec.doc).
@@ -158,6 +159,27 @@ class Report:
             "one per local rank of the last attempt (see `ranks[]`)",
             job="every node's ranks, in rank order; their `statistics` recomputed over all ranks",
         )
+    )
+    step_imbalance: StepImbalance | None = field(
+        default=None,
+        kw_only=True,
+        metadata=doc(
+            "per-step imbalance: how often each rank was the slowest and what the spread costs per step (see "
+            "`step_imbalance`); its `variance` is the finding; null: telemetry off, one rank, or fewer than "
+            f"{imbalance.MIN_STEPS} steps every rank sent",
+            job="null: steps are not aligned across nodes (each node's report has its own)",
+            since=6,
+        ),
+    )
+    memory_asymmetry: tuple[MemoryAsymmetry, ...] = field(
+        default=(),
+        kw_only=True,
+        metadata=doc(
+            "ranks whose peak GPU memory differs from their role's: the partitioning/sharding is uneven (see "
+            "`memory_asymmetry[]`); empty: none, or no GPU memory sampled",
+            job="empty (each node's report has its own)",
+            since=6,
+        ),
     )
 
 

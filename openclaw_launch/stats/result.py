@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from openclaw_launch.codec import doc
+from openclaw_launch.stats import imbalance
 from openclaw_launch.stats.collect import RankSummary
 from openclaw_launch.telemetry import wire
 
@@ -105,6 +106,83 @@ class Straggler:
             "than the other GPUs, clock-event (throttle) reasons, GPU memory differing by more than 10 %"
         )
     )
+
+
+# A rank whose peak GPU memory differs from the median of its role (in a role of two: the other rank)
+# by more than this share of it is named (stats/memory.py: the one definition; the report's docs print it).
+MEMORY_ASYMMETRY_SHARE = 0.10
+
+
+@dataclass(frozen=True)
+class StepImbalance:
+    """Per-step imbalance (stats/imbalance.py): the ranks' steps aligned by number; at each, the
+    slowest rank's work (its step outside the phases that wait for peers) against the others' median."""
+
+    variance: bool = field(
+        metadata=doc(
+            f"true: a finding, per-batch cost variance: the spread costs at least {imbalance.MIN_COST_PCT:g} % of "
+            "the step (its mean and its median over steps) and no rank is the slowest in more than halfway between "
+            f"chance and always (two ranks: {100 * imbalance.fixed_rank_share(2):g} %, eight: "
+            f"{100 * imbalance.fixed_rank_share(8):.0f} %), so the cost moves between ranks from step to step; "
+            "false: measured only (a rank that is always the slowest is a straggler, in `stragglers[]`)"
+        )
+    )
+    steps: int = field(
+        metadata=doc("steps judged: every rank's, after the warm-up, until a rank lost a statistics batch")
+    )
+    slowest_share: dict[str, float] = field(
+        metadata=doc("per rank (the key): the share of the judged steps in which it was the slowest")
+    )
+    cost_s: float = field(
+        metadata=doc(
+            "what the spread costs per step: the mean over steps of the slowest rank's work minus the median "
+            "of the other ranks' (how long they wait for it at that step)"
+        )
+    )
+    cost_pct: float = field(metadata=doc("`cost_s` as % of `step_s`"))
+    median_cost_s: float = field(metadata=doc("the median over steps of the same difference"))
+    step_s: float = field(metadata=doc("the mean step (each step: the median rank's step time)"))
+    work_s: float = field(metadata=doc("the mean over steps of the other ranks' median work"))
+    hints: tuple[str, ...] = field(metadata=doc("what to do about it (with `variance` only): balance batches by cost"))
+
+    @classmethod
+    def of(cls, found: imbalance.Judged) -> StepImbalance:
+        """The report's entry: times to the microsecond, shares to 0.01 %, the hint with the finding."""
+        return cls(
+            variance=found.variance,
+            steps=found.steps,
+            slowest_share={str(rank): round(share, 4) for rank, share in found.slowest_share.items()},
+            cost_s=round(found.cost_s, 6),
+            cost_pct=round(found.cost_pct, 1),
+            median_cost_s=round(found.median_cost_s, 6),
+            step_s=round(found.step_s, 6),
+            work_s=round(found.work_s, 6),
+            hints=(imbalance.BALANCE_HINT,) if found.variance else (),
+        )
+
+
+@dataclass(frozen=True)
+class MemoryAsymmetry:
+    """A rank whose peak GPU memory differs from the median of its role by more than
+    ``MEMORY_ASYMMETRY_SHARE`` of it (stats/memory.py)."""
+
+    rank: int = field(metadata=doc("the rank"))
+    node: str = field(metadata=doc("its node"))
+    role: str = field(
+        metadata=doc(
+            "the ranks it is compared with: `all` (no pipeline stages), or `pp=N` (the pipeline stage in the "
+            "plan's `parallel` layout: stages hold different layers by design)"
+        )
+    )
+    memory_gib: float = field(metadata=doc("its peak GPU memory (NVML's most used; a GPU of n ranks counts 1/n each)"))
+    peers_gib: float = field(metadata=doc("the median of its role's ranks (in a role of two: the other rank)"))
+    excess_gib: float = field(
+        metadata=doc(
+            f"`memory_gib` minus `peers_gib`, beyond {100 * MEMORY_ASYMMETRY_SHARE:g} % of `peers_gib`: negative "
+            "when it holds less (named only in a role of three or more; of two, the one that holds more)"
+        )
+    )
+    text: str = field(metadata=doc("the console's line"))
 
 
 @dataclass(frozen=True)
@@ -265,3 +343,4 @@ class SessionResult:
     hang: Hang | None  # --hang-timeout-s fired
     summaries: tuple[RankSummary, ...]  # per rank, of the last attempt
     gpus: dict[str, GpuStats]  # per sampled GPU, by UUID
+    imbalance: StepImbalance | None = None  # per-step imbalance, once enough steps aligned (stats/imbalance.py)

@@ -1,0 +1,153 @@
+"""Per-step imbalance without a fixed straggler: which rank was the slowest at each step, and what the
+spread between the ranks costs.
+
+The straggler verdict (stats/verdict.py) compares 5-step window medians, which is right for a rank
+that is always slow and blind by design to a cost that moves: when every step one rank drawn at
+random gets a costlier batch, each rank's medians look alike, yet every step waits for its slowest
+rank. This module aligns the ranks step by step instead. Step n of every rank is the same training
+step (every rank counts its steps from the attempt's first, as stats/collect.py does; a batch the
+rank could not send ends the alignment of its later steps), and a step's *work* is its time outside
+the phases that wait for peers (``sync_phases``), so the rank that makes the others wait shows the
+most work.
+
+Pure arithmetic on the batches the session already takes: O(ranks) per step, and at most
+``MAX_PENDING_STEPS`` steps held while a rank's batch is late. ``judge`` decides whether it is a
+finding (``StepImbalance.variance``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from openclaw_launch.stats.collect import WARMUP_STEPS
+from openclaw_launch.stats.histogram import LogHistogram
+from openclaw_launch.telemetry import wire
+
+# The finding needs this many aligned steps: fewer, and "how often each rank was the slowest" is chance.
+MIN_STEPS = 20
+# The spread must cost at least this share of the step, as the median over steps (robust to the odd
+# stalled step a shared host adds) and as the mean: below it, the per-step noise of a shared host.
+MIN_COST_PCT = 10.0
+MAX_PENDING_STEPS = 4096  # steps waiting for a late rank's batch; beyond, the oldest is given up
+
+
+@dataclass
+class _Tally:
+    """Bounded: sums for the means, log-spaced histograms for the medians (stats/histogram.py)."""
+
+    steps: int = 0
+    slowest: dict[int, int] = field(default_factory=dict)  # rank -> steps it was the slowest
+    cost: LogHistogram = field(default_factory=LogHistogram)  # per step: slowest's work - the others' median
+    step: LogHistogram = field(default_factory=LogHistogram)  # per step: the median rank's step time
+    work_total_s: float = 0.0  # the other ranks' median work, summed over steps
+
+
+class StepAlignment:
+    """The ranks' steps side by side. ``add`` every batch of the attempt; ``expect`` the attempt's
+    ranks (a step is judged once each of them sent it); ``tally`` what was judged."""
+
+    def __init__(self, ranks: Iterable[int]) -> None:
+        self._expected = frozenset(ranks)
+        self._counts: dict[int, int] = {}  # rank -> steps seen (warm-up included)
+        self._broken: set[int] = set()  # ranks with a lost batch: their later steps do not align
+        self._pending: dict[int, dict[int, tuple[float, float]]] = {}  # step -> rank -> (step_s, work_s)
+        self._tally = _Tally()
+        self.given_up = 0  # steps dropped: a rank never sent them, or too many were pending
+
+    @property
+    def ranks(self) -> frozenset[int]:
+        return self._expected
+
+    def expect(self, ranks: Iterable[int]) -> None:
+        """A new attempt, or its ranks (an elastic world re-formed): everything before is forgotten."""
+        self._expected = frozenset(ranks)
+        self._counts.clear()
+        self._broken.clear()
+        self._pending.clear()
+        self._tally = _Tally()
+        self.given_up = 0
+
+    def add(self, batch: wire.Batch) -> None:
+        rank = batch.rank
+        if rank not in self._expected or rank in self._broken or len(self._expected) < 2:
+            return
+        if batch.dropped_batches:  # this batch follows lost ones: its steps' numbers are unknown
+            self._broken.add(rank)
+            return
+        count = self._counts.get(rank, 0)
+        self._counts[rank] = count + len(batch.steps)
+        for offset, (step_s, phases) in enumerate(batch.steps):
+            index = count + offset
+            if index < WARMUP_STEPS:
+                continue
+            waiting = sum(phases.get(p, 0.0) for p in batch.sync_phases)
+            row = self._pending.setdefault(index, {})
+            row[rank] = (step_s, max(step_s - waiting, 0.0))
+            if len(row) == len(self._expected):
+                self._close(self._pending.pop(index))
+        while len(self._pending) > MAX_PENDING_STEPS:
+            del self._pending[min(self._pending)]
+            self.given_up += 1
+
+    def _close(self, row: dict[int, tuple[float, float]]) -> None:
+        import statistics  # not on the launcher's start path: the first full step imports it
+
+        t = self._tally
+        works = {rank: work for rank, (_, work) in row.items()}
+        slowest = max(sorted(works), key=works.__getitem__)
+        median_work = statistics.median(w for rank, w in works.items() if rank != slowest)
+        t.steps += 1
+        t.slowest[slowest] = t.slowest.get(slowest, 0) + 1
+        t.cost.add(works[slowest] - median_work)
+        t.step.add(statistics.median(s for s, _ in row.values()))
+        t.work_total_s += median_work
+
+    def judge(self) -> Judged | None:
+        """The steps judged so far (None before ``MIN_STEPS`` aligned steps, or with one rank)."""
+        t = self._tally
+        if t.steps < MIN_STEPS or len(self._expected) < 2:
+            return None
+        mean_step, mean_cost = t.step.mean, t.cost.mean
+        median_step, median_cost = t.step.quantile(0.5), t.cost.quantile(0.5)
+        shares = {rank: t.slowest.get(rank, 0) / t.steps for rank in sorted(self._expected)}
+        pct = 100 * mean_cost / mean_step if mean_step else 0.0
+        median_pct = 100 * median_cost / median_step if median_step else 0.0
+        top = max(shares.values())
+        return Judged(
+            variance=pct >= MIN_COST_PCT and median_pct >= MIN_COST_PCT and top <= fixed_rank_share(len(shares)),
+            steps=t.steps,
+            slowest_share=shares,
+            cost_s=mean_cost,
+            cost_pct=pct,
+            median_cost_s=median_cost,
+            step_s=mean_step,
+            work_s=t.work_total_s / t.steps,
+        )
+
+
+@dataclass(frozen=True)
+class Judged:
+    """What ``judge`` found, unrounded (the report's type, ``result.StepImbalance``, is made from it)."""
+
+    variance: bool  # the finding: costly, and no rank is the slowest often enough to be a fixed straggler
+    steps: int
+    slowest_share: dict[int, float]  # rank -> share of the steps it was the slowest
+    cost_s: float  # mean over steps: the slowest rank's work - the others' median
+    cost_pct: float  # of the mean step
+    median_cost_s: float
+    step_s: float  # the mean step (each: the ranks' median)
+    work_s: float  # the mean of the others' median work
+
+
+def fixed_rank_share(ranks: int) -> float:
+    """Above this share of the steps one rank is the slowest, it is a fixed straggler, not variance:
+    halfway between chance (1/ranks) and always (1). Two ranks: 75 %; eight: 56 %."""
+    return (1.0 + 1.0 / ranks) / 2
+
+
+BALANCE_HINT = (
+    "balance the batches by cost, not by sample count: bucket samples of similar length together "
+    "(length bucketing), or pack each batch to a token budget, so that every rank's batch costs about "
+    "the same at every step"
+)
