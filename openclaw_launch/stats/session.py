@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from openclaw_launch.run.participant import Participant, Timer
 from openclaw_launch.stats.collect import Collector, RankSummary
+from openclaw_launch.stats.imbalance import StepAlignment
 from openclaw_launch.stats.inbox import Inbox
 from openclaw_launch.telemetry import wire
 
@@ -52,6 +53,7 @@ class StatsSession(Participant):
         self.threshold_pct = threshold_pct
         self._say = say
         self.collector = Collector()
+        self.alignment = StepAlignment(r.rank for r in plan.ranks)  # per-step imbalance (stats/imbalance.py)
         sock = None
         if metrics_port is not None:  # first: a busy port fails before anything exists
             from openclaw_launch.stats.metrics import listen
@@ -99,6 +101,7 @@ class StatsSession(Participant):
     def begin_ranks(self, attempt: int, ranks: tuple[RankPlan, ...]) -> None:
         """A re-formed world's global ranks: each local rank's socket answers for its new one."""
         self.inbox.assign((r.local_rank, r.rank) for r in ranks)
+        self.alignment.expect(r.rank for r in ranks)
 
     def on_spawn(self, rank: int, pid: int) -> None:
         """Only this process speaks for the rank in this attempt (stats/inbox.py)."""
@@ -114,6 +117,7 @@ class StatsSession(Participant):
                 continue
             if isinstance(item, wire.Batch):
                 self.collector.add(item)
+                self.alignment.add(item)
                 self.states[item.rank] = "finished" if item.final else "running"
             elif self.states.get(item.rank) != "finished":
                 self.states[item.rank] = "running"
@@ -127,6 +131,7 @@ class StatsSession(Participant):
     def begin_attempt(self, attempt: int) -> None:
         """Statistics are per attempt: a restart starts from nothing (the hang watch resets itself)."""
         self.collector.reset()
+        self.alignment.expect(self.alignment.ranks)
         self.inbox.forget_pids()
         self.attempt = attempt
         self.states = {}
@@ -209,7 +214,7 @@ class StatsSession(Participant):
             self.helper.append(self.snapshot())
         self.close()
         from openclaw_launch.stats import verdict
-        from openclaw_launch.stats.result import SessionResult
+        from openclaw_launch.stats.result import SessionResult, StepImbalance
 
         summaries = self.collector.summaries()
         found = verdict.find_stragglers(summaries, self._facts(binding_warnings), self.threshold_pct)
@@ -230,6 +235,7 @@ class StatsSession(Participant):
             hang=self.hang.result() if self.hang is not None else None,
             summaries=tuple(summaries),
             gpus=self._gpu_summaries(),
+            imbalance=StepImbalance.of(judged) if (judged := self.alignment.judge()) is not None else None,
         )
 
     def close(self) -> None:
