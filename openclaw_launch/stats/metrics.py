@@ -56,6 +56,8 @@ def snapshot(
                 step_p99_s=round(s.step_p99_s, 6),
                 step_mean_s=round(s.step_mean_s, 6),
                 phase_share={name: round(p.share, 4) for name, p in s.phases.items()},
+                step_total_s=round(s.step_mean_s * s.measured_steps, 6),
+                busy_total_s=round(max(s.step_mean_s - s.wait_s, 0.0) * s.measured_steps, 6),
             )
         ranks.append(entry)
     return {
@@ -66,6 +68,31 @@ def snapshot(
         "ranks": ranks,
         "gpus": {u: {k: round(v, 3) for k, v in sample.items()} for u, sample in gpus.items()},
     }
+
+
+class BusyShare:
+    """Each rank's busy share over the interval since the previous snapshot it saw: the share of its
+    step time not in the phases that wait for peers (``sync_phases``), from the snapshot's running
+    totals (``busy_total_s``, ``step_total_s``, after warm-up). One per consumer (the stats file,
+    the endpoint), since each has its own interval. A total that went down is a new attempt: its
+    interval starts from zero."""
+
+    def __init__(self) -> None:
+        self._last: dict[int, tuple[float, float]] = {}  # rank -> (step_total_s, busy_total_s)
+
+    def annotate(self, snap: dict[str, Any]) -> dict[str, Any]:
+        """``snap`` with ``busy_share`` on every rank that stepped in the interval (null: no step)."""
+        for entry in snap["ranks"]:
+            step, busy = entry.get("step_total_s"), entry.get("busy_total_s")
+            if step is None or busy is None:
+                continue
+            last_step, last_busy = self._last.get(entry["rank"], (0.0, 0.0))
+            if step < last_step:
+                last_step = last_busy = 0.0
+            self._last[entry["rank"]] = (step, busy)
+            stepped = step - last_step
+            entry["busy_share"] = round(min(max((busy - last_busy) / stepped, 0.0), 1.0), 4) if stepped > 0 else None
+        return snap
 
 
 class _Collector:
@@ -94,6 +121,17 @@ class _Collector:
         state = GaugeMetricFamily(
             "openclaw_worker_state", "1 for the worker's current state", labels=[*_RANK_LABELS, "state"]
         )
+        busy = GaugeMetricFamily(
+            "openclaw_busy_share",
+            "Share of the step time not waiting for peers, over the last refresh interval with a step",
+            labels=list(_RANK_LABELS),
+        )
+        step_total = CounterMetricFamily(
+            "openclaw_step_seconds", "Step time summed over the measured steps (after warm-up)", labels=[*_RANK_LABELS]
+        )
+        busy_total = CounterMetricFamily(
+            "openclaw_busy_seconds", "Of openclaw_step_seconds, the time not waiting", labels=[*_RANK_LABELS]
+        )
         for r in snap["ranks"]:
             labels = [*job, str(r["rank"]), str(r["local_rank"]), r["gpu_uuid"] or ""]
             steps.add_metric(labels, r["steps"])
@@ -104,7 +142,12 @@ class _Collector:
                 share.add_metric([*labels, phase], value)
             for name in WORKER_STATES:
                 state.add_metric([*labels, name], 1.0 if r["state"] == name else 0.0)
-        yield from (steps, step_time, share, state)
+            if r.get("busy_share") is not None:
+                busy.add_metric(labels, r["busy_share"])
+            if "step_total_s" in r:
+                step_total.add_metric(labels, r["step_total_s"])
+                busy_total.add_metric(labels, r["busy_total_s"])
+        yield from (steps, step_time, share, state, busy, step_total, busy_total)
         gpu_families: dict[str, Any] = {}
         for uuid, sample in snap["gpus"].items():
             for key, value in sample.items():
@@ -138,6 +181,8 @@ class MetricsServer:
         from prometheus_client.exposition import MetricsHandler
 
         self._collector = _Collector()
+        self._busy = BusyShare()
+        self._shown: dict[int, float] = {}  # rank -> the busy share of its last interval with a step
         registry = CollectorRegistry(auto_describe=False)
         registry.register(self._collector)
         server = ThreadingHTTPServer(sock.getsockname()[:2], MetricsHandler.factory(registry), bind_and_activate=False)
@@ -147,6 +192,13 @@ class MetricsServer:
         threading.Thread(target=server.serve_forever, name="openclaw-metrics", daemon=True).start()
 
     def publish(self, snap: dict[str, Any]) -> None:
+        """The endpoint's numbers now; a rank with no step since the last refresh keeps its last
+        interval's busy share (a refresh is shorter than a slow step)."""
+        for entry in self._busy.annotate(snap)["ranks"]:
+            if entry.get("busy_share") is not None:
+                self._shown[entry["rank"]] = entry["busy_share"]
+            elif entry["rank"] in self._shown and "step_total_s" in entry:
+                entry["busy_share"] = self._shown[entry["rank"]]
         self._collector.latest = snap  # one reference: the server thread sees the old or the new one
 
 
@@ -159,13 +211,14 @@ class StatsFile:
         self.dropped = 0
         self.error: str | None = None
         self._on_error = on_error  # told of the first error (the launcher's console and report)
+        self._busy = BusyShare()  # each line's busy share: over the interval since the line before
         self._queue: queue.Queue[str | None] = queue.Queue(maxsize=64)
         self._thread = threading.Thread(target=self._run, name="openclaw-stats-file", daemon=True)
         self._thread.start()
 
     def append(self, snap: dict[str, Any]) -> None:
         try:
-            self._queue.put_nowait(json.dumps(snap, separators=(",", ":")) + "\n")
+            self._queue.put_nowait(json.dumps(self._busy.annotate(snap), separators=(",", ":")) + "\n")
         except queue.Full:
             self.dropped += 1
 
