@@ -23,11 +23,11 @@ VARIANCE = str(ROOT / "tests" / "telemetry_workers" / "variance_loop.py")
 RANKS = 4
 
 
-def _run(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict]:  # type: ignore[type-arg]
+def _run(tmp_path: Path, *args: str, launcher: tuple[str, ...] = ()) -> tuple[subprocess.CompletedProcess[str], dict]:  # type: ignore[type-arg]
     report = tmp_path / "run.json"
     proc = subprocess.run(
         [sys.executable, "-m", "openclaw_launch", "--nproc-per-node", str(RANKS), "--console-ranks", "none"]
-        + ["--report", str(report), VARIANCE, *args],
+        + [*launcher, "--report", str(report), VARIANCE, *args],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -39,7 +39,7 @@ def _run(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], 
 
 @needs_torch
 def test_random_costly_batches_are_variance_with_their_cost_and_no_rank_named(tmp_path: Path) -> None:
-    proc, report = _run(tmp_path)
+    proc, report = _run(tmp_path, "--steps", "120", launcher=("--stats-interval-s", "1.5"))
     assert report["stragglers"] == []
     imb = report["step_imbalance"]
     assert imb["variance"] is True, imb
@@ -51,6 +51,8 @@ def test_random_costly_batches_are_variance_with_their_cost_and_no_rank_named(tm
     assert any("length bucketing" in h for h in imb["hints"])
     assert "per-step imbalance: no fixed straggler" in proc.stderr and "hint: balance the batches" in proc.stderr
     assert "straggler: none" in proc.stderr
+    # the live line (every 1.5 s, ~50 steps each) has it too
+    assert "; no straggler; per-step imbalance: the slowest rank varies" in proc.stderr
 
 
 @needs_torch

@@ -19,7 +19,9 @@ from openclaw_launch.report.build import load_report, write_report
 from openclaw_launch.report.format import format_report
 from openclaw_launch.stats.gpu import GpuSummary
 from openclaw_launch.stats.imbalance import MIN_STEPS, StepAlignment
+from openclaw_launch.stats.imbalance import live_text as imbalance_live
 from openclaw_launch.stats.memory import find_asymmetry
+from openclaw_launch.stats.memory import live_text as memory_live
 from openclaw_launch.stats.result import MEMORY_ASYMMETRY_SHARE, GpuStats, StepImbalance
 from openclaw_launch.telemetry import wire
 
@@ -163,3 +165,16 @@ def test_the_findings_are_in_the_saved_report_and_the_exit_summary(tmp_path: Pat
     assert "per-step imbalance: no fixed straggler" in text and "length bucketing" in text
     assert "memory: rank 1 on node n0 holds 4.0 GiB more than its peers" in text
     assert to_json(load_report(DATA / "reports" / "train-2cpu-gloo.json"))["step_imbalance"] is None  # schema 4
+
+
+def test_the_live_line_names_the_findings_only() -> None:
+    align = StepAlignment(range(4))
+    for b in _batches(4, 80, "random"):
+        align.add(b)
+    assert imbalance_live(align.judge()).startswith("; per-step imbalance: the slowest rank varies, 6.0 ms/step")
+    control = StepAlignment(range(4))
+    for b in _batches(4, 80, 2):
+        control.add(b)
+    assert imbalance_live(control.judge()) == "" and imbalance_live(None) == ""
+    uneven = find_asymmetry([_rank(0, UUIDS[0]), _rank(1, UUIDS[1])], None, _recorded({UUIDS[1]: 4096.0}))
+    assert memory_live(uneven) == "; memory: rank 1 holds 4.0 GiB more than its peers" and memory_live(()) == ""

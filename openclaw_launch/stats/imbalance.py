@@ -140,6 +140,13 @@ class Judged:
     work_s: float  # the mean of the others' median work
 
 
+def live_text(found: Judged | None) -> str:
+    """The live line's part, with the finding only (over the attempt so far, not one interval)."""
+    if found is None or not found.variance:
+        return ""
+    return f"; per-step imbalance: the slowest rank varies, {1000 * found.cost_s:.1f} ms/step ({found.cost_pct:.0f} %)"
+
+
 def fixed_rank_share(ranks: int) -> float:
     """Above this share of the steps one rank is the slowest, it is a fixed straggler, not variance:
     halfway between chance (1/ranks) and always (1). Two ranks: 75 %; eight: 56 %."""

@@ -81,3 +81,12 @@ def _finding(r: RankPlan, role: str, mib: float, peers_mib: float) -> MemoryAsym
         excess_gib=round(excess, 3),
         text=text,
     )
+
+
+def live_text(found: Sequence[MemoryAsymmetry]) -> str:
+    """The live line's part: the most different rank, when there is one."""
+    if not found:
+        return ""
+    f = found[0]
+    more = "more" if f.excess_gib > 0 else "less"
+    return f"; memory: rank {f.rank} holds {abs(f.excess_gib):.1f} GiB {more} than its peers"
