@@ -188,7 +188,11 @@ class StatsSession(Participant):
             text += f"; straggler: rank {s.rank} ({s.phase}, {s.section}) +{s.excess_pct:.0f} %"
         else:
             text += "; no straggler"
-        return text
+        from openclaw_launch.stats import imbalance, memory  # findings beyond one slow rank (report too)
+
+        gpus = self._gpu_summaries()
+        uneven = memory.find_asymmetry(self.plan.ranks, self.plan.parallel, gpus) if gpus else ()
+        return text + imbalance.live_text(self.alignment.judge()) + memory.live_text(uneven)
 
     def steps_of(self, rank: int) -> int:
         """Steps ``rank`` made in this attempt, with what its socket holds now (the failure policy's)."""
