@@ -178,3 +178,25 @@ def test_the_live_line_names_the_findings_only() -> None:
     assert imbalance_live(control.judge()) == "" and imbalance_live(None) == ""
     uneven = find_asymmetry([_rank(0, UUIDS[0]), _rank(1, UUIDS[1])], None, _recorded({UUIDS[1]: 4096.0}))
     assert memory_live(uneven) == "; memory: rank 1 holds 4.0 GiB more than its peers" and memory_live(()) == ""
+
+
+def test_gpu_ranks_are_aligned_by_their_sampled_gpu_work() -> None:
+    """Under NCCL the host does not see the kernels: every rank's CPU phases look alike, and the GPU
+    work of every 5th step (CUDA events, numbered by the worker) carries the variance."""
+    draw = random.Random(11)
+    gpu_slow: dict[int, int] = {}  # sampled step -> the rank with the costly batch (drawn once)
+    align = StepAlignment(range(2))
+    for first in range(0, 200, 10):
+        for r in range(2):
+            gpu = []
+            for step in range(first + 1, first + 11):
+                if step % 5 == 0:
+                    slow = draw.randrange(2) if r == 0 else gpu_slow[step]
+                    gpu_slow[step] = slow
+                    gpu.append((step, 0.016 if slow == r else 0.010))
+            steps = [(0.020, {"forward": 0.002, "device-wait": 0.018})] * 10
+            align.add(wire.Batch(rank=r, steps=steps, sync_phases=("device-wait",), gpu_busy=gpu))
+    found = align.judge()
+    assert found is not None and found.work_source == "gpu" and found.variance
+    assert found.steps == 40  # steps 5, 10, ..., 200: all past the warm-up
+    assert abs(found.cost_s - 0.006) < 1e-4 and abs(found.cost_pct - 30) < 0.5  # of the 20 ms step

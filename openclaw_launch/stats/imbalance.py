@@ -39,7 +39,7 @@ class _Tally:
     steps: int = 0
     slowest: dict[int, int] = field(default_factory=dict)  # rank -> steps it was the slowest
     cost: LogHistogram = field(default_factory=LogHistogram)  # per step: slowest's work - the others' median
-    step: LogHistogram = field(default_factory=LogHistogram)  # per step: the median rank's step time
+    step: LogHistogram = field(default_factory=LogHistogram)  # per step: the median rank's step time (CPU)
     work_total_s: float = 0.0  # the other ranks' median work, summed over steps
 
 
@@ -53,6 +53,10 @@ class StepAlignment:
         self._broken: set[int] = set()  # ranks with a lost batch: their later steps do not align
         self._pending: dict[int, dict[int, tuple[float, float]]] = {}  # step -> rank -> (step_s, work_s)
         self._tally = _Tally()
+        # The sampled steps' GPU work (CUDA events, telemetry/gpu_events.py: the same step numbers on
+        # every rank, the worker's own, so a lost batch does not shift them): step -> rank -> seconds.
+        self._gpu_pending: dict[int, dict[int, float]] = {}
+        self._gpu = _Tally()
         self.given_up = 0  # steps dropped: a rank never sent them, or too many were pending
 
     @property
@@ -66,11 +70,16 @@ class StepAlignment:
         self._broken.clear()
         self._pending.clear()
         self._tally = _Tally()
+        self._gpu_pending.clear()
+        self._gpu = _Tally()
         self.given_up = 0
 
     def add(self, batch: wire.Batch) -> None:
         rank = batch.rank
-        if rank not in self._expected or rank in self._broken or len(self._expected) < 2:
+        if rank not in self._expected or len(self._expected) < 2:
+            return
+        self._add_gpu(rank, batch.gpu_busy)
+        if rank in self._broken:
             return
         if batch.dropped_batches:  # this batch follows lost ones: its steps' numbers are unknown
             self._broken.add(rank)
@@ -90,26 +99,37 @@ class StepAlignment:
             del self._pending[min(self._pending)]
             self.given_up += 1
 
+    def _add_gpu(self, rank: int, samples: list[tuple[int, float]]) -> None:
+        for step, seconds in samples:
+            if step <= WARMUP_STEPS:  # numbered as the collector counts steps (from 1)
+                continue
+            row = self._gpu_pending.setdefault(step, {})
+            row[rank] = seconds
+            if len(row) == len(self._expected):
+                _tally_step(self._gpu, self._gpu_pending.pop(step))
+        while len(self._gpu_pending) > MAX_PENDING_STEPS:
+            del self._gpu_pending[min(self._gpu_pending)]
+
     def _close(self, row: dict[int, tuple[float, float]]) -> None:
         import statistics  # not on the launcher's start path: the first full step imports it
 
-        t = self._tally
-        works = {rank: work for rank, (_, work) in row.items()}
-        slowest = max(sorted(works), key=works.__getitem__)
-        median_work = statistics.median(w for rank, w in works.items() if rank != slowest)
-        t.steps += 1
-        t.slowest[slowest] = t.slowest.get(slowest, 0) + 1
-        t.cost.add(works[slowest] - median_work)
-        t.step.add(statistics.median(s for s, _ in row.values()))
-        t.work_total_s += median_work
+        _tally_step(self._tally, {rank: work for rank, (_, work) in row.items()})
+        self._tally.step.add(statistics.median(s for s, _ in row.values()))
 
     def judge(self) -> Judged | None:
-        """The steps judged so far (None before ``MIN_STEPS`` aligned steps, or with one rank)."""
-        t = self._tally
-        if t.steps < MIN_STEPS or len(self._expected) < 2:
+        """The steps judged so far (None before ``MIN_STEPS`` aligned steps, or with one rank). With
+        the GPU work of ``MIN_STEPS`` sampled steps from every rank (GPU ranks), the work whose spread
+        costs more: the CPU does not see a GPU's kernels (NCCL only enqueues, the host then waits for
+        its own GPU and its peers alike), the GPU does not see the host's input work."""
+        cpu = self._tally
+        if cpu.steps < MIN_STEPS or len(self._expected) < 2:
             return None
-        mean_step, mean_cost = t.step.mean, t.cost.mean
-        median_step, median_cost = t.step.quantile(0.5), t.cost.quantile(0.5)
+        mean_step, median_step = cpu.step.mean, cpu.step.quantile(0.5)
+        t, source = cpu, "cpu"
+        gpu = self._gpu
+        if gpu.steps >= MIN_STEPS and gpu.cost.mean > cpu.cost.mean:
+            t, source = gpu, "gpu"
+        mean_cost, median_cost = t.cost.mean, t.cost.quantile(0.5)
         shares = {rank: t.slowest.get(rank, 0) / t.steps for rank in sorted(self._expected)}
         pct = 100 * mean_cost / mean_step if mean_step else 0.0
         median_pct = 100 * median_cost / median_step if median_step else 0.0
@@ -123,7 +143,20 @@ class StepAlignment:
             median_cost_s=median_cost,
             step_s=mean_step,
             work_s=t.work_total_s / t.steps,
+            work_source=source,
         )
+
+
+def _tally_step(t: _Tally, works: dict[int, float]) -> None:
+    """One aligned step: its slowest rank, and its work over the other ranks' median."""
+    import statistics
+
+    slowest = max(sorted(works), key=works.__getitem__)
+    median_work = statistics.median(w for rank, w in works.items() if rank != slowest)
+    t.steps += 1
+    t.slowest[slowest] = t.slowest.get(slowest, 0) + 1
+    t.cost.add(works[slowest] - median_work)
+    t.work_total_s += median_work
 
 
 @dataclass(frozen=True)
@@ -138,6 +171,7 @@ class Judged:
     median_cost_s: float
     step_s: float  # the mean step (each: the ranks' median)
     work_s: float  # the mean of the others' median work
+    work_source: str  # "cpu": the host's phases of every step; "gpu": the sampled steps' GPU work
 
 
 def live_text(found: Judged | None) -> str:

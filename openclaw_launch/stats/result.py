@@ -143,6 +143,13 @@ class StepImbalance:
     median_cost_s: float = field(metadata=doc("the median over steps of the same difference"))
     step_s: float = field(metadata=doc("the mean step (each step: the median rank's step time)"))
     work_s: float = field(metadata=doc("the mean over steps of the other ranks' median work"))
+    work_source: str = field(
+        metadata=doc(
+            "`cpu`: a step's work is its time outside the `sync_sections`, every step; `gpu`: its GPU work "
+            "timed with CUDA events on every 5th step (GPU ranks; the CPU does not see the kernels), taken "
+            "when its spread costs more; `steps` then counts sampled steps"
+        )
+    )
     hints: tuple[str, ...] = field(metadata=doc("what to do about it (with `variance` only): balance batches by cost"))
 
     @classmethod
@@ -157,6 +164,7 @@ class StepImbalance:
             median_cost_s=round(found.median_cost_s, 6),
             step_s=round(found.step_s, 6),
             work_s=round(found.work_s, 6),
+            work_source=found.work_source,
             hints=(imbalance.BALANCE_HINT,) if found.variance else (),
         )
 
