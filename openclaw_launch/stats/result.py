@@ -17,6 +17,10 @@ from openclaw_launch.stats import imbalance
 from openclaw_launch.stats.collect import RankSummary
 from openclaw_launch.telemetry import wire
 
+# A rank whose peak GPU memory differs from the median of its role (in a role of two: the other rank)
+# by more than this share of it is named (stats/memory.py: the one definition; the report's docs print it).
+MEMORY_ASYMMETRY_SHARE = 0.10
+
 
 @dataclass(frozen=True)
 class DroppedDatagrams:
@@ -103,14 +107,10 @@ class Straggler:
     hints: tuple[str, ...] = field(
         metadata=doc(
             "evidence for why: input-wait share, binding in force differing from the plan, lower SM clock "
-            "than the other GPUs, clock-event (throttle) reasons, GPU memory differing by more than 10 %"
+            "than the other GPUs, clock-event (throttle) reasons, GPU memory differing by more than "
+            f"{100 * MEMORY_ASYMMETRY_SHARE:g} % (as `memory_asymmetry[]`)"
         )
     )
-
-
-# A rank whose peak GPU memory differs from the median of its role (in a role of two: the other rank)
-# by more than this share of it is named (stats/memory.py: the one definition; the report's docs print it).
-MEMORY_ASYMMETRY_SHARE = 0.10
 
 
 @dataclass(frozen=True)
