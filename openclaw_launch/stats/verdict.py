@@ -45,7 +45,7 @@ from openclaw_launch.config.defaults import STRAGGLER_THRESHOLD_PCT
 from openclaw_launch.stats import phases
 from openclaw_launch.stats.collect import GPU_BUSY, INPUT_STAGE, OWN, STEP, RankSummary
 from openclaw_launch.stats.phases import GPU_WORK, INPUT_PHASES
-from openclaw_launch.stats.result import DroppedDatagrams, GpuStats, RunStatistics, Straggler
+from openclaw_launch.stats.result import MEMORY_ASYMMETRY_SHARE, DroppedDatagrams, GpuStats, RunStatistics, Straggler
 from openclaw_launch.telemetry import wire
 
 MIN_STEPS = 5  # measured steps a rank needs before it is judged
@@ -276,7 +276,7 @@ def _hints(slow: RankSummary, section: str, mine: RankFacts, peers: Sequence[Ran
     peer_memory = [g.memory_used_mib_max for g in peer_gpus if g.memory_used_mib_max is not None]
     if memory is not None and peer_memory:
         median_memory = statistics.median(peer_memory)
-        if abs(memory - median_memory) > 0.1 * median_memory:
+        if abs(memory - median_memory) > MEMORY_ASYMMETRY_SHARE * median_memory:  # the finding's threshold
             hints.append(
                 f"partitioning: its GPU holds {memory / 1024:.1f} GiB vs {median_memory / 1024:.1f} GiB on the others "
                 "(uneven shards or batch sizes?)"
