@@ -1,0 +1,259 @@
+"""One job of N nodes on this machine: N launchers on loopback, one trivial worker each
+(benchmarks/scale_worker.py, standard library only), under openclaw-launch and torchrun's c10d
+rendezvous, interleaved in one run (issue 29).
+
+Per launcher and N, one line each of:
+
+- ``start``: static ``--nnodes N --rdzv-backend c10d``: the first launcher's start -> every
+  worker running (its ready file written); then each launcher's RSS (the launcher and its own
+  helpers, not the worker) and its CPU over an idle window of ``--idle-s``; then ``fate``: one
+  rank exits 3 -> every launcher gone, and their exit codes.
+- ``reform``: elastic ``--nnodes 1:N``: once every worker runs, one node (its launcher and every
+  process under it) is SIGKILLed -> every survivor's worker of the new world running.
+
+``--served-store`` keeps every openclaw agent's store in one serving process
+(openclaw_launch/agents/served_store.py) so that N helpers do not each import torch on this one
+machine (at real scale each node pays its own import, on its own host); without it the helpers'
+torch imports are part of the numbers.
+
+    python benchmarks/scale.py [--nodes 8,32] [--launchers ours,torchrun] [--scenarios start,reform]
+        [--torchrun-max-nodes 32] [--served-store] [--idle-s 5] [--timeout-s 600] [--react-timeout-s 60]
+
+prints one line per run and a markdown table at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKER = str(ROOT / "benchmarks" / "scale_worker.py")
+SERVED_ENV = "OPENCLAW_AGENT_STORE_SERVER"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def command(which: str, nnodes: str, port: int, directory: Path, fail_rank: int) -> list[str]:
+    line = ["--nnodes", nnodes, "--nproc-per-node", "1", "--rdzv-backend", "c10d"]
+    restarts = "3" if ":" in nnodes else "0"  # static: one rank's failure ends the job (one fate)
+    line += ["--rdzv-endpoint", f"127.0.0.1:{port}", "--max-restarts", restarts]
+    head = [sys.executable, "-m", "openclaw_launch"] if which == "ours" else ["torchrun"]
+    return [*head, *line, WORKER, str(directory), "--fail-rank", str(fail_rank)]
+
+
+def wait(condition: Callable[[], bool], timeout_s: float, poll_s: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(poll_s)
+    return False
+
+
+def ready(directory: Path, since: float = 0.0) -> int:
+    """How many workers wrote their ready file after ``since`` (a ``time.time()``): torchrun keeps
+    TORCHELASTIC_RESTART_COUNT at 0 across a membership change, so the time tells a new world's
+    workers from the old one's."""
+    count = 0
+    for path in directory.glob("ready-*-*"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            count += float(path.read_text().split()[0]) > since
+    return count
+
+
+def tree(pid: int) -> list[psutil.Process]:
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def own_processes(pid: int) -> list[psutil.Process]:
+    """The launcher and its helpers: its tree less the workers (and what they started)."""
+    procs = tree(pid)
+    workers = set()
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            cmd = p.cmdline()  # the launcher's own line names the worker's script too
+            if WORKER in cmd and not any("openclaw_launch" in part or "torchrun" in part for part in cmd):
+                workers |= {p.pid, *(c.pid for c in p.children(recursive=True))}
+    return [p for p in procs if p.pid not in workers]
+
+
+def cpu_s(procs: list[psutil.Process]) -> float:
+    total = 0.0
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            t = p.cpu_times()
+            total += t.user + t.system
+    return total
+
+
+def rss_mib(procs: list[psutil.Process]) -> float:
+    total = 0
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            total += p.memory_info().rss
+    return total / 2**20
+
+
+def kill_tree(pid: int) -> None:
+    for p in tree(pid):
+        with contextlib.suppress(psutil.Error):
+            p.send_signal(signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def served_store(enabled: bool, directory: Path) -> Iterator[dict[str, str]]:
+    if not enabled:
+        yield {}
+        return
+    path = directory / "stores.sock"
+    server = subprocess.Popen([sys.executable, "-m", "openclaw_launch.agents.served_store", str(path)])
+    try:
+        wait(path.exists, 60)
+        yield {SERVED_ENV: str(path)}
+    finally:
+        server.kill()
+        server.wait()
+
+
+class Job:
+    """N launchers of one job, their output in files (nothing to drain)."""
+
+    def __init__(self, which: str, n: int, elastic: bool, directory: Path, env: dict[str, str]) -> None:
+        self.which, self.n, self.directory = which, n, directory
+        port = free_port()
+        nnodes = f"1:{n}" if elastic else str(n)
+        fail_rank = -1 if elastic else n // 2
+        environ = {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "SLURM", "TORCHELASTIC"))}
+        environ.update(env, PYTHONPATH=str(ROOT))
+        self.started = time.monotonic()
+        self.procs: list[subprocess.Popen[bytes]] = []
+        for node in range(n):
+            with open(directory / f"launcher-{node}.log", "wb") as log:
+                cmd = command(which, nnodes, port, directory, fail_rank)
+                self.procs.append(
+                    subprocess.Popen(cmd, cwd=directory, env=environ, stdout=log, stderr=subprocess.STDOUT)
+                )
+
+    def tail(self) -> str:
+        logs = sorted(self.directory.glob("launcher-*.log"))
+        return logs[0].read_text(errors="replace")[-1500:] if logs else ""
+
+    def stop(self) -> None:
+        (self.directory / "stop").touch()
+        if not wait(lambda: all(p.poll() is not None for p in self.procs), 60):
+            for p in self.procs:
+                kill_tree(p.pid)
+        for p in self.procs:
+            p.wait()
+
+
+def run_start(which: str, n: int, served: bool, idle_s: float, timeout_s: float, fate_s: float) -> dict[str, object]:
+    with tempfile.TemporaryDirectory(prefix="scale-") as tmp, served_store(served, Path(tmp)) as env:
+        directory = Path(tmp)
+        job = Job(which, n, False, directory, env)
+        try:
+            if not wait(lambda: ready(directory) >= n, timeout_s):
+                return {"error": f"only {ready(directory)} of {n} workers ran in {timeout_s:g} s"}
+            start_s = time.monotonic() - job.started
+            owns = [own_processes(p.pid) for p in job.procs]
+            before = [cpu_s(o) for o in owns]
+            time.sleep(idle_s)
+            idle = [(cpu_s(o) - b) / idle_s * 100 for o, b in zip(owns, before, strict=True)]
+            rss = [rss_mib(o) for o in owns]
+            go = time.monotonic()
+            (directory / "go-0").touch()
+            if not wait(lambda: all(p.poll() is not None for p in job.procs), fate_s):
+                alive = sum(p.poll() is None for p in job.procs)
+                return {
+                    "start_s": start_s,
+                    "error": f"{alive} of {n} launchers still ran {fate_s:g} s after the failure",
+                }
+            fate_s = time.monotonic() - go
+            codes = sorted({p.returncode for p in job.procs})
+            return {
+                "start_s": start_s,
+                "rss_mib_max": max(rss),
+                "rss_mib_median": sorted(rss)[n // 2],
+                "idle_cpu_pct_mean": sum(idle) / n,
+                "fate_s": fate_s,
+                "exit_codes": codes,
+            }
+        finally:
+            job.stop()
+
+
+def run_reform(which: str, n: int, served: bool, timeout_s: float, react_s: float) -> dict[str, object]:
+    with tempfile.TemporaryDirectory(prefix="scale-") as tmp, served_store(served, Path(tmp)) as env:
+        directory = Path(tmp)
+        job = Job(which, n, True, directory, env)
+        try:
+            if not wait(lambda: ready(directory) >= n, timeout_s):
+                return {"error": f"only {ready(directory)} of {n} workers ran in {timeout_s:g} s"}
+            start_s = time.monotonic() - job.started
+            killed, killed_at = time.monotonic(), time.time()
+            kill_tree(job.procs[n // 2].pid)
+            if not wait(lambda: ready(directory, killed_at) >= n - 1, react_s):
+                count = ready(directory, killed_at)
+                return {"start_s": start_s, "error": f"{count} of {n - 1} re-formed in {react_s:g} s"}
+            return {"start_s": start_s, "reform_s": time.monotonic() - killed}
+        finally:
+            job.stop()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--nodes", default="8,32")
+    p.add_argument("--launchers", default="ours,torchrun")
+    p.add_argument("--scenarios", default="start,reform")
+    p.add_argument("--torchrun-max-nodes", type=int, default=32)
+    p.add_argument("--served-store", action="store_true")
+    p.add_argument("--idle-s", type=float, default=5.0)
+    p.add_argument("--timeout-s", type=float, default=600.0)
+    p.add_argument(
+        "--react-timeout-s",
+        type=float,
+        default=60.0,
+        help="how long the launchers may take to end after a failure, or to re-form after a loss",
+    )
+    args = p.parse_args()
+    rows: list[tuple[str, int, str, dict[str, object]]] = []
+    for n in (int(x) for x in args.nodes.split(",")):
+        for scenario in args.scenarios.split(","):
+            for which in args.launchers.split(","):  # interleaved: both launchers at one N, then the next
+                if which == "torchrun" and n > args.torchrun_max_nodes:
+                    continue
+                served = args.served_store and which == "ours"
+                if scenario == "start":
+                    result = run_start(which, n, served, args.idle_s, args.timeout_s, args.react_timeout_s)
+                else:
+                    result = run_reform(which, n, served, args.timeout_s, args.react_timeout_s)
+                rows.append((which, n, scenario, result))
+                print(f"{which:8} N={n:<4} {scenario:7} {result}", flush=True)
+    print("\n| launcher | N | scenario | result |\n|---|---|---|---|")
+    for which, n, scenario, result in rows:
+        text = ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in result.items())
+        print(f"| {which} | {n} | {scenario} | {text} |")
+
+
+if __name__ == "__main__":
+    main()
