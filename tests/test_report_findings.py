@@ -18,11 +18,12 @@ from openclaw_launch.plan.parallel import ParallelLayout
 from openclaw_launch.report.build import load_report, write_report
 from openclaw_launch.report.format import format_report
 from openclaw_launch.stats.gpu import GpuSummary
-from openclaw_launch.stats.imbalance import MIN_STEPS, StepAlignment
+from openclaw_launch.stats.imbalance import MIN_STEPS, StepAlignment, moving_stragglers
 from openclaw_launch.stats.imbalance import live_text as imbalance_live
 from openclaw_launch.stats.memory import find_asymmetry
 from openclaw_launch.stats.memory import live_text as memory_live
 from openclaw_launch.stats.result import MEMORY_ASYMMETRY_SHARE, GpuStats, StepImbalance
+from openclaw_launch.stats.verdict import Z_SIGNIFICANT, slowdown_floor_s
 from openclaw_launch.telemetry import wire
 
 DATA = Path(__file__).parent / "data"
@@ -200,3 +201,36 @@ def test_gpu_ranks_are_aligned_by_their_sampled_gpu_work() -> None:
     assert found is not None and found.work_source == "gpu" and found.variance
     assert found.steps == 40  # steps 5, 10, ..., 200: all past the warm-up
     assert abs(found.cost_s - 0.006) < 1e-4 and abs(found.cost_pct - 30) < 0.5  # of the 20 ms step
+
+
+def _floor(step_s: float) -> float:
+    return slowdown_floor_s(5.0, step_s)
+
+
+def test_a_rank_named_only_by_window_medians_under_variance_is_not_a_straggler() -> None:
+    align = StepAlignment(range(2))
+    for b in _batches(2, 120, "random"):
+        align.add(b)
+    found = align.judge()
+    assert found is not None and found.variance
+    assert moving_stragglers([0, 1], found, _floor, Z_SIGNIFICANT) == {0, 1}
+    assert moving_stragglers([0, 1], None, _floor, Z_SIGNIFICANT) == set()  # nothing aligned: the verdict stands
+
+
+def test_a_fixed_straggler_under_variance_stays_named() -> None:
+    """Rank 1 always 2 ms slower, and a random rank's batch 6 ms costlier at every step."""
+    draw = random.Random(4)
+    align = StepAlignment(range(4))
+    rows: list[list[tuple[float, dict[str, float]]]] = [[] for _ in range(4)]
+    for _ in range(120):
+        slow = draw.randrange(4)
+        for r in range(4):
+            fwd = 0.010 + (0.006 if r == slow else 0.0) + (0.002 if r == 1 else 0.0)
+            rows[r].append((0.020, {"forward": fwd, "sync": 0.020 - fwd}))
+    for first in range(0, 120, 10):
+        for r in range(4):
+            align.add(wire.Batch(rank=r, steps=rows[r][first : first + 10], sync_phases=("sync",)))
+    found = align.judge()
+    assert found is not None and found.variance  # the cost moves: variance, and ...
+    assert moving_stragglers([1], found, _floor, Z_SIGNIFICANT) == set()  # ... rank 1 is a straggler too
+    assert found.excess_s[1] > 0.002

@@ -17,7 +17,7 @@ finding (``StepImbalance.variance``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from openclaw_launch.stats.collect import WARMUP_STEPS
@@ -41,6 +41,10 @@ class _Tally:
     cost: LogHistogram = field(default_factory=LogHistogram)  # per step: slowest's work - the others' median
     step: LogHistogram = field(default_factory=LogHistogram)  # per step: the median rank's step time (CPU)
     work_total_s: float = 0.0  # the other ranks' median work, summed over steps
+    # per rank, over steps: its work minus the other ranks' median, summed and squared (a fixed
+    # straggler's offset holds at every step; per-batch variance averages out)
+    excess_sum_s: dict[int, float] = field(default_factory=dict)
+    excess_sq_s2: dict[int, float] = field(default_factory=dict)
 
 
 class StepAlignment:
@@ -144,7 +148,19 @@ class StepAlignment:
             step_s=mean_step,
             work_s=t.work_total_s / t.steps,
             work_source=source,
+            excess_s={rank: t.excess_sum_s.get(rank, 0.0) / t.steps for rank in sorted(self._expected)},
+            excess_error_s={rank: _standard_error(t, rank) for rank in sorted(self._expected)},
         )
+
+
+def _standard_error(t: _Tally, rank: int) -> float:
+    """Of the mean per-step excess of ``rank``, from the steps' spread."""
+    import math
+
+    n = t.steps
+    mean = t.excess_sum_s.get(rank, 0.0) / n
+    variance = max(t.excess_sq_s2.get(rank, 0.0) / n - mean * mean, 0.0) * n / max(n - 1, 1)
+    return math.sqrt(variance / n)
 
 
 def _tally_step(t: _Tally, works: dict[int, float]) -> None:
@@ -157,6 +173,13 @@ def _tally_step(t: _Tally, works: dict[int, float]) -> None:
     t.slowest[slowest] = t.slowest.get(slowest, 0) + 1
     t.cost.add(works[slowest] - median_work)
     t.work_total_s += median_work
+    ordered = sorted(works.values())
+    for rank, work in works.items():
+        others = list(ordered)
+        others.remove(work)
+        excess = work - statistics.median(others)
+        t.excess_sum_s[rank] = t.excess_sum_s.get(rank, 0.0) + excess
+        t.excess_sq_s2[rank] = t.excess_sq_s2.get(rank, 0.0) + excess * excess
 
 
 @dataclass(frozen=True)
@@ -172,6 +195,29 @@ class Judged:
     step_s: float  # the mean step (each: the ranks' median)
     work_s: float  # the mean of the others' median work
     work_source: str  # "cpu": the host's phases of every step; "gpu": the sampled steps' GPU work
+    excess_s: dict[int, float]  # rank -> mean over steps of its work minus the other ranks' median
+    excess_error_s: dict[int, float]  # rank -> the standard error of that mean
+
+
+def moving_stragglers(
+    ranks: Iterable[int], found: Judged | None, floor_s: Callable[[float], float], z_significant: float
+) -> set[int]:
+    """Of the ranks the verdict named (stats/verdict.py, 5-step window medians), those the aligned
+    steps show are per-batch variance, not a fixed straggler: only with the variance finding, a rank
+    whose mean per-step excess does not reach the verdict's floor (``floor_s`` of the step) or is not
+    ``z_significant`` standard errors above zero (the verdict's own rules, passed in: it imports this
+    module's report type). Window medians turn a random draw into a majority of windows for one rank
+    (two ranks, one costly batch per step: one rank wins most windows by chance, and each shows the
+    whole cost); its excess over every step averages out."""
+    if found is None or not found.variance:
+        return set()
+    floor = floor_s(found.step_s)
+    out = set()
+    for rank in ranks:
+        excess, error = found.excess_s.get(rank, 0.0), found.excess_error_s.get(rank, 0.0)
+        if excess < floor or excess < z_significant * error:
+            out.add(rank)
+    return out
 
 
 def live_text(found: Judged | None) -> str:

@@ -143,6 +143,13 @@ class StepImbalance:
     median_cost_s: float = field(metadata=doc("the median over steps of the same difference"))
     step_s: float = field(metadata=doc("the mean step (each step: the median rank's step time)"))
     work_s: float = field(metadata=doc("the mean over steps of the other ranks' median work"))
+    excess_s: dict[str, float] = field(
+        metadata=doc(
+            "per rank (the key): the mean over steps of its work minus the other ranks' median: a fixed "
+            "straggler's offset holds at every step, per-batch variance averages out (a rank the window "
+            "verdict would name under `variance` without a significant offset here is not a straggler)"
+        )
+    )
     work_source: str = field(
         metadata=doc(
             "`cpu`: a step's work is its time outside the `sync_sections`, every step; `gpu`: its GPU work "
@@ -164,6 +171,7 @@ class StepImbalance:
             median_cost_s=round(found.median_cost_s, 6),
             step_s=round(found.step_s, 6),
             work_s=round(found.work_s, 6),
+            excess_s={str(rank): round(e, 6) for rank, e in found.excess_s.items()},
             work_source=found.work_source,
             hints=(imbalance.BALANCE_HINT,) if found.variance else (),
         )
