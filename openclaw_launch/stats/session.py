@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from openclaw_launch.stats.gpu import SampleSource
     from openclaw_launch.stats.hang_monitor import HangMonitor
     from openclaw_launch.stats.helper import StatsHelper
-    from openclaw_launch.stats.result import GpuStats, SessionResult
+    from openclaw_launch.stats.result import GpuStats, SessionResult, Straggler
 
 
 # The live line judges an interval only when every rank made this many steps in it (4 of the verdict's
@@ -182,7 +182,7 @@ class StatsSession(Participant):
         text = f"{len(total)} rank(s), {steps} steps, step p50 {1000 * p50:.1f} ms over the last interval"
         if min(r.measured_steps for r in measured) < LIVE_MIN_STEPS:
             return text + f"; too few steps to judge (fewer than {LIVE_MIN_STEPS} on a rank)"
-        found = verdict.find_stragglers(window, self._facts(), self.threshold_pct)
+        found = self._fixed(verdict.find_stragglers(window, self._facts(), self.threshold_pct))
         if found:
             s = found[0]
             text += f"; straggler: rank {s.rank} ({s.phase}, {s.section}) +{s.excess_pct:.0f} %"
@@ -221,7 +221,7 @@ class StatsSession(Participant):
         from openclaw_launch.stats.result import SessionResult, StepImbalance
 
         summaries = self.collector.summaries()
-        found = verdict.find_stragglers(summaries, self._facts(binding_warnings), self.threshold_pct)
+        found = self._fixed(verdict.find_stragglers(summaries, self._facts(binding_warnings), self.threshold_pct))
         if found:
             import logging  # here, at the job's end, not at start-up
 
@@ -248,6 +248,18 @@ class StatsSession(Participant):
         if self.helper is not None:
             self.helper.finish()
         self.inbox.close()
+
+    def _fixed(self, found: list[Straggler]) -> list[Straggler]:
+        """The verdict's stragglers less those the aligned steps show are per-batch variance, not a fixed
+        rank (stats/imbalance.moving_stragglers, by the verdict's own floor and significance)."""
+        from openclaw_launch.stats import imbalance, verdict
+
+        def floor_s(step_s: float) -> float:
+            return verdict.slowdown_floor_s(self.threshold_pct, step_s)
+
+        judged = self.alignment.judge()
+        moving = imbalance.moving_stragglers((s.rank for s in found), judged, floor_s, verdict.Z_SIGNIFICANT)
+        return [s for s in found if s.rank not in moving]
 
     def _gpu_summaries(self) -> dict[str, GpuStats]:
         return self.helper.summaries if self.helper is not None else {}
