@@ -64,7 +64,7 @@ def test_the_stats_file_has_each_ranks_busy_share_per_interval(tmp_path: Path) -
     proc = subprocess.run(
         [sys.executable, "-m", "openclaw_launch", "--nproc-per-node", "2", "--console-ranks", "none"]
         + ["--stats-interval-s", "0.5", "--stats-file", str(stats_file), VARIANCE, "--fixed-rank", "1"]
-        + ["--steps", "100", "--costly-pct", "100"],
+        + ["--steps", "60", "--costly-pct", "100"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
