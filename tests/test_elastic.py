@@ -293,7 +293,7 @@ def test_a_standby_not_needed_exits_0_when_the_job_ends(tmp_path: Path) -> None:
 @pytest.mark.usefixtures("served_agent_stores")
 @pytest.mark.parametrize(
     ("host_nnodes", "joiner_nnodes", "says"),
-    [("1:2", "2", "is elastic (--nnodes 1:2)"), ("2", "1:2", "is not elastic")],
+    [("1:2", "2", "is elastic (--nnodes 1:2, --rdzv-id job7)"), ("2", "1:2", "is not elastic")],
 )
 def test_a_launcher_of_the_other_kind_is_refused(
     tmp_path: Path, host_nnodes: str, joiner_nnodes: str, says: str

@@ -5,39 +5,56 @@ Every launcher registers as a member (agents/membership.py); the rendezvous host
 member 0) forms each world and publishes it; the others wait for the newest world that holds them.
 Each world n then runs the fixed-size protocol (agents/fate.py's keys, under the scope ``r<n>/``):
 meet, one fate, every node's end. Every other member keeps a TCP connection to the first node's
-helper: a member whose launcher dies (its helper dies with it, PR_SET_PDEATHSIG) closes it, and the
-first node sees that at once. A lost node of the running world is that world's fate ``lost`` and its
-``end`` (so no node waits for it); a member that arrives while a world runs is the fate ``reform``
-when the world has room for it and restarts are left. Both restart every node's workers in the next
-world. A cut link without a close is found by the keep-alives (``--keepalive-s``), as before.
+liveness port (agents/liveness.py: authenticated by the job's secret; anything else is dropped and
+counted): a member whose launcher dies (its helper dies with it, PR_SET_PDEATHSIG) closes it, and the
+first node sees that at once. A member is admitted only after its admission fingerprint agrees with
+the first node's (agents/admission.py): one that differs is refused and the running world never hears
+of it. A lost node of the running world is that world's fate ``lost`` and its ``end`` (so no node
+waits for it); a member that arrives while a world runs is the fate ``reform`` when the world has
+room for it and restarts are left. Both restart every node's workers in the next world; a waiting
+member the next world would take (a standby) that does not beat on its link within
+``--keepalive-s`` is skipped. A cut link without a close is found by the keep-alives.
 
-Keys (``store.PREFIX`` + ``el/`` + ...): ``spec`` (the host's MIN:MAX), ``count`` (member ids by
-arrival), ``m/<id>`` (a member: its token, standby flag and config node), ``master_port`` (node rank 0's free
-port), ``live_port`` (the first node's liveness port), ``w/<n>`` (world n: member ids and tokens
-by node rank, or why there is none), ``round`` (the newest world's n), ``done`` (the job ended) and
-``bye/<id>`` (a waiting member saw it).
+Keys (``store.PREFIX`` + ...): ``el/id`` (the rendezvous id of the job at this endpoint; a launcher
+of another ``--rdzv-id`` is refused, touching nothing), and under ``el/<rdzv-id>/``: ``spec`` (the
+host's MIN:MAX), ``secret`` (the job's secret when ``OPENCLAW_JOB_SECRET`` is not set), ``count``
+(member ids by arrival), ``master_port`` (node rank 0's free port), ``live_port`` (the first node's
+liveness port), ``w/<n>`` (world n: member ids and tokens by node rank, or why there is none),
+``round`` (the newest world's n), ``done`` (the job ended), ``bye/<id>`` (a waiting member saw it)
+and ``r<n>/...`` (world n's keys).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import select
+import os
 import socket
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from openclaw_launch.agents.admission import admission_print, refusal
 from openclaw_launch.agents.fate import EXIT_NODE_LOST, Fate
+from openclaw_launch.agents.liveness import BEAT, PING, PONG, JobKey, LivenessServer, connect
 from openclaw_launch.agents.meeting import WAIT_NOTE_S
-from openclaw_launch.agents.membership import ElasticSpec, Member, first_world, next_world, wants_growth
+from openclaw_launch.agents.membership import (
+    ID_KEY,
+    ElasticSpec,
+    Member,
+    first_world,
+    namespace,
+    next_world,
+    wants_growth,
+)
 from openclaw_launch.agents.store import AgentError, AgentStore
+from openclaw_launch.config.defaults import KEEPALIVE_S
 
 REFORM = "reform"  # the fate of a world that takes in a node that arrived (agents/fate.py's Fate.kind)
 _POLL_S = 0.05
 _BYE_WAIT_S = 5.0  # at the end, how long the first node waits for the waiting members to see it
-_SCOPE = "el/"
+_BEAT_S = 0.5  # a waiting member's beat on its liveness link (while its launcher ticks)
 
 
 def world_scope(round_number: int) -> str:
@@ -48,18 +65,30 @@ def world_scope(round_number: int) -> str:
 class Rendezvous:
     """One launcher's side of the membership; the first node's also watches and forms the worlds.
     ``store``: the unscoped store (the helper's main thread uses it; the liveness thread has its own
-    client). ``say``: a line for the launcher's console."""
+    client). ``say``: a line for the launcher's console. ``rdzv_id``: the job's ``--rdzv-id``
+    (torchrun's default ``none``): every key is under it, and a launcher of another id is refused."""
 
     def __init__(
-        self, store: AgentStore, spec: ElasticSpec, max_restarts: int, timeout_s: float, say: Callable[[str], None]
+        self,
+        store: AgentStore,
+        spec: ElasticSpec,
+        max_restarts: int,
+        timeout_s: float,
+        say: Callable[[str], None],
+        rdzv_id: str = "none",
+        keepalive_s: float = KEEPALIVE_S,
     ) -> None:
+        self.rdzv_id = rdzv_id
+        self.namespace = namespace(rdzv_id)
+        self._root = store
         self.store, self.spec, self.max_restarts, self.timeout_s, self.say = (
-            store.within(_SCOPE),
+            store.within(self.namespace),
             spec,
             max_restarts,
             timeout_s,
             say,
         )
+        self.keepalive_s = keepalive_s
         self.member_id = 0
         self.round = -1  # the newest world this launcher was in
         self.names: tuple[str, ...] = ()  # the current world's node names by rank (agents/fate.py's fates)
@@ -69,44 +98,95 @@ class Rendezvous:
         self._world: tuple[int, ...] = ()
         self._running = False
         self._keep: socket.socket | None = None  # a member's liveness connection, open while it lives
+        self._last_beat = 0.0
+        self._beat_ticks = 0  # the launcher's ticks at the last beat
+        self._asked_at: int | None = None  # the launcher's ticks when the first node's PING came
         self._own: AgentStore | None = None
+        self._port: LivenessServer | None = None  # the first node's liveness port
+        self._admission: dict[str, str] = {}
+
+    def world_scope(self, round_number: int) -> str:
+        """The keys of world ``round_number``'s fixed-size protocol (under this job's namespace)."""
+        return self.namespace + world_scope(round_number)
 
     # ---- arrival ---------------------------------------------------------------------------------
 
     def register(self, token: str, standby: bool, master_port: int, node: str) -> None:
         """Join as a member: the first node sets up the rendezvous, any other checks it is this
-        kind of job and connects its liveness link."""
+        kind of job, this job (its ``--rdzv-id``) and that it agrees with it (agents/admission.py),
+        and connects its liveness link, authenticated by the job's secret (agents/liveness.py)."""
         store = self.store
+        self._admission = admission_print(os.environ)
         if store.is_host:
             if standby:
                 raise AgentError(
                     "--standby: this launcher hosts the rendezvous (the first node, node rank 0), which is never "
                     "a standby; start standbys on other hosts; started nothing"
                 )
+            key = JobKey.for_host(os.environ)
             self._members[0] = Member(0, token, False, node)
+            if key.published is not None:
+                store.set("secret", key.published)
             store.set("spec", self.spec.text)
             store.set("master_port", str(master_port))
-            store.set("live_port", str(self._listen()))
+            self._port = LivenessServer(key, self.rdzv_id, self._admit, self._on_gone, self.say)
+            store.set("live_port", str(self._port.start(store.addr)))
+            self._root.set(ID_KEY, self.rdzv_id)  # last: a launcher that sees it finds the rest
             return
         where = f"{store.addr}:{store.port}"
         until = time.monotonic() + self.timeout_s
-        while not store.has(["spec", "live_port"]):
-            if store.within("").has(["master_port"]) or time.monotonic() > until:
+        while not self._root.has([ID_KEY]):
+            if self._root.has(["master_port"]) or time.monotonic() > until:
                 raise AgentError(
                     f"--nnodes {self.spec.text}: the job at {where} is not elastic (its first node has a fixed "
                     "--nnodes N): give every node the same --nnodes; started nothing"
                 )
             time.sleep(_POLL_S)
+        theirs_id = self._root.get(ID_KEY)
+        if theirs_id != self.rdzv_id:
+            raise AgentError(
+                f"--rdzv-id {self.rdzv_id}, but the job at {where} is --rdzv-id {theirs_id}: another job's "
+                "rendezvous (give each job its own endpoint, or this job's id); that job is untouched, started nothing"
+            )
         theirs = store.get("spec")
         if theirs != self.spec.text:
             raise AgentError(
                 f"--nnodes {self.spec.text}, but the job at {where} runs --nnodes {theirs}: give every node the "
                 "same MIN:MAX; started nothing"
             )
+        key = JobKey.for_member(os.environ, store.get("secret") if store.has(["secret"]) else "")
         self.member_id = store.add("count", 1)
-        store.set(f"m/{self.member_id}", json.dumps({"token": token, "standby": standby, "node": node}))
-        self._keep = socket.create_connection((store.addr, int(store.get("live_port"))), timeout=self.timeout_s)
-        self._keep.sendall(f"{self.member_id}\n".encode())
+        record = {
+            "id": self.member_id,
+            "token": token,
+            "standby": standby,
+            "node": node,
+            "admission": self._admission,
+        }
+        port = int(store.get("live_port"))
+        self._keep = connect(store.addr, port, key, self.rdzv_id, record, self.timeout_s)
+
+    def beat(self, ticks: int) -> None:
+        """A member, ``ticks`` its launcher's loop's ticks so far: a beat to the first node when one
+        came since the last (at most every ``_BEAT_S``), and ``PONG`` once two came after its ``PING``
+        (a tick read just after the question may have been sent before the launcher froze)."""
+        if self._keep is None:
+            return
+        with contextlib.suppress(OSError):
+            self._keep.setblocking(False)
+            try:
+                asked = PING in self._keep.recv(256)
+            except BlockingIOError:
+                asked = False
+            if asked and self._asked_at is None:
+                self._asked_at = ticks
+            now = time.monotonic()
+            if ticks > self._beat_ticks and now - self._last_beat >= _BEAT_S:
+                self._last_beat, self._beat_ticks = now, ticks
+                self._keep.send(BEAT)
+            if self._asked_at is not None and ticks >= self._asked_at + 2:
+                self._asked_at = None
+                self._keep.send(PONG)
 
     def form_first(self) -> None:
         """The first node: wait for MIN active members (``--agent-timeout-s``), then for more until
@@ -138,12 +218,15 @@ class Rendezvous:
 
     # ---- every world -----------------------------------------------------------------------------
 
-    def await_world(self) -> dict[str, Any]:
+    def await_world(self, ticks: Callable[[], int]) -> dict[str, Any]:
         """The newest world after this launcher's last that holds it: ``rank``, ``nnodes``,
         ``master_port``, ``round``, ``tokens``, ``nodes`` (config node names, by node rank); or
-        ``done`` (the job ended without it), or ``closed`` (fewer than MIN nodes are left)."""
+        ``done`` (the job ended without it), or ``closed`` (fewer than MIN nodes are left). While
+        it waits, it beats on its liveness link as long as its launcher's loop runs (``ticks()``: its
+        ticks so far)."""
         store = self.store
         while True:
+            self.beat(ticks())
             if store.has(["done"]):
                 store.set(f"bye/{self.member_id}", "1")
                 return {"done": True}
@@ -166,13 +249,39 @@ class Rendezvous:
 
     def reform(self, lost_ranks: set[int]) -> None:
         """The first node, after world ``round`` ended: publish the next from its survivors (less
-        ``lost_ranks``, the fate's lost node), the standbys and the members that arrived."""
+        ``lost_ranks``, the fate's lost node), the standbys and the members that arrived. A waiting
+        member the next world would take in is asked whether its launcher runs (agents/liveness.py's
+        PING) and must answer within ``--keepalive-s``; one that does not is skipped, and the world
+        forms with who is there."""
+        asked = time.monotonic()
         with self._lock:
             self._running = False
             self._dead |= {self._world[r] for r in lost_ranks if r < len(self._world)}  # for good: a cut link
-            gone = self._dead
-            waiting = [self._members[i] for i in sorted(self._members) if i not in self._world and i not in gone]
-            world = next_world(self._world, gone, waiting, self.spec)
+        skipped: set[int] = set()
+        asked_ids: set[int] = set()
+        while True:
+            with self._lock:
+                gone = self._dead | skipped
+                waiting = [self._members[i] for i in sorted(self._members) if i not in self._world and i not in gone]
+                world = next_world(self._world, gone, waiting, self.spec)
+                silent = [m for m in waiting if m.member_id in world and not self._answered(m.member_id, asked)]
+            for m in silent:
+                if self._port is not None and m.member_id not in asked_ids:
+                    asked_ids.add(m.member_id)
+                    self._port.ask(m.member_id)
+            if not silent:
+                break
+            if time.monotonic() - asked < self.keepalive_s:
+                time.sleep(_POLL_S)
+                continue
+            for m in silent:
+                skipped.add(m.member_id)
+                kind = "standby" if m.standby else "waiting launcher"
+                self.say(
+                    f"{kind} {m.token.split(' #')[0]} did not answer within {self.keepalive_s:g} s (--keepalive-s): "
+                    "skipped; the world re-forms with the nodes that are there"
+                )
+        with self._lock:
             if len(world) < self.spec.min_nodes:
                 self.store.set(
                     f"w/{self.round + 1}",
@@ -181,6 +290,9 @@ class Rendezvous:
                 self.store.set("round", str(self.round + 1))
                 return
             self._publish(world)
+
+    def _answered(self, member_id: int, since: float) -> bool:
+        return self._port is None or self._port.answered_since(member_id, since)
 
     def running(self) -> None:
         """The newest world's workers start: from now on a loss or an arrival stops them."""
@@ -193,6 +305,8 @@ class Rendezvous:
         seen it (at most ``_BYE_WAIT_S``)."""
         with self._lock:
             waiting = [f"bye/{i}" for i in self._members if i not in self._world and i not in self._dead]
+        if self._port is not None and (dropped := self._port.summary()):
+            self.say(dropped)
         with contextlib.suppress(Exception):
             self.store.set("done", "1")
             until = time.monotonic() + _BYE_WAIT_S
@@ -207,52 +321,31 @@ class Rendezvous:
         self.store.set(f"w/{self.round + 1}", json.dumps({"members": list(world), "tokens": tokens, "nodes": nodes}))
         self.store.set("round", str(self.round + 1))
 
-    # ---- the first node's liveness watch (a thread with its own store client) ---------------------
-
-    def _listen(self) -> int:
-        listener = socket.create_server(("", 0), family=socket.AF_INET6, dualstack_ipv6=True)
-        threading.Thread(target=self._watch, args=(listener,), name="openclaw-members", daemon=True).start()
-        return int(listener.getsockname()[1])
+    # ---- the first node's liveness port (its thread: agents/liveness.py) --------------------------
 
     def _fate_store(self) -> AgentStore:
         """(Under the lock.) The first node's own client for the liveness thread, in this world's scope."""
         if self._own is None:
             self._own = AgentStore(self.store.addr, self.store.port, False, self.timeout_s)
-        return self._own.within(world_scope(self.round))
+        return self._own.within(self.world_scope(self.round))
 
-    def _watch(self, listener: socket.socket) -> None:
-        links: dict[socket.socket, tuple[int | None, bytes]] = {}
-        while True:
-            readable, _, _ = select.select([listener, *links], [], [])
-            for sock in readable:
-                if sock is listener:
-                    conn, _ = listener.accept()
-                    links[conn] = (None, b"")
-                    continue
-                member_id, got = links[sock]
-                data = b""
-                with contextlib.suppress(OSError):
-                    data = sock.recv(256)
-                if not data:
-                    del links[sock]
-                    sock.close()
-                    if member_id is not None:
-                        self._on_gone(member_id)
-                    continue
-                got += data
-                if member_id is None and b"\n" in got:
-                    member_id = int(got.split(b"\n")[0])
-                    self._on_arrived(member_id)
-                links[sock] = (member_id, got)
-
-    def _on_arrived(self, member_id: int) -> None:
+    def _admit(self, member_id: int, record: dict[str, Any]) -> str | None:
+        """An authenticated member: refused if it does not agree with this job (nothing else is
+        touched), else a member (a standby waits; an active one may re-form a running world)."""
+        who = f"the launcher {record['token'].split(' #')[0]}" + (f" (node {record['node']})" if record["node"] else "")
+        why = refusal(self._admission, record["admission"], who)
+        if why is not None:
+            self.say(f"refused {who}: it does not agree with this job (it was told each difference)")
+            return why
         with self._lock:
-            record = json.loads(self._fate_store().within(_SCOPE).get(f"m/{member_id}"))
+            if member_id in self._members or member_id in self._dead:
+                return f"member {member_id} of --rdzv-id {self.rdzv_id} joined already; started nothing"
             self._members[member_id] = Member(member_id, record["token"], record["standby"], record["node"])
             if record["standby"]:
                 self.say(f"standby {record['token'].split(' #')[0]} joined: it runs no ranks until a node is lost")
             if self._running:
                 self._maybe_grow(self._fate_store())
+        return None
 
     def _maybe_grow(self, store: AgentStore) -> None:
         """(Under the lock.) A member waits to run ranks and the world has room: re-form."""

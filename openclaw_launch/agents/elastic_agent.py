@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from openclaw_launch.agents.elastic import REFORM, Rendezvous, world_scope
+from openclaw_launch.agents.elastic import REFORM, Rendezvous
 from openclaw_launch.agents.fate import EXIT_NODE_LOST, Agent, AgentOptions, Fate, lost_fate
 from openclaw_launch.agents.membership import ElasticSpec
 from openclaw_launch.agents.store import AgentError, AgentStore
@@ -72,6 +72,7 @@ class ElasticArrive(Message):
     standby: bool
     node: str  # this launcher's config node, or ""
     master_port: int
+    rdzv_id: str = "none"  # --rdzv-id: the rendezvous's keys are under it (torchrun's default id: none)
 
 
 @dataclass(frozen=True)
@@ -125,7 +126,7 @@ class ElasticLink(StoreLink):
         self, step: Message, answer: type[Answer], say: Callable[[str], None], interrupted: Callable[[], int | None]
     ) -> Answer | int:
         """One membership step, and its ``answer`` when done (a signal's number if one stopped the wait)."""
-        return self._exchange(step, answer, say, interrupted)
+        return self._exchange(step, answer, say, interrupted, ticking=True)
 
 
 class _ElasticLoop(StoreLoop):
@@ -169,7 +170,13 @@ class _ElasticLoop(StoreLoop):
         if self.rendezvous is None or self._unscoped is None:
             self._unscoped = self._open(None)
             self.rendezvous = Rendezvous(
-                self._unscoped, arrive.spec, arrive.max_restarts, self.opt.join_timeout_s, self._say
+                self._unscoped,
+                arrive.spec,
+                arrive.max_restarts,
+                self.opt.join_timeout_s,
+                self._say,
+                arrive.rdzv_id,
+                self.opt.keepalive_s,
             )
         return self.rendezvous, self._unscoped
 
@@ -181,11 +188,11 @@ class _ElasticLoop(StoreLoop):
 
     def _post_world(self, rendezvous: Rendezvous, store: AgentStore) -> None:
         """The newest world that holds this launcher (its keys' scope from now on), or why none."""
-        answer = rendezvous.await_world()
+        answer = rendezvous.await_world(self._ticks_so_far)
         if "rank" not in answer:
             self._post(WorldAnswer(None, answer.get("closed", "the job ended")))
             return
-        self.store = store.within(world_scope(answer["round"]))
+        self.store = store.within(rendezvous.world_scope(answer["round"]))
         fields = (answer["round"], answer["rank"], answer["nnodes"], answer["master_port"])
         self._post(WorldAnswer(World(*fields, tuple(answer["tokens"]), tuple(answer["nodes"]))))
 
@@ -198,12 +205,13 @@ def elastic_arrive(
     free_port: int,
     say: Callable[[str], None],
     interrupted: Callable[[], int | None],
+    rdzv_id: str = "none",
 ) -> tuple[World, ElasticLink] | NotNeeded | int:
     """Join the rendezvous and wait for the first world that holds this launcher (a standby: until
     it replaces a lost node; ``node``: its config node, or ""). Returns the world and the helper,
     ``NotNeeded``, or a signal's number; ``AgentError`` if refused."""
     link = ElasticLink.start(options, lost_fate)
-    step = ElasticArrive(spec, options.max_restarts, link.token, standby, node, free_port)
+    step = ElasticArrive(spec, options.max_restarts, link.token, standby, node, free_port, rdzv_id)
     try:
         answer = link.step(step, WorldAnswer, say, interrupted)
     except BaseException:
@@ -267,8 +275,9 @@ class ElasticAgent(Agent):
         return super().stop_reason()
 
     def timers(self) -> Sequence[Timer]:
-        """With no next world the attempt starts no worker: a tick, so that its stop reason is asked."""
-        return ((_NO_WORLD_TICK_S, _nothing),) if self._no_world is not None else ()
+        """With no next world the attempt starts no worker: a tick, so that its stop reason is asked;
+        else the keep-alive's tick (agents/fate.py)."""
+        return ((_NO_WORLD_TICK_S, _nothing),) if self._no_world is not None else super().timers()
 
     def holds_attempt(self) -> bool:
         if self._no_world is not None:

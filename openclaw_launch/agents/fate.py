@@ -28,7 +28,7 @@ a failure: every node stops and exits 124.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,8 +38,9 @@ from openclaw_launch.agents.store_messages import Ended, FateOf, LoopEnded, Say
 from openclaw_launch.config import defaults
 from openclaw_launch.plan.model import LaunchPlan
 from openclaw_launch.run.helper import Message
-from openclaw_launch.run.participant import Participant, StopKind, StopReason
+from openclaw_launch.run.participant import Participant, StopKind, StopReason, Timer
 
+_TICK_S = 0.25  # the launcher's keep-alive tick (at most; an eighth of --keepalive-s when that is shorter)
 EXIT_NODE_LOST = exit_codes.NODE_LOST  # the job's exit code on the surviving nodes when a node was lost
 
 
@@ -195,6 +196,15 @@ class Agent(Participant):
 
     def readers(self) -> dict[int, Callable[[], None]]:
         return {self.fileno(): self.drain}
+
+    def timers(self) -> Sequence[Timer]:
+        """The launcher's loop tells the helper it runs: the keep-alive counts these ticks
+        (agents/store_loop.py), so a frozen launcher is lost, not only a dead helper."""
+        return ((min(_TICK_S, self.opt.keepalive_s / 8), self._tick),)
+
+    def _tick(self) -> None:
+        if self._link is not None:
+            self._link.tick()
 
     def begin_attempt(self, attempt: int) -> None:
         self.attempt = attempt

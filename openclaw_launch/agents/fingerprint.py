@@ -28,6 +28,7 @@ from openclaw_launch.plan.env import NIC_ENV, PER_RANK_ENV, common_env
 from openclaw_launch.plan.model import LaunchPlan
 
 UNSET = "<unset>"
+SECRET_ENV = "OPENCLAW_JOB_SECRET"  # the job's secret (agents/liveness.py): in no fingerprint, never published
 _ENV_PREFIXES = ("NCCL_", "CUDA_", "TORCH_", "OPENCLAW_", "NVSHMEM_", "OMP_")
 #: Per-rank variables a rank keeps from the launcher when set there: then every rank has the same.
 _INHERITED_AS_IS = frozenset({"OMP_NUM_THREADS"})
@@ -112,8 +113,7 @@ def fingerprint(
     fp["job.nnodes"] = str(plan.nnodes)
     fp["job.master"] = f"{plan.master_addr}:{plan.master_port}"
     fp["job.run_id"] = plan.run_id
-    per_rank = PER_RANK_ENV - _INHERITED_AS_IS
-    inherited = {k: v for k, v in launcher_env.items() if k.startswith(_ENV_PREFIXES) and k not in per_rank}
+    inherited = launcher_env_keys(launcher_env)
     skipped = set(NIC_ENV.values()) if config.runtime.nic_binding == "nearest" else set()
     for key, value in sorted({**inherited, **common_env(plan)}.items()):
         if (key.startswith(_ENV_PREFIXES) or key in _JOB_ENV) and key not in skipped:
@@ -122,6 +122,15 @@ def fingerprint(
     for key, value in versions.items():
         fp[f"version.{key}"] = value
     return fp
+
+
+def launcher_env_keys(launcher_env: Mapping[str, str]) -> dict[str, str]:
+    """The launcher's variables that every rank inherits as they are (the ``env.*`` keys before the
+    plan's own): never the job's secret (agents/liveness.py), which a fingerprint would publish."""
+    per_rank = PER_RANK_ENV - _INHERITED_AS_IS
+    return {
+        k: v for k, v in launcher_env.items() if k.startswith(_ENV_PREFIXES) and k not in per_rank and k != SECRET_ENV
+    }
 
 
 def _gpu_keys(plan: LaunchPlan) -> dict[str, str]:

@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 
 from openclaw_launch.agents.fingerprint import differences
+from openclaw_launch.agents.membership import ID_KEY, namespace
 from openclaw_launch.agents.store import AgentError, AgentStore
 
 WAIT_NOTE_S = 5.0  # a waiting launcher says what it waits for this often
@@ -37,10 +38,11 @@ def arrive(store: AgentStore, nnodes: int, token: str, master_port: int) -> tupl
         rank = 0
         store.set("master_port", str(master_port))
     else:
-        if store.has(["el/spec"]):  # agents/elastic.py's: its first node runs --nnodes MIN:MAX
+        if store.has([ID_KEY]):  # agents/elastic.py's: its first node runs --nnodes MIN:MAX
+            rdzv_id = store.get(ID_KEY)
             raise AgentError(
-                f"the job at {store.addr}:{store.port} is elastic (--nnodes {store.get('el/spec')}): give every "
-                "node the same --nnodes; started nothing"
+                f"the job at {store.addr}:{store.port} is elastic (--nnodes {store.get(namespace(rdzv_id) + 'spec')}, "
+                f"--rdzv-id {rdzv_id}): give every node the same --nnodes; started nothing"
             )
         rank = store.add("arrivals", 1)
         if rank >= nnodes:

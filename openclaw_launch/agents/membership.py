@@ -10,8 +10,17 @@ while the job ran are taken in after them, up to MAX. A world below MIN ends the
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+
+ID_KEY = "el/id"  # the store's key (unscoped) of the rendezvous id of the elastic job it holds
+
+
+def namespace(rdzv_id: str) -> str:
+    """Where the store keys of rendezvous ``rdzv_id`` go: another job's launcher (another
+    ``--rdzv-id``) at the same endpoint reads and writes none of them."""
+    return f"el/{urllib.parse.quote(rdzv_id, safe='')}/"
 
 
 @dataclass(frozen=True)

@@ -27,10 +27,12 @@ from openclaw_launch.agents.store_messages import (
     Say,
     SendEnd,
     StartLoop,
+    Tick,
 )
 from openclaw_launch.run.helper import Helper, Link, Message
 
 _JOIN_POLL_S = 0.1  # how often a waiting join looks for a signal
+TICK_S = 0.25  # a waiting step tells the helper this often that the launcher's loop runs (at most)
 _FINISH_MARGIN_S = 5.0
 Answer = TypeVar("Answer", bound=Message)
 
@@ -96,16 +98,21 @@ class StoreLink:
         answer: type[Answer],
         say: Callable[[str], None],
         interrupted: Callable[[], int | None],
+        ticking: bool = False,
     ) -> Answer | int:
-        """Send ``request`` and wait for its ``answer`` (or a signal's number). Until the store answers,
+        """Send ``request`` and wait for its ``answer`` (or a signal's number); ``ticking``: with a
+        ``Tick`` every ``TICK_S`` (a waiting member's beat, agents/elastic.py). Until the store answers,
         say so every ``WAIT_NOTE_S``; a store that has not answered within ``--agent-timeout-s``
         (nothing there, or a port that accepts connections but speaks no store protocol, where
         the store client would wait without end) is an error, and the helper is ended."""
         link, opt = self._helper.link, self._opt
         link.send(request)
         start: float | None = None  # when the helper began to open the store (torch is imported then)
-        noted = 0.0
+        noted = ticked = 0.0
         while True:
+            if ticking and time.monotonic() - ticked >= TICK_S:
+                ticked = time.monotonic()
+                link.send(Tick())
             link.flush(_JOIN_POLL_S)
             for message in link.wait(_JOIN_POLL_S):
                 if isinstance(message, answer):
@@ -152,6 +159,10 @@ class StoreLink:
 
     def send_end(self, attempt: int, outcome: str) -> None:
         self._helper.link.send(SendEnd(attempt, outcome))
+
+    def tick(self) -> None:
+        """The launcher's loop ran (its keep-alive: agents/store_loop.py bumps it only then)."""
+        self._helper.link.send(Tick())
 
     def events(self) -> list[Message]:
         return self._helper.link.receive()

@@ -5,6 +5,13 @@ TCPStore) is imported there, never in the launcher.
 The agent (agents/fate.py) forks the helper before the nodes meet and keeps the decisions; the
 helper (``StoreLoop``, here) does the store calls and reports what it sees; the launcher's end is
 agents/store_link.py's ``StoreLink``, and their messages are agents/store_messages.py's.
+
+The keep-alive (``hb/r``) is the launcher's, not only this helper's: once the launcher's supervision
+loop has ticked in an attempt (a ``Tick`` from its timer, agents/fate.py), a beat is written only
+when a tick came since the last one. A launcher that is stopped (SIGSTOP) or wedged stops its beats
+although this helper runs on, and the other nodes find it lost after ``--keepalive-s``. Before the
+first tick of an attempt (its workers are starting) and after this node's end of it (teardown,
+backoff: the other nodes no longer watch it for that attempt) the helper beats alone.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from openclaw_launch.agents.store_messages import (
     Say,
     SendEnd,
     StartLoop,
+    Tick,
 )
 from openclaw_launch.run.helper import Link, Message
 
@@ -75,6 +83,9 @@ class StoreLoop:
         self._end_sent: set[int] = set()
         self._last_ok = 0.0
         self._abandoned = False  # the loop is stuck on a call (the watchdog gave up on it)
+        self._ticks = 0  # the launcher's loop ticks (``Tick``) so far
+        self._armed = False  # this attempt's keep-alive counts the launcher's ticks (from its first)
+        self._deferred: list[Message] = []  # read while a step waited (``_ticks_so_far``), handled after it
 
     def _post(self, message: Message) -> None:
         self.link.send(message)
@@ -87,18 +98,36 @@ class StoreLoop:
             self._posted_fates.add(attempt)
             self._post(FateOf(attempt, fate))
 
+    def _ticks_so_far(self) -> int:
+        """(In a waiting step.) The launcher's ticks read; how many came so far."""
+        for message in self.link.wait(0.001):
+            if isinstance(message, Tick):
+                self._tick()
+            else:
+                self._deferred.append(message)
+        return self._ticks
+
+    def _tick(self) -> None:
+        self._ticks += 1
+        self._armed = self.attempt not in self._end_sent  # after its end the attempt's loop may stop
+
     def serve(self) -> None:
-        while not self.link.closed:
-            for message in self.link.wait(None):
+        while not self.link.closed or self._deferred:
+            messages, self._deferred = (self._deferred, []) if self._deferred else (self.link.wait(None), [])
+            for message in messages:
                 match message:
+                    case Tick():
+                        self._tick()
                     case StartLoop():
                         self._start()
                     case BeginAttempt(attempt=attempt):
                         self.attempt = attempt
+                        self._armed = False  # until this attempt's loop ticks: its workers are starting
                     case PublishFate():
                         self._commands.put(message)
                     case SendEnd():
                         self._end_sent.add(message.attempt)
+                        self._armed = False  # teardown and backoff: the launcher is not in its loop
                         self._commands.put(message)
                     case FinishJob(payload=payload, lost_nodes=lost_nodes):
                         self._post(Reports(self._finish(payload, list(lost_nodes))))
@@ -174,6 +203,7 @@ class StoreLoop:
     def _run(self) -> None:
         tick = max(min(0.2, self.opt.keepalive_s / 10), 0.02)
         beats = 0
+        counted = -1  # the launcher's tick the last beat counted
         peers = [r for r in range(len(self.nodes)) if r != self.me]
         last_seen: dict[int, tuple[str, float]] = {}
         posted_end = -1
@@ -182,7 +212,9 @@ class StoreLoop:
                 store = self.store
                 assert store is not None
                 self._do_commands(store)
-                beats += 1
+                if not self._armed or self._ticks != counted:  # the launcher's loop ran since the last beat
+                    counted = self._ticks
+                    beats += 1
                 store.set(f"hb/{self.me}", str(beats))
                 attempt = self.attempt
                 self._watch_fate(store, attempt)

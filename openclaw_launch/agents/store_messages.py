@@ -4,7 +4,8 @@ as run/helper.py's typed link carries them (``VOCABULARY``):
 - launcher -> helper: ``Arrive`` (node ranks by arrival: open the store, take a rank),
   ``Join`` (open the store unless open, claim the node rank, meet, compare fingerprints),
   ``StartLoop`` (the keep-alive loop), ``BeginAttempt``, ``PublishFate`` (compare-and-set this
-  node's stop as ``fate/a``), ``SendEnd`` (``end/a/r``), ``FinishJob`` (stop the loop, exchange the
+  node's stop as ``fate/a``), ``SendEnd`` (``end/a/r``), ``Tick`` (the launcher's loop ran: the
+  keep-alive counts these, agents/store_loop.py), ``FinishJob`` (stop the loop, exchange the
   reports, answer ``Reports``, exit).
 - helper -> launcher: ``Opening`` (the store is being opened), ``Connected`` (it answered),
   ``Arrived`` (rank, MASTER_PORT), ``Joined``, or ``JoinFailed``; ``FateOf`` (the job's fate of an
@@ -61,6 +62,11 @@ class PublishFate(Message):
 class SendEnd(Message):
     attempt: int
     outcome: str
+
+
+@dataclass(frozen=True)
+class Tick(Message):
+    """The launcher's loop ran: its supervision loop's timer (agents/fate.py), or a waiting step's."""
 
 
 @dataclass(frozen=True)
@@ -126,6 +132,6 @@ class Reports(Message):
 
 
 VOCABULARY = Vocabulary(
-    to_helper=(Arrive, Join, StartLoop, BeginAttempt, PublishFate, SendEnd, FinishJob),
+    to_helper=(Arrive, Join, StartLoop, BeginAttempt, PublishFate, SendEnd, Tick, FinishJob),
     to_launcher=(Opening, Connected, Arrived, Joined, JoinFailed, FateOf, Ended, LoopEnded, Say, Reports),
 )
