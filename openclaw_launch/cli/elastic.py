@@ -46,7 +46,7 @@ def elastic_job(c: Common, inputs: Inputs, r: RunOptions) -> ElasticJob | None:
         port = agent_port(want.master_port or rt.master_port or MASTER_PORT, r.agent_port)
         addr = config.nodes[0].ip or want.master_addr or rt.master_addr or "localhost"
         spec = ElasticSpec(rt.min_nodes, rt.max_nodes, want.last_call_timeout_s)
-        return ElasticJob(spec, addr, port, r.standby or node in rt.standby_nodes, node)
+        return ElasticJob(spec, addr, port, r.standby or node in rt.standby_nodes, node, c.tr.run_id or "none")
     if r.standby and want.elastic is None:
         raise click.BadParameter(
             "needs an elastic job: --nnodes MIN:MAX (MIN < MAX) with --rdzv-backend c10d, or the config's "
@@ -58,7 +58,7 @@ def elastic_job(c: Common, inputs: Inputs, r: RunOptions) -> ElasticJob | None:
     assert want.master_addr is not None and want.master_port is not None
     if r.agent_port is not None:
         raise click.BadParameter("elastic jobs meet at the --rdzv-endpoint port", param_hint="--agent-port")
-    return ElasticJob(want.elastic, want.master_addr, want.master_port, r.standby, "")
+    return ElasticJob(want.elastic, want.master_addr, want.master_port, r.standby, "", c.tr.run_id or "none")
 
 
 def arrive_elastic(job: ElasticJob, inputs: Inputs, r: RunOptions, max_restarts: int) -> tuple[World, ElasticLink]:

@@ -57,6 +57,7 @@ class ElasticJob:
     port: int
     standby: bool
     node: str  # with --config: this launcher's node; else ""
+    rdzv_id: str = "none"  # --rdzv-id (torchrun's default: none): the rendezvous's keys are under it
 
 
 def agent_port(master_port: int, given: int | None = None) -> int:

@@ -48,7 +48,7 @@ def meet_first_world(
     options = agent_options(job.addr, job.port, waits, max_restarts=max_restarts)
 
     def meet(free: int, interrupted: Callable[[], int | None]) -> tuple[World, ElasticLink] | NotNeeded | int:
-        return elastic_arrive(options, job.spec, job.standby, job.node, free, say, interrupted)
+        return elastic_arrive(options, job.spec, job.standby, job.node, free, say, interrupted, job.rdzv_id)
 
     return _meeting(signals, meet, lambda answer: answer[0].node_rank if isinstance(answer, tuple) else None)
 
