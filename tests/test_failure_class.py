@@ -139,6 +139,20 @@ def record(message: str) -> str:
             "KeyError",
         ),
         (Evidence(exit_code=1, error_file=record("RuntimeError: CUDA out of memory. Tried 2 GiB")), "cuda-oom", None),
+        (  # torch.distributed's excepthook prefixes each line of a rank's traceback
+            Evidence(
+                exit_code=1,
+                stderr_tail=(
+                    "[rank0]: Traceback (most recent call last):",
+                    '[rank0]:   File "w.py", line 34, in <module>',
+                    "[rank0]:     dist.all_reduce(x)",
+                    "[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed "
+                    "by peer [127.0.0.1]:18592. This is typically caused by a remote worker crashing.",
+                ),
+            ),
+            "gloo",
+            "RuntimeError: gloo/transport",
+        ),
         (Evidence(exit_code=1, error_file=record("ValueError: NCCL error is not mine")), "exception", "ValueError"),
         (Evidence(signal=signal.SIGKILL, oom_kills=1), "host-oom", None),
         (Evidence(signal=signal.SIGKILL), "killed", "SIGKILL"),

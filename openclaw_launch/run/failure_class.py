@@ -147,6 +147,8 @@ LAST_ERROR_LINES = 5
 # the last line of a Python traceback: ``pkg.mod.SomeError: text`` (or the bare type)
 _EXCEPTION_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning))(?::|$)")
 _TRACEBACK = "Traceback (most recent call last)"
+# torch.distributed's excepthook writes a rank's traceback with ``[rankN]: `` before each line
+_RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")
 
 
 @dataclass(frozen=True)
@@ -235,10 +237,11 @@ def raised(error_file: str | None, stderr_tail: tuple[str, ...] = ()) -> Raised 
     message = error_message(error_file).strip()
     if message:
         return _exception_at(message.splitlines(), "error file")
-    starts = [i for i, line in enumerate(stderr_tail) if line.startswith(_TRACEBACK)]
+    lines = [_RANK_PREFIX.sub("", line, count=1) for line in stderr_tail]
+    starts = [i for i, line in enumerate(lines) if line.startswith(_TRACEBACK)]
     if not starts:
         return None
-    frames = list(stderr_tail[starts[-1] + 1 :])
+    frames = lines[starts[-1] + 1 :]
     return _exception_at(frames, "traceback")
 
 
