@@ -1,6 +1,7 @@
 """The agents' meeting place: torch.distributed's TCPStore, hosted by the first node's launcher on
-its own port (not MASTER_PORT). torch is imported here and only here, and only for a multi-node
-job: a one-node launch never pays for it.
+its own port (not MASTER_PORT). torch is imported here and only here, only by the launcher that
+hosts it: the other nodes' agents are clients in the standard library (agents/tcpstore_client.py),
+and a one-node launch never pays for it.
 
 Who hosts it: node rank 0 when the ranks are given; for node ranks by arrival (c10d without
 ``--node-rank``), torchrun's c10d rule: a launcher whose host is the endpoint's (``localhost``, a
@@ -72,11 +73,28 @@ def is_this_host(addr: str) -> bool:
     return bool(theirs & set(local))
 
 
+def port_taken(port: int) -> bool:
+    """Something listens on ``port`` here already: a launcher of this host that need not host the
+    store learns it without importing torch (a free port is still tried by torch, which decides)."""
+    import errno
+    import socket
+
+    for family, where in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
+        try:
+            with socket.socket(family) as probe:
+                probe.bind((where, port))
+            return False
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                return True  # else: no IPv6 here; the IPv4 probe decides
+    return False
+
+
 def open_store(addr: str, port: int, host: bool | None, timeout_s: float) -> AgentStore:
     """The store at ``addr:port``; ``host`` None: host it by the c10d rule above."""
     if host is not None:
         return AgentStore(addr, port, host, timeout_s)
-    if is_this_host(addr):
+    if is_this_host(addr) and not port_taken(port):
         try:
             return AgentStore(addr, port, True, timeout_s)
         except AgentError:  # the port is taken: by this job's host (checked as a client), or not
@@ -91,16 +109,16 @@ class AgentStore:
     def __init__(self, addr: str, port: int, is_host: bool, timeout_s: float) -> None:
         self.addr, self.port, self.is_host = addr, port, is_host
         self.scope = ""
-        tcp_store = import_tcpstore()
         try:
-            self._store: Any = tcp_store(  # the host listens on every interface
-                addr,
-                port,
-                None,
-                is_host,
-                timeout=timedelta(seconds=timeout_s),
-                wait_for_workers=False,
-            )
+            if is_host:  # the host listens on every interface
+                tcp_store = import_tcpstore()
+                self._store: Any = tcp_store(
+                    addr, port, None, True, timeout=timedelta(seconds=timeout_s), wait_for_workers=False
+                )
+            else:
+                from openclaw_launch.agents.tcpstore_client import TCPStoreClient
+
+                self._store = TCPStoreClient(addr, port, timedelta(seconds=timeout_s))
         except Exception as e:  # DistNetworkError, RuntimeError: one line, not a C++ trace
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             if is_host:
