@@ -7,6 +7,7 @@ all read these names. Bounds on the values are ``limits.py``'s.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 GRACE_PERIOD_S = 30.0  # SIGTERM -> SIGKILL; torchrun's default shutdown timeout
@@ -21,7 +22,15 @@ HANDLED_SIGNALS: tuple[str, ...] = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "S
 FORWARD_ONLY_SIGNALS: tuple[str, ...] = ("SIGUSR1", "SIGUSR2")
 CONSOLE_PREFIX = "[rank {rank}] "
 TELEMETRY_MODE = "hooks"
-STATS_INTERVAL_S = 60.0  # the live one-line straggler summary; 0 = never
+#: The live one-line straggler summary's interval; None (--stats-interval-s not given): LIVE_CADENCE_S;
+#: 0 = never.
+STATS_INTERVAL_S: float | None = None
+#: The live line's default cadence, as (until_s, every_s) after the attempt's first live line: the first
+#: comes within LIVE_TICK_S of the first steps, then one every 10 s for the first minute (a short run gets
+#: its verdict while it runs), then one a minute (a long run's console is not flooded). --stats-file's
+#: lines follow it too.
+LIVE_CADENCE_S: tuple[tuple[float, float], ...] = ((60.0, 10.0), (math.inf, 60.0))
+LIVE_TICK_S = LIVE_CADENCE_S[0][1]  # how often the default cadence looks for steps
 STRAGGLER_THRESHOLD_PCT = 5.0  # of the median step
 STRAGGLER_THRESHOLD_MARGIN = 0.1  # a rank is named from 90 % of the threshold: a slowdown at it is never missed
 # With --hang-timeout-s, a rank's first step may take this long at least (imports, data loading, the
@@ -57,6 +66,12 @@ def startup_timeout_s(hang_timeout_s: float | None, given_s: float | None) -> fl
     if not hang_timeout_s:
         return None
     return given_s if given_s is not None else max(hang_timeout_s, STARTUP_TIMEOUT_FLOOR_S)
+
+
+def live_gap_s(since_first_line_s: float) -> float:
+    """After a live line ``since_first_line_s`` after the attempt's first one: the wait until the next
+    (LIVE_CADENCE_S)."""
+    return next(every_s for until_s, every_s in LIVE_CADENCE_S if since_first_line_s < until_s)
 
 
 def _s(seconds: float) -> str:
@@ -103,7 +118,13 @@ DEFAULTS: tuple[Default, ...] = (
     Default("--forward-signals", ",".join(FORWARD_ONLY_SIGNALS), "-", "forwarded without stopping the job"),
     Default("--prefix", repr(CONSOLE_PREFIX), "-", "console line prefix"),
     Default("--telemetry", TELEMETRY_MODE, "-", "per-step statistics"),
-    Default("--stats-interval-s", _s(STATS_INTERVAL_S), "-", "the live one-line straggler summary (0 = never)"),
+    Default(
+        "--stats-interval-s",
+        f"every {_s(LIVE_CADENCE_S[0][1])} for {_s(LIVE_CADENCE_S[0][0])}, then {_s(LIVE_CADENCE_S[1][1])}",
+        "-",
+        f"the live one-line straggler summary: the first within {_s(LIVE_TICK_S)} of the first steps, then at "
+        "that cadence; a number sets a fixed interval (0 = never)",
+    ),
     Default(
         "--straggler-threshold-pct",
         f"{STRAGGLER_THRESHOLD_PCT:g} %",
