@@ -34,7 +34,7 @@ class RunOptions:
     prefix_template: str | None
     report_path: str | None
     telemetry: str
-    stats_interval_s: float
+    stats_interval_s: float | None  # None: defaults.LIVE_CADENCE_S
     straggler_threshold_pct: float
     hang_timeout_s: float | None
     startup_timeout_s: float | None
@@ -112,8 +112,8 @@ _run_options: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
         "--stats-interval-s",
         type=option_types.seconds(),
         default=defaults.STATS_INTERVAL_S,
-        show_default=True,
-        help="Print a one-line straggler summary this often while the job runs (0 = never).",
+        help="Print a one-line straggler summary this often while the job runs (0 = never). Default: the first "
+        "within 10 s of the first steps, then every 10 s for the first minute, then every 60 s.",
     ),
     click.option(
         "--straggler-threshold-pct",

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from openclaw_launch.config import defaults
 from openclaw_launch.run.participant import Participant, Timer
 from openclaw_launch.stats.collect import Collector, RankSummary
 from openclaw_launch.stats.imbalance import StepAlignment
@@ -45,7 +46,7 @@ class StatsSession(Participant):
         gpu_source: Callable[[list[str]], SampleSource] | None = None,
         metrics_port: int | None = None,
         stats_file: str | None = None,
-        interval_s: float = 0.0,
+        interval_s: float | None = 0.0,
     ) -> None:
         """``gpu_source`` (called in the helper), ``metrics_port`` (0: a free one) and ``stats_file``:
         the helper's parts; it is started only when one of them is asked for."""
@@ -64,7 +65,9 @@ class StatsSession(Participant):
         self.hang: HangMonitor | None = None  # --hang-timeout-s
         self.helper: StatsHelper | None = None
         self.stats_file = stats_file  # --stats-file
-        self.interval_s = interval_s  # the live line (and a --stats-file line) this often; 0: none
+        self.interval_s = interval_s  # the live line (and a --stats-file line) this often; 0: none; None: the cadence
+        self._first_line_s: float | None = None  # per attempt: the default cadence's first live line (monotonic)
+        self._next_line_s = 0.0
         self.attempt = 0
         self.states: dict[int, str] = {}  # rank -> worker state for the live metrics
         uuids = sorted({r.gpu_uuid for r in plan.ranks if r.gpu_uuid}) if gpu_source is not None else []
@@ -135,11 +138,13 @@ class StatsSession(Participant):
         self.inbox.forget_pids()
         self.attempt = attempt
         self.states = {}
+        self._first_line_s, self._next_line_s = None, 0.0  # each attempt's first line within a tick of its steps
 
     def timers(self) -> list[Timer]:
         from openclaw_launch.stats.metrics import REFRESH_S
 
-        out: list[Timer] = [(self.interval_s, self.live_line)] if self.interval_s > 0 else []
+        tick_s = self.interval_s if self.interval_s is not None else defaults.LIVE_TICK_S
+        out: list[Timer] = [(tick_s, self.live_line)] if tick_s > 0 else []
         if self.metrics_port is not None:
             out.append((REFRESH_S, self.publish))
         return out
@@ -160,14 +165,22 @@ class StatsSession(Participant):
         return snapshot(self.plan, self.attempt, self.collector.summaries(), states, gpus)
 
     def live_line(self) -> None:
-        """The one-line summary printed every --stats-interval-s (and a line of --stats-file)."""
+        """The one-line summary printed every --stats-interval-s, or by defaults.LIVE_CADENCE_S (and a
+        line of --stats-file)."""
         self.drain()
+        now_s = time.monotonic()
+        if self.interval_s is None and now_s < self._next_line_s:
+            return  # the default cadence: not yet (the window keeps growing until the line)
         if self.helper is not None and self.stats_file:
             self.helper.append(self.snapshot())
         window = self.collector.window()
         if not window:
             return
         self._say("openclaw-launch: stats: " + self._line(window, self.collector.summaries()))
+        if self.interval_s is None:  # half a tick early: the timer's own lateness does not skip a line
+            self._first_line_s = now_s if self._first_line_s is None else self._first_line_s
+            gap_s = defaults.live_gap_s(now_s - self._first_line_s)
+            self._next_line_s = now_s + gap_s - defaults.LIVE_TICK_S / 2
 
     def _line(self, window: list[RankSummary], total: list[RankSummary]) -> str:
         steps = sum(r.steps for r in total)

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 class StatsOptions:
     """Per-step statistics and the straggler verdict (on when the plan has a telemetry socket)."""
 
-    interval_s: float = defaults.STATS_INTERVAL_S  # the live one-line summary; 0 = none
+    interval_s: float | None = defaults.STATS_INTERVAL_S  # the live one-line summary; 0 = none; None = the cadence
     threshold_pct: float = defaults.STRAGGLER_THRESHOLD_PCT  # a straggler slows the step this much
     sample_gpus: bool = True  # NVML sampling of the plan's GPUs
     hang_timeout_s: float | None = None  # --hang-timeout-s (openclaw_launch/stats/hang.py); None = off
