@@ -60,7 +60,7 @@ def test_torchrun_variables_exactly() -> None:
     assert env["GROUP_RANK"] == "1" and env["GROUP_WORLD_SIZE"] == "2" and env["ROLE_NAME"] == "default"
     assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("10.0.0.1", "29400")
     assert env["TORCHELASTIC_RESTART_COUNT"] == "0" and env["TORCHELASTIC_MAX_RESTARTS"] == "3"  # attempt 0's
-    assert env["TORCHELASTIC_RUN_ID"] == "r1" and env["TORCHELASTIC_USE_AGENT_STORE"] == "False"
+    assert env["TORCHELASTIC_RUN_ID"] == "r1" and env["TORCHELASTIC_USE_AGENT_STORE"] == "True"
     assert env["TORCHELASTIC_ERROR_FILE"] == "/logs/r1/errors/attempt-0/rank-5/error.json"
     assert env["TORCHELASTIC_SIGNALS_TO_HANDLE"] == "SIGINT,SIGTERM"
     assert env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"

@@ -1,4 +1,5 @@
-"""One run on this node, in order: the agents' meeting (several nodes), the run directory, guardian,
+"""One run on this node, in order: the workers' store (node rank 0: agents/worker_store.py), the
+agents' meeting (several nodes), the run directory, guardian,
 cgroup and MPS daemon (run/setup.py), the statistics, supervision with every participant, then the
 node's and the job's reports (job/reports.py).
 
@@ -20,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from openclaw_launch.agents.worker_store import WorkerStore
 from openclaw_launch.files import write_atomic
 from openclaw_launch.job.agents import AgentSetup
 from openclaw_launch.job.participants import participants_of
@@ -80,14 +82,16 @@ def launch(
     open_files_for(len(plan.ranks), bool(options.log_dir))
     os_layer.install_signals((*options.forwarded_signals, *options.pass_signals))
     agent: Agent | None = None
+    store = WorkerStore(functools.partial(say, options))
     try:
+        store.host(plan.ranks)  # before the nodes meet: a port in use is exit 2 on this node alone
         if agents is not None:
             met = _meet(plan, agents, options, os_layer)
             if isinstance(met, int):
                 return met
             agent = met
         result, statistics, failures = _run(
-            plan, options, os_layer, parent_error_file, stats or StatsOptions(), agent, exit_code_classes
+            plan, options, os_layer, parent_error_file, stats or StatsOptions(), agent, exit_code_classes, store
         )
         result = with_late_signal(result, forwarded(os_layer.drain_signals(), options), options)
         code = result.exit_code  # with agents: the job's fate, the same on every node (supervise.py)
@@ -109,6 +113,7 @@ def launch(
     finally:
         if agent is not None:
             agent.close()
+        store.close()
         os_layer.restore_signals()
         for c in (out, err):  # what the console still holds, for a bounded time: then we exit anyway
             if isinstance(c, console.Console):
@@ -142,6 +147,7 @@ def _run(
     stats: StatsOptions,
     agent: Agent | None = None,
     exit_code_classes: bool = False,
+    store: WorkerStore | None = None,
 ) -> tuple[JobResult, SessionResult | None, dict[int, Failure]]:
     """Set everything up, supervise, tear everything down (in reverse order, whatever happens).
     Returns the job's result, its statistics and each attempt's classified failure."""
@@ -176,7 +182,7 @@ def _run(
         if early:  # e.g. Ctrl-C while the MPS daemon started: start no worker at all
             result = not_started(early[0], options)
         else:
-            participants = participants_of(len(plan.ranks), policy, daemon, job_cgroup, session, agent)
+            participants = participants_of(len(plan.ranks), policy, daemon, job_cgroup, session, agent, store)
             result = supervise(plan, options, os_layer, participants, guardian=guardian)
         from openclaw_launch.report.build import CONTAINMENT  # the report's types load after the spawn
 

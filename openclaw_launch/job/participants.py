@@ -1,6 +1,6 @@
 """The participants one attempt of this node's run is supervised with (run/participant.py's
 contract): the report modules' early load, the failure policy, the MPS daemon and the job cgroup,
-the statistics' parts and the agent. Composed here, in one list, so the run's wiring shows every
+the statistics' parts, the agent and the workers' store. Composed here, in one list, so the run's wiring shows every
 voice supervision asks."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from openclaw_launch.stats.wiring import statistics_participants
 
 if TYPE_CHECKING:
     from openclaw_launch.agents.fate import Agent
+    from openclaw_launch.agents.worker_store import WorkerStore
     from openclaw_launch.run import cgroup
     from openclaw_launch.run.failure_policy import FailurePolicy
     from openclaw_launch.run.mps.daemon import MpsDaemon
@@ -27,6 +28,7 @@ def participants_of(
     job_cgroup: cgroup.JobCgroup | None,
     session: StatsSession | None,
     agent: Agent | None,
+    store: WorkerStore | None = None,
 ) -> list[Participant]:
     """Every part of this run that supervision asks, in the order it asks them."""
     participants: list[Participant] = [ReportModules(local_ranks), policy]
@@ -38,6 +40,8 @@ def participants_of(
         participants += statistics_participants(session)
     if agent is not None:
         participants.append(agent)
+    if store is not None:  # after the agent: an elastic world's ranks are the agent's answer
+        participants.append(store)
     return participants
 
 

@@ -225,11 +225,32 @@ def _torchrun_env(job: JobEnv, slot: RankSlot) -> dict[str, str]:
         "TORCHELASTIC_RESTART_COUNT": "0",
         "TORCHELASTIC_MAX_RESTARTS": str(job.max_restarts),
         "TORCHELASTIC_RUN_ID": job.run_id,
-        "TORCHELASTIC_USE_AGENT_STORE": "False",
+        "TORCHELASTIC_USE_AGENT_STORE": str(uses_agent_store(job.base_env)),
         "TORCHELASTIC_SIGNALS_TO_HANDLE": job.signals_to_handle,
         "TORCHELASTIC_ERROR_FILE": str(job.run_dir.error_file(slot.rank)),
     }
     return env
+
+
+#: torchrun's opt-out of the shared store (its c10d rendezvous reads it): with ``1`` the workers'
+#: store is rank 0's own again (TORCHELASTIC_USE_AGENT_STORE=False) and no launcher hosts one.
+DISABLE_AGENT_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+
+
+def uses_agent_store(base_env: Mapping[str, str]) -> bool:
+    """The ranks open node rank 0's launcher's store (agents/worker_store.py) as torchrun's open its
+    agent's: always, unless the launching environment opts out as torchrun allows."""
+    return base_env.get(DISABLE_AGENT_STORE_ENV, "0") != "1"
+
+
+def agent_store_endpoint(env: Mapping[str, str]) -> int | None:
+    """The port this node's launcher hosts the workers' store on, read from a rank's final
+    environment (the plan's, or a re-formed world's): MASTER_PORT where the rank is told of the
+    agent store and its node is node rank 0 (GROUP_RANK 0); None: another node hosts it, or none."""
+    if env.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or env.get("GROUP_RANK") != "0":
+        return None
+    port = env.get("MASTER_PORT", "")
+    return int(port) if port.isdigit() else None
 
 
 def _openclaw_env(job: JobEnv, slot: RankSlot) -> dict[str, str]:
