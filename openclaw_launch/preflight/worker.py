@@ -65,11 +65,19 @@ def time_allreduce(
 
 
 def _init(dist: Any, backend: str, address: str, rank: int, world: int, spec: Mapping[str, Any], device: Any) -> None:
+    """Join the world at ``address``. The node's own world (the spec's port) makes its store on its
+    rank 0: under TORCHELASTIC_USE_AGENT_STORE=True torch's ``tcp://`` would make every rank a client
+    of a store nobody hosts there (only the job's MASTER_PORT is the launcher's, agents/worker_store.py)."""
     extra = {"device_id": device} if device.type == "cuda" else {}
     timeout = datetime.timedelta(seconds=float(spec.get("timeout_s", 300)))
-    dist.init_process_group(
-        backend, init_method=f"tcp://{address}", rank=rank, world_size=world, timeout=timeout, **extra
-    )
+    if address == f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}":
+        dist.init_process_group(
+            backend, init_method=f"tcp://{address}", rank=rank, world_size=world, timeout=timeout, **extra
+        )
+        return
+    host, port = address.rsplit(":", 1)
+    store = dist.TCPStore(host, int(port), world, is_master=rank == 0, timeout=timeout, multi_tenant=True)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout, **extra)
 
 
 def _gemm(
