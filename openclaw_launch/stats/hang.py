@@ -8,6 +8,8 @@ not waiting for peers (not in a collective or ``sync`` phase): the ranks the oth
 every silent rank waits in a collective (a mismatched collective, a dead peer on another node),
 all of them are named. A straggler keeps stepping, slowly, and is never a hang. With
 ``startup_timeout_s``, a rank without a first step that long after the attempt began is a hang too.
+A rank that said it was done (its final batch, sent at its exit) and whose process is still there
+after the timeout hangs in its exit (phase ``exit``: an exit handler, NCCL's or CUDA's teardown).
 
 The *cause* (``HangCause``) says who the others wait for: with torch's flight recorder, the ranks
 that never entered the collective the others wait in (torch's analyser matches ranks by
@@ -19,8 +21,8 @@ or in a host wait on the GPU (``device-wait``: ``.item()``, ``synchronize``) wai
 the all-reduce (enqueued, not waited for, by the CPU): it waits, it is not stuck; the backend is the
 script's own default group's, as the rank reports it.
 
-Steps: a step ends at a boundary (``telemetry.step()``, ``optimizer.step()``) after the first, so
-a rank with N boundaries made N - 1 steps, the number the collector's batches count; the progress
+Steps: a step ends at each boundary (``telemetry.step()``, ``optimizer.step()``), so a rank with N
+boundaries made N steps, the number the collector's batches count; the progress
 datagrams carry the same count (one source, the worker's boundary counter).
 
 The effects (signals, py-spy, logs, the console) are in ``stats/hang_monitor.py``.
@@ -45,6 +47,7 @@ PY_SPY_TIMEOUT_S = 10.0  # py-spy on a process in a bad state may be slow: never
 MAX_STACK_BYTES = 256 << 10  # read of one rank's stack file
 NO_STEP_NOTICE_S = 30.0  # with no step from any rank this long (or the timeout, if longer): say why nothing fires
 EXCERPT_LINES = 40  # of a rank's stack, in the report and on the console
+EXIT_PHASE = "exit"  # a rank that said it was done and did not exit: in its exit handlers or teardown
 WAIT_PHASES = frozenset({wire.COLLECTIVE, wire.SYNC, wire.RENDEZVOUS})
 # With NCCL the CPU waits on its GPU's stream, behind the all-reduce there, in DDP's backward and in
 # the host's waits on the GPU (``.item()``, ``synchronize``, copies to host: ``device-wait``). Known
@@ -57,7 +60,7 @@ class _Rank:
     rank: int
     local_rank: int
     node: str
-    steps: int = 0  # steps (boundaries - 1): the most of the progress count and the batches' steps
+    steps: int = 0  # steps (boundaries): the most of the progress count and the batches' steps
     batch_steps: int = 0  # steps in the batches received
     last_step: float | None = None  # monotonic time of the last boundary (launcher clock)
     phase: str | None = None
@@ -65,7 +68,9 @@ class _Rank:
     collective: str | None = None
     dump_signal: int | None = None
     pid: int | None = None
-    finished: bool = False
+    finished: bool = False  # it said it was done (its final batch, at its exit)
+    finished_at: float | None = None
+    exited: bool = False  # its process is gone (the monitor looks: stats/hang_monitor.py)
     sync_phases: set[str] = field(default_factory=lambda: set(WAIT_PHASES))
     backend: str | None = None
     last_collectives: tuple[wire.LastCollective, ...] = ()
@@ -112,6 +117,17 @@ class HangWatch:
         r.steps = max(r.steps, r.batch_steps)
         if batch.final:
             r.finished = True
+            r.finished_at = now if r.finished_at is None else r.finished_at
+
+    def on_exit(self, rank: int) -> None:
+        """The rank's process is gone: after its final batch, nothing more to watch."""
+        r = self.ranks.get(rank)
+        if r is not None:
+            r.exited = True
+
+    def in_exit(self) -> list[int]:
+        """The ranks that said they were done and whose process may still run."""
+        return [r.rank for r in self.ranks.values() if r.finished and not r.exited]
 
     def on_spawn(self, rank: int, pid: int) -> None:
         """The pid the launcher spawned for the rank: the only one signalled or shown for it (a
@@ -146,7 +162,7 @@ class HangWatch:
         )
         hung = any(now - (r.last_step if r.last_step is not None else now) >= self.timeout_s for r in armed)
         if not hung and not startup:
-            return None
+            return self._exit_hang(now)
         # the report's types load at a hang, not with the watch at start-up (stats/result.py)
         from openclaw_launch.stats.result import Hang, HangRank
 
@@ -182,6 +198,52 @@ class HangWatch:
             ranks=tuple(out),
             startup_timeout_s=self.startup_timeout_s,
             startup=startup and not hung,
+            cause=cause,
+        )
+
+    def _exit_hang(self, now: float) -> Hang | None:
+        """A rank that said it was done (its final batch) and has not exited ``timeout_s`` later: it
+        hangs in its exit (an exit handler, NCCL's or CUDA's teardown, a C ``atexit``)."""
+        stuck = [
+            r
+            for r in self.ranks.values()
+            if r.finished and not r.exited and r.finished_at is not None and now - r.finished_at >= self.timeout_s
+        ]
+        if not stuck:
+            return None
+        from openclaw_launch.stats.result import Hang, HangCause, HangRank
+
+        since = min(now - (r.finished_at or now) for r in stuck)
+        text = (
+            f"{_ranks(r.rank for r in stuck)} said {'it was' if len(stuck) == 1 else 'they were'} done (a final "
+            f"batch {since:.0f} s ago) and never exited: stuck in {_own(stuck)} exit (an exit handler or "
+            "teardown: atexit, NCCL's or CUDA's)"
+        )
+        cause = HangCause("outside", tuple(sorted(r.rank for r in stuck)), (), None, None, EXIT_PHASE, text)
+        out = tuple(
+            HangRank(
+                rank=r.rank,
+                local_rank=r.local_rank,
+                node=r.node,
+                pid=r.pid,
+                stuck=True,
+                steps=r.steps,
+                no_step_s=None if r.last_step is None else round(now - r.last_step, 3),
+                phase=EXIT_PHASE,
+                in_phase_s=round(now - (r.finished_at or now), 3),
+                collective=None,
+                stack=(),
+            )
+            for r in sorted(stuck, key=lambda r: r.rank)
+        )
+        return Hang(
+            timeout_s=self.timeout_s,
+            exit_code=HANG_EXIT_CODE,
+            all_silent=False,
+            stack_source=None,
+            ranks=out,
+            startup_timeout_s=self.startup_timeout_s,
+            startup=False,
             cause=cause,
         )
 

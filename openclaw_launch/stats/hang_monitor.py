@@ -118,8 +118,34 @@ class HangOs:
     """What the monitor does to the world; tests replace it."""
 
     kill: Callable[[int, int], None] = os.kill
+    alive: Callable[[int], bool] = lambda pid: _alive(pid)
+    catches: Callable[[int, int], bool] = lambda pid, sig: _catches(pid, sig)
     monotonic: Callable[[], float] = time.monotonic
     find_py_spy: Callable[[], PySpy | None] = PySpy.find
+
+
+def _alive(pid: int) -> bool:
+    """The process is there (a zombie too: the supervisor reaps its children at its next step)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def _catches(pid: int, sig: int) -> bool:
+    """The process has a handler for ``sig`` (``SigCgt`` in /proc): past the interpreter's end (a C
+    exit handler) faulthandler's is gone, and the signal's default would kill the rank. True when
+    /proc does not say."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            status = f.read(16 << 10).decode(errors="replace")
+        mask = next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:"))
+        return bool(int(mask, 16) >> (sig - 1) & 1)
+    except (OSError, StopIteration, IndexError, ValueError):
+        return True
 
 
 def watched(ranks: Iterable[RankPlan]) -> list[tuple[int, int, str]]:
@@ -166,6 +192,7 @@ class HangMonitor(Participant):
         self._py_spy: PySpy | None = None
         self._state = "watching"  # -> dumping -> stop; or off
         self._told_no_source = False
+        self._no_handler: list[int] = []  # ranks in their exit without a stack-signal handler any more
 
     def begin_ranks(self, attempt: int, ranks: tuple[RankPlan, ...]) -> None:
         """The attempt's ranks (an elastic job's new world renumbers them): watched, and their stack
@@ -215,10 +242,18 @@ class HangMonitor(Participant):
     def tick(self) -> None:
         now = self.os.monotonic()
         if self._state == "watching":
+            self._note_exits()
             self._watch(now)
         elif self._state == "dumping" and (now >= self._deadline or self._dumps_done()):
             self._collect()
             self._state = "stop"
+
+    def _note_exits(self) -> None:
+        """A rank that said it was done is watched until its process is gone (a hang in its exit)."""
+        for rank in self.watch.in_exit():
+            pid = self.watch.ranks[rank].pid
+            if pid is None or pid <= 0 or not self.os.alive(pid):
+                self.watch.on_exit(rank)
 
     def _watch(self, now: float) -> None:
         waited = now - self.watch.started
@@ -257,7 +292,7 @@ class HangMonitor(Participant):
     def _start_dumps(self, now: float) -> None:
         """Every rank's stack, the running ones too (their stacks show what they wait in)."""
         # Only the processes this launcher spawned (on_spawn), with the signal it chose: never what a datagram says.
-        ranks = [r for r in self.watch.ranks.values() if r.pid is not None and r.pid > 0 and not r.finished]
+        ranks = [r for r in self.watch.ranks.values() if r.pid is not None and r.pid > 0 and not r.exited]
         self._py_spy = self.os.find_py_spy()
         if self._py_spy is not None:
             self.stack_source = "py-spy"
@@ -268,6 +303,9 @@ class HangMonitor(Participant):
             sent = False
             for r in ranks:
                 if r.dump_signal is None:
+                    continue
+                if r.finished and not self.os.catches(r.pid or 0, wire.dump_signal()):
+                    self._no_handler.append(r.rank)
                     continue
                 try:
                     self.os.kill(r.pid or 0, wire.dump_signal())
@@ -308,7 +346,12 @@ class HangMonitor(Participant):
             if stack:
                 lines.append(f"openclaw-launch: hang: stack of rank {h.rank} ({self.stack_source}):")
                 lines += [f"  {line}" for line in excerpt(stack)]
-        if not self.stacks:
+        for rank in self._no_handler:
+            lines.append(
+                f"openclaw-launch: hang: rank {rank} is past its interpreter's end (no handler for the stack "
+                "signal: a C exit handler or a library's teardown); no Python stack, py-spy --native shows its C one"
+            )
+        if not self.stacks and not self._no_handler:
             lines.append(
                 "openclaw-launch: hang: no stacks (install py-spy; without it the stacks come from the "
                 "bootstrap's faulthandler, which runs only in Python workers the launcher starts, not --no-python)"
