@@ -7,7 +7,7 @@ import statistics
 from openclaw_launch.report.model import JobReport, NodeReport, Report
 from openclaw_launch.report.rank import StepStatistics
 from openclaw_launch.run.failure_class import BY_NAME, CAN_HELP, CANNOT_HELP
-from openclaw_launch.stats.collect import OTHER
+from openclaw_launch.stats.collect import OTHER, WARMUP_STEPS
 from openclaw_launch.stats.phases import GPU_WORK, StepSplit, split
 from openclaw_launch.stats.result import StepImbalance, Straggler
 from openclaw_launch.telemetry.wire import HOST, INPUT
@@ -135,7 +135,10 @@ def _verdict_lines(report: Report) -> list[str]:
     if stats is None:
         return []
     measured = [r.statistics for r in report.ranks if r.statistics is not None and r.statistics.measured_steps]
-    if not measured:
+    if not measured:  # one statistics line: the steps the table counts, or none at all
+        seen = max((r.statistics.steps for r in report.ranks if r.statistics is not None), default=0)
+        if seen:
+            return [f"statistics: {seen} step(s) seen, none timed (each rank's first {WARMUP_STEPS} are warm-up)"]
         return ["statistics: no steps seen (telemetry.step(), or torch with an optimizer or DataLoader, gives them)"]
     median_step = statistics.median(s.step_time_s.mean for s in measured)
     lines = [format_verdict(s, median_step) for s in report.stragglers]
