@@ -250,7 +250,7 @@ def _run_rank(tmp_path: Path, code: str, progress_s: float | None = None) -> lis
 def test_a_cpu_rank_sends_no_gpu_samples_and_never_initialises_cuda(tmp_path: Path, capsys: Any) -> None:
     batches = _run_rank(tmp_path, _LOOP)
     assert "cuda initialised: False" in capsys.readouterr().out
-    assert sum(len(b.steps) for b in batches) == 11  # the hooks ran: 12 optimizer steps, 11 steps
+    assert sum(len(b.steps) for b in batches) == 12  # the hooks ran: 12 optimizer steps, 12 steps
     assert all(b.gpu_busy == [] for b in batches)
 
 
@@ -306,9 +306,9 @@ def test_the_hooks_time_forward_to_backward_and_the_optimizer_step_of_every_fift
 
 def test_with_hang_detection_the_progress_datagrams_say_how_far_the_gpu_got(tmp_path: Path) -> None:
     """The real hooks and progress thread, torch.cuda's events replaced by ones that the "GPU" stops
-    passing after step 20's forward (a kernel that does not end there): the rank's last progress
-    datagram says its GPU passed step 20's forward and no later mark, while its host recorded marks
-    up to step 21's optimizer end."""
+    passing after iteration 20's forward (a kernel that does not end there): the rank's last progress
+    datagram says its GPU passed step 21's forward (steps count from 1: iteration 20 is step 21) and
+    no later mark, while its host recorded marks up to step 22's optimizer end."""
     stuck_loop = _FAKE_CUDA_LOOP.replace(
         "    def query(self):\n        return self.at is not None",
         "    def query(self):\n        return self.at is not None and self.at <= STUCK_AT[0]",
@@ -321,8 +321,8 @@ def test_with_hang_detection_the_progress_datagrams_say_how_far_the_gpu_got(tmp_
     progress = [p for p in items if isinstance(p, wire.Progress) and p.gpu is not None]
     assert progress, items
     passed, recorded = progress[-1].gpu  # type: ignore[misc]
-    assert gpu_events.describe_position(passed) == (20, gpu_events.FORWARD)
-    assert gpu_events.describe_position(recorded) == (21, gpu_events.OPTIMIZER_END)
+    assert gpu_events.describe_position(passed) == (21, gpu_events.FORWARD)
+    assert gpu_events.describe_position(recorded) == (22, gpu_events.OPTIMIZER_END)
 
 
 def test_gpu_progress_says_which_mark_the_gpu_passed_last_with_a_ring_of_untimed_events() -> None:

@@ -16,7 +16,7 @@ from guards import GUARD_S
 from openclaw_launch.telemetry import wire
 
 ROOT = str(Path(__file__).parent.parent)
-STEPS = 8  # boundaries: 7 steps, all within one flush interval (none sent before the signal)
+STEPS = 8  # boundaries: 8 steps, all within one flush interval (none sent before the signal)
 
 WORKER = textwrap.dedent(
     """
@@ -62,7 +62,7 @@ def test_sigterm_flushes_the_batch_and_ends_as_before(tmp_path: Path, mode: str,
                     steps += len(item.steps)
         except TimeoutError:
             pass
-        assert steps == STEPS - 1
+        assert steps == STEPS
         if mode == "user-handler":
             assert proc.stdout.read().strip() == "user handler"
     finally:

@@ -39,7 +39,7 @@ def test_api_sections_name_the_slow_rank_and_phase(tmp_path: Path, phase: str) -
     assert s["section"] == ("input" if phase == "input" else "compute")
     assert report["statistics"]["wait_source"] == "cpu-phases"
     stats = report["ranks"][0]["statistics"]
-    assert stats["steps"] == 39 and stats["step_source"] == "api"
+    assert stats["steps"] == 40 and stats["step_source"] == "api"
     assert set(stats["sections"]) >= {"input", "compute", "sync", "other"} and stats["sync_sections"] == [
         "collective",
         "sync",

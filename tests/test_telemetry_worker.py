@@ -42,7 +42,7 @@ def test_phases_are_exclusive_and_add_up_to_at_most_the_step(inbox) -> None:  # 
     path, sock = inbox
     clock = FakeClock()
     rec = recorder.Recorder(path, rank=3, clock=clock)
-    rec.step("api")  # first boundary: starts the clock
+    rec.step("api")  # the end of a first step (no phase: it ran since the recorder was made)
     rec.enter("input")
     clock.now += 0.010
     rec.enter("forward")  # nested: input pauses
@@ -56,7 +56,8 @@ def test_phases_are_exclusive_and_add_up_to_at_most_the_step(inbox) -> None:  # 
     rec.close()
     batch = wire.decode(sock.recv(65536))
     assert batch is not None and batch.rank == 3 and batch.final and batch.step_source == "api"
-    [(step_s, phases)] = batch.steps
+    [(first_s, first), (step_s, phases)] = batch.steps
+    assert (first_s, first) == (0.0, {})
     assert step_s == pytest.approx(0.020)
     assert phases == pytest.approx({"input": 0.011, "forward": 0.004})
 
@@ -75,7 +76,7 @@ def test_a_phase_across_a_step_boundary_is_split(inbox) -> None:  # type: ignore
     rec.close()
     batch = wire.decode(sock.recv(65536))
     assert batch is not None
-    assert [p for _, p in batch.steps] == [pytest.approx({"compute": 0.003}), pytest.approx({"compute": 0.002})]
+    assert [p for _, p in batch.steps[1:]] == [pytest.approx({"compute": 0.003}), pytest.approx({"compute": 0.002})]
 
 
 def test_a_gone_launcher_costs_nothing(tmp_path: Path) -> None:

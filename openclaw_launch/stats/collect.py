@@ -60,6 +60,7 @@ class RankSummary:
     # (window number, {phase or STEP/OWN/INPUT_STAGE: median seconds per step}), oldest first
     windows: tuple[tuple[int, Mapping[str, float]], ...] = ()
     gpu_busy_s: float | None = None  # mean GPU work of the sampled steps (CUDA events), when sampled
+    pipeline: tuple[int, int, int] | None = None  # a pipeline stage: (stage, stages, micro-batches)
 
     def phase_mean(self, name: str) -> float:
         phase = self.phases.get(name)
@@ -89,9 +90,11 @@ class _RankStats:
     gpu_busy: dict[int, list[float]] = field(default_factory=dict)  # window -> sampled GPU work, seconds
     gpu_busy_total_s: float = 0.0
     gpu_busy_count: int = 0
+    pipeline: tuple[int, int, int] | None = None
 
     def add(self, batch: wire.Batch) -> None:
         self.step_source = batch.step_source
+        self.pipeline = batch.pipeline or self.pipeline
         self.sync_phases.update(batch.sync_phases)
         self.dropped_batches += batch.dropped_batches
         measured = 0
@@ -172,6 +175,7 @@ class _RankStats:
             dropped_batches=self.dropped_batches,
             windows=tuple(self._with_gpu(w) for w in (*self.windows, *self._full_open_window())),
             gpu_busy_s=self.gpu_busy_total_s / self.gpu_busy_count if self.gpu_busy_count else None,
+            pipeline=self.pipeline,
         )
 
     def _with_gpu(self, window: tuple[int, dict[str, float]]) -> tuple[int, Mapping[str, float]]:

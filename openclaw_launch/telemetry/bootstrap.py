@@ -5,8 +5,9 @@ The launcher starts ``python -u -m openclaw_launch.telemetry.bootstrap SCRIPT AR
 real path, symlinks resolved, as python's own ``realpath``; untouched under ``-P``) and the
 ``__main__`` module (absolute ``__file__``, a ``SourceFileLoader``, no ``__package__``) are what a
 plain ``python SCRIPT`` gives; a directory or zip file as SCRIPT runs through ``runpy`` (its
-``__main__.py``). An uncaught exception's traceback is python's own: the bootstrap's frames are
-cut from it before ``sys.excepthook`` prints it (under ``-m`` runpy's two frames stay, as
+``__main__.py``). An uncaught exception's traceback is python's own: the bootstrap's frames, and
+the torch hooks' wrappers' anywhere in it or its chained exceptions, are cut from it before
+``sys.excepthook`` prints it (under ``-m`` runpy's two frames stay, as
 ``python -m`` prints them), the exit code is 1. Nothing heavy is imported here: the torch
 hooks are installed right after the script itself imports torch, and a script that never does
 pays nothing. Any failure of ours is one warning on stderr, never the job's end.
@@ -28,7 +29,7 @@ from typing import NoReturn
 import openclaw_launch.telemetry.wire as wire
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
+class AfterImport(importlib.abc.MetaPathFinder):
     """Calls ``callback(module)`` once ``name`` has been imported, whoever imports it."""
 
     def __init__(self, name: str, callback: Callable[[ModuleType], None]) -> None:
@@ -72,7 +73,7 @@ def arm() -> None:
     if "torch" in sys.modules:
         _install_torch_hooks(sys.modules["torch"])
     else:
-        sys.meta_path.insert(0, _AfterImport("torch", _install_torch_hooks))
+        sys.meta_path.insert(0, AfterImport("torch", _install_torch_hooks))
 
 
 _stacks_file: object = None
@@ -174,6 +175,8 @@ def _end_as_python(exc: BaseException, runpy_frame: FrameType | None) -> NoRetur
         if frame.f_code.co_filename == runpy.run_path.__code__.co_filename:
             tb = TracebackType(tb, frame, frame.f_lasti, frame.f_lineno)
         frame = frame.f_back
+    tb = _without_hooks(tb)
+    _cut_hooks(exc, {id(exc)})
     exc.__traceback__ = tb
     sys.last_type, sys.last_value, sys.last_traceback = type(exc), exc, tb
     try:
@@ -187,6 +190,33 @@ def _end_as_python(exc: BaseException, runpy_frame: FrameType | None) -> NoRetur
         sys.excepthook = _printed_already
         raise exc
     sys.exit(1)
+
+
+_HOOKS_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _without_hooks(tb: TracebackType | None) -> TracebackType | None:
+    """``tb`` without the frames of the torch hooks' wrappers (this package's files): an error
+    raised inside a hooked torch call (``loss.backward()``, ``dist.all_reduce``) reads as under
+    plain python, from the caller's line into torch's own frames."""
+    entries: list[TracebackType] = []
+    while tb is not None:
+        if not tb.tb_frame.f_code.co_filename.startswith(_HOOKS_DIR):
+            entries.append(tb)
+        tb = tb.tb_next
+    out: TracebackType | None = None
+    for entry in reversed(entries):
+        out = TracebackType(out, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    return out
+
+
+def _cut_hooks(exc: BaseException, seen: set[int]) -> None:
+    """The same for the exceptions chained to ``exc`` (``__cause__``, ``__context__``), once each."""
+    for chained in (exc.__cause__, exc.__context__):
+        if chained is not None and id(chained) not in seen:
+            seen.add(id(chained))
+            chained.__traceback__ = _without_hooks(chained.__traceback__)
+            _cut_hooks(chained, seen)
 
 
 def _printed_already(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:

@@ -42,6 +42,9 @@ STALL_S = 2.0  # no step this long: the progress thread reads the flight recorde
 # Sent at once when entered: the call may hold the GIL while it waits (init_process_group's store),
 # and the progress thread would not run to say where the rank is.
 ANNOUNCED_PHASES = frozenset({wire.RENDEZVOUS})
+# After a backward, the loop's own code is host time when a forward or a fetch comes next (the next
+# micro-batch of gradient accumulation); before the optimizer step it stays the rank's work.
+_AFTER_BACKWARD_HOST = frozenset({wire.FORWARD, wire.INPUT})
 
 
 class Recorder:
@@ -52,7 +55,10 @@ class Recorder:
         self._sock: socket.socket | None = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._sock.setblocking(False)
         self._batch = wire.Batch(rank=rank)
-        self._last_step: float | None = None
+        self._last_step: float | None = None  # the last boundary
+        self._origin = clock()
+        self._step_start: float | None = None  # when the step in progress began (None: none yet)
+        self._gap_since: float | None = None  # a backward left the phase stack empty then
         self._phases: dict[str, float] = {}
         self._stack: list[list[object]] = []  # [name, start, entered] of the active phases, innermost last
         self._boundaries = 0  # step() calls
@@ -74,6 +80,7 @@ class Recorder:
         # torch.distributed (already imported by the script) by the progress thread.
         self.backend: str | None = None
         self.last_collectives: tuple[wire.LastCollective, ...] = ()
+        self.pipeline: tuple[int, int, int] | None = None  # set by the torch hooks (wire.Batch.pipeline)
         # How far the rank's GPU got: (passed, recorded) (gpu_events.GpuProgress.read), set by the torch
         # hooks with hang detection on; called by the progress thread.
         self.gpu_position: Callable[[], tuple[int, int] | None] | None = None
@@ -85,36 +92,46 @@ class Recorder:
     # ---- steps and phases ---------------------------------------------------------------------
 
     def step(self, source: str) -> None:
-        """A step boundary. The first explicit ``telemetry.step()`` wins over the optimizer hook."""
+        """A step boundary: the end of a step. The first explicit ``telemetry.step()`` wins over the
+        optimizer hook. N boundaries are N steps: the first step began at the rank's first phase or
+        module forward (``_begin``), or, with neither, when the recorder was made."""
         if threading.get_ident() != self._thread:
             return
         if source == "optimizer" and self.step_source == "api":
             return
         self.step_source = source
         now = self._clock()
+        if self._step_start is None:  # a step with no phase at all (the API alone): since we exist
+            self._begin(self._origin)
         if self._stack:  # a phase spans the boundary: its time so far belongs to the ending step
             top = self._stack[-1]
             self._add(str(top[0]), now - float(top[1]))  # type: ignore[arg-type]
             top[1] = now
         elif self._host_since is not None:  # no work phase in the whole step: all of it was host
             self._add_host(now)
-        if self._last_step is not None:
-            self._batch.steps.append((now - self._last_step, self._phases))
+        self._batch.steps.append((now - float(self._step_start), self._phases))  # type: ignore[arg-type]
         if self.gpu_sync_reader is not None:
             wall_ns = time.time_ns()
             if self._last_wall_ns is not None:
                 self.step_windows.append((self._last_wall_ns, wall_ns))
             self._last_wall_ns = wall_ns
         self._phases = {}
-        self._last_step = now
+        self._last_step = self._step_start = now
         self._host_since = None if self._stack else now  # a phase across the boundary is the step's work
+        self._gap_since = None
         self._boundaries += 1
-        if self.on_step is not None:
-            self._batch.gpu_busy.extend(self.on_step(self._boundaries))
+        if self.on_step is not None:  # the step now starting is number boundaries + 1
+            self._batch.gpu_busy.extend(self.on_step(self._boundaries + 1))
         if self._boundaries == 1 and self._progress_on:  # arms the launcher's hang watch at once: a rank
             self._send_progress()  # that freezes right after (holding the GIL) sends nothing more
         if now - self._last_flush >= FLUSH_INTERVAL_S or len(self._batch.steps) >= wire.MAX_BATCH_STEPS:
             self.flush()
+
+    def _begin(self, now: float) -> None:
+        """The first step starts (its host time too: the loop's own code until its first work)."""
+        self._step_start = self._host_since = now
+        if self.gpu_sync_reader is not None:
+            self._last_wall_ns = time.time_ns()
 
     def enter(self, name: str, collective: str | None = None) -> bool:
         """Start phase ``name``; False (and nothing to undo) off the recorder's thread.
@@ -122,11 +139,19 @@ class Recorder:
         if threading.get_ident() != self._thread:
             return False
         now = self._clock()
+        if self._step_start is None and name != wire.RENDEZVOUS:
+            self._begin(now)
         if self._stack:
             top = self._stack[-1]
             self._add(str(top[0]), now - float(top[1]))  # type: ignore[arg-type]
         elif self._host_since is not None:
             self._add_host(now)
+        elif self._gap_since is not None:  # after a backward: the next micro-batch's fetch is host
+            if name in _AFTER_BACKWARD_HOST and now > self._gap_since:
+                self._add(wire.HOST, now - self._gap_since)
+            if name == wire.INPUT:
+                self._host_since = now
+        self._gap_since = None
         if name != wire.INPUT:  # the step's first work (or wait): its host time is over
             self._host_since = None
         if collective is not None:
@@ -147,14 +172,23 @@ class Recorder:
             self._stack[-1][1] = now
         else:
             self._idle_since = now
-            if self._host_since is not None:  # back from the DataLoader, still before the first work
+            # Back from the DataLoader, still before the first work; or after a forward, the loop's own
+            # code until the backward is host (nanoGPT fetches the next batch there).
+            if self._host_since is not None or name == wire.FORWARD:
                 self._host_since = now
+            elif name == wire.BACKWARD:  # host if a forward (accumulation) or a fetch comes next
+                self._gap_since = now
 
     def work_started(self) -> None:
         """The step's first module forward (the torch hooks' one-shot pre-hook): host time ends."""
-        if self._host_since is None or self._stack or threading.get_ident() != self._thread:
+        if self._stack or threading.get_ident() != self._thread:
             return
-        self._add_host(self._clock())
+        now = self._clock()
+        if self._step_start is None:
+            self._begin(now)
+        if self._host_since is None:
+            return
+        self._add_host(now)
         self._host_since = None
 
     def _add_host(self, now: float) -> None:
@@ -163,7 +197,7 @@ class Recorder:
         self._host_since = now
 
     def _add(self, name: str, seconds: float) -> None:
-        if self._last_step is not None:  # before the first boundary there is no step to charge
+        if self._step_start is not None:  # before the first step began there is no step to charge
             self._phases[name] = self._phases.get(name, 0.0) + seconds
 
     # ---- progress (hang detection) ------------------------------------------------------------
@@ -180,7 +214,7 @@ class Recorder:
             pass
         return wire.Progress(
             rank=self._batch.rank,
-            steps=max(self._boundaries - 1, 0),
+            steps=self._boundaries,
             step_age_s=None if last is None else now - last,
             phase=phase,
             phase_age_s=now - entered,
@@ -279,6 +313,7 @@ class Recorder:
         if not batch.steps and not final and not batch.gpu_steps and not batch.gpu_busy:
             return
         batch.step_source = self.step_source
+        batch.pipeline = self.pipeline
         batch.sync_phases = tuple(sorted(self.sync_phases))
         batch.final = final
         self._batch = wire.Batch(rank=batch.rank)

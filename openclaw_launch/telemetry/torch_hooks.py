@@ -19,6 +19,7 @@ import bisect
 import functools
 import os
 import pickle
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -30,12 +31,16 @@ import openclaw_launch.telemetry.recorder as recorder
 import openclaw_launch.telemetry.wire as wire
 
 _COLLECTIVES = (
-    "all_reduce all_gather all_gather_into_tensor reduce_scatter reduce_scatter_tensor broadcast barrier "
-    "reduce gather scatter all_to_all all_to_all_single"
+    "all_reduce all_reduce_coalesced all_gather all_gather_into_tensor all_gather_single all_gather_coalesced "
+    "reduce_scatter reduce_scatter_tensor reduce_scatter_single broadcast barrier monitored_barrier reduce gather "
+    "scatter all_to_all all_to_all_single"
 ).split()
+# Point-to-point calls (torch.distributed.pipelining's stage-to-stage traffic): waiting for a peer stage.
+_P2P = ("send", "recv", "isend", "irecv", "batch_isend_irecv")
 
 
 def _timed(rec: recorder.Recorder, phase: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    # One frame of ours in a traceback through it (the bootstrap cuts it from an uncaught one).
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         entered = rec.enter(phase)
@@ -79,25 +84,48 @@ class _Backends:
 
 
 def _timed_collective(
-    rec: recorder.Recorder, fn: Callable[..., Any], backends: _Backends, on_nccl: Callable[[], None]
+    rec: recorder.Recorder,
+    fn: Callable[..., Any],
+    backends: _Backends,
+    on_nccl: Callable[[], None],
+    phase: str,
+    issued: list[str],
 ) -> Callable[..., Any]:
-    """A collective is waiting time when the call blocks: ``async_op`` false and a backend that
-    blocks the host (a barrier always does). Under NCCL only its name is noted (hang reports)."""
+    """A collective (or point-to-point call) is waiting time when the call blocks: a backend that
+    blocks the host (a barrier always does). ``async_op`` calls (FSDP2's all-gathers, the pipeline's
+    ``isend``/``irecv``) are timed too: they return at once, and their waiting is in ``Work.wait``,
+    booked to the phase of the last asynchronous call issued (``issued``). Under NCCL only the name
+    is noted (hang reports)."""
     name = getattr(fn, "__name__", "collective")
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if kwargs.get("async_op"):
-            return fn(*args, **kwargs)
+        if kwargs.get("async_op") or phase == wire.P2P:
+            issued[0] = phase
         tensor = args[0] if args else kwargs.get("tensor")
         device = getattr(getattr(tensor, "device", None), "type", "cpu")
         if name != "barrier" and not blocks_host(backends.of(kwargs.get("group")), device):
             on_nccl()
             rec.last_collective = name
             return fn(*args, **kwargs)
-        entered = rec.enter(wire.COLLECTIVE, name)
+        entered = rec.enter(phase, name)
         try:
             return fn(*args, **kwargs)
+        finally:
+            if entered:
+                rec.leave()
+
+    return wrapper
+
+
+def _timed_wait(rec: recorder.Recorder, wait: Callable[..., Any], issued: list[str]) -> Callable[..., Any]:
+    """``Work.wait``: the host waiting for an asynchronous collective or point-to-point call."""
+
+    @functools.wraps(wait)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        entered = rec.enter(issued[0])
+        try:
+            return wait(*args, **kwargs)
         finally:
             if entered:
                 rec.leave()
@@ -150,15 +178,21 @@ def install(torch: ModuleType) -> None:
     if rec.progress_on:  # hang detection: how far the GPU got, for a kernel that never ends (stats/hang.py)
         sampler.progress = gpu_events.GpuProgress(torch.cuda, torch.compiler.is_compiling)
         rec.gpu_position = sampler.progress.read
-    timed_backward = _timed(rec, wire.BACKWARD, torch.Tensor.backward)
+    tensor_backward = torch.Tensor.backward
 
-    @functools.wraps(torch.Tensor.backward)
+    @functools.wraps(tensor_backward)
     def backward(*args: Any, **kwargs: Any) -> Any:
         sampler.mark(gpu_events.BACKWARD)
-        return timed_backward(*args, **kwargs)
+        entered = rec.enter(wire.BACKWARD)
+        try:
+            return tensor_backward(*args, **kwargs)
+        finally:
+            if entered:
+                rec.leave()
 
     torch.Tensor.backward = backward
     rec.on_step = _first_forward(rec, torch, sampler)
+    rec.on_step(1)  # the first step begins at the first module forward too (when nothing came before)
 
     ddp_forward = DistributedDataParallel.forward
     dist = torch.distributed
@@ -199,13 +233,69 @@ def install(torch: ModuleType) -> None:
         reader = FlightRecorder(getattr(c10d, "_dump_nccl_trace", None) or c10d._dump_fr_trace)
         rec.gpu_sync_reader = FlightRecorderThread(reader, rec.step_windows).start().take
     if dist.is_available():
-        for name in _COLLECTIVES:
-            fn = getattr(dist, name, None)
-            if callable(fn):
-                setattr(dist, name, _timed_collective(rec, fn, backends, on_nccl))
+        _hook_distributed(rec, dist, backends, on_nccl)
         init = getattr(dist, "init_process_group", None)
         if callable(init):  # waiting for the other ranks to join: a start-up hang's waiting side (stats/hang.py)
             dist.init_process_group = _timed(rec, wire.RENDEZVOUS, init)
+
+
+def _hook_distributed(
+    rec: recorder.Recorder, dist: ModuleType, backends: _Backends, on_nccl: Callable[[], None]
+) -> None:
+    """The collectives and point-to-point calls, as ``torch.distributed`` and its ``distributed_c10d``
+    module both name them (``batch_isend_irecv`` checks ``op.op is isend`` against its own module's
+    name), and ``Work.wait``."""
+    c10d = getattr(dist, "distributed_c10d", None)
+    issued = [wire.COLLECTIVE]  # the kind of the last asynchronous call: what a Work.wait waits for
+    for phase, names in ((wire.COLLECTIVE, _COLLECTIVES), (wire.P2P, _P2P)):
+        for name in names:
+            fn = getattr(dist, name, None)
+            if not callable(fn):
+                continue
+            timed = _timed_collective(rec, fn, backends, on_nccl, phase, issued)
+            setattr(dist, name, timed)
+            if c10d is not None and getattr(c10d, name, None) is fn:
+                setattr(c10d, name, timed)
+    work = getattr(dist, "Work", None)
+    wait = getattr(work, "wait", None)
+    if work is not None and callable(wait):
+        work.wait = _timed_wait(rec, wait, issued)
+    rec.sync_phases.add(wire.P2P)
+    if "torch.distributed.pipelining.schedules" in sys.modules:
+        _note_pipeline(rec, sys.modules["torch.distributed.pipelining.schedules"])
+    else:
+        from openclaw_launch.telemetry.bootstrap import AfterImport
+
+        noting = functools.partial(_note_pipeline, rec)
+        sys.meta_path.insert(0, AfterImport("torch.distributed.pipelining.schedules", noting))
+
+
+def _note_pipeline(rec: recorder.Recorder, schedules: ModuleType) -> None:
+    """Once the script imports torch.distributed.pipelining: each schedule made notes which stage
+    this rank runs, of how many, with how many micro-batches (the verdict's pipeline finding)."""
+    for name, stages_of in (
+        ("PipelineScheduleSingle", lambda s: [s._stage]),
+        ("PipelineScheduleMulti", lambda s: list(s._stages)),
+    ):
+        cls = getattr(schedules, name, None)
+        init = getattr(cls, "__init__", None)
+        if cls is None or init is None:
+            continue
+
+        def noted(self: Any, *args: Any, _init: Any = init, _stages_of: Any = stages_of, **kwargs: Any) -> None:
+            _init(self, *args, **kwargs)
+            try:
+                stages = _stages_of(self)
+                rec.pipeline = (
+                    min(int(s.stage_index) for s in stages),
+                    int(stages[0].num_stages),
+                    int(self._n_microbatches),
+                )
+            except (AttributeError, TypeError, ValueError, IndexError):  # a pipelining we do not know
+                pass
+
+        functools.update_wrapper(noted, init)
+        cls.__init__ = noted
 
 
 def _first_forward(
@@ -217,11 +307,12 @@ def _first_forward(
     register = torch.nn.modules.module.register_module_forward_pre_hook
     handle: list[Any] = []
 
-    def fired(*_: Any) -> None:
+    def fired(module: Any, *_: Any) -> None:
         while handle:
             handle.pop().remove()
         sampler.mark(gpu_events.FORWARD)
         rec.work_started()
+        _time_fsdp_forward(rec, type(module))
 
     def arm(step: int) -> list[tuple[int, float]]:
         if not handle:
@@ -229,6 +320,16 @@ def _first_forward(
         return sampler.boundary(step)
 
     return arm
+
+
+def _time_fsdp_forward(rec: recorder.Recorder, cls: type) -> None:
+    """An FSDP2 root (``fully_shard`` makes a class ``FSDP<Name>`` of its own for it, subclassing
+    ``FSDPModule``): its forward, every call (every micro-batch), becomes the ``forward`` phase, as
+    DDP's is. Done once per class, from the step's first module call; the class is FSDP's own, so no
+    class of the user's is changed."""
+    if "forward" in cls.__dict__ or not any(base.__name__ == "FSDPModule" for base in cls.__mro__[1:]):
+        return
+    cls.forward = _timed(rec, wire.FORWARD, cls.forward)  # type: ignore[attr-defined]
 
 
 def _flight_recorder_on() -> bool:

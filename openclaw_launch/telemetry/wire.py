@@ -35,10 +35,14 @@ INPUT = "input"  # waiting for the next batch: DataLoader iteration, or section(
 FORWARD = "forward"  # DistributedDataParallel.forward
 BACKWARD = "backward"  # Tensor.backward (under DDP it contains the gradient all-reduce wait)
 OPTIMIZER = "optimizer"  # optimizer.step()
-COLLECTIVE = "collective"  # blocking torch.distributed collectives called from Python
+COLLECTIVE = "collective"  # torch.distributed collectives called from Python, and waits on their Work
+P2P = "p2p"  # point-to-point calls (send/recv, isend/irecv, batch_isend_irecv: the pipeline's) and their waits
 SYNC = "sync"  # section("sync")
 RENDEZVOUS = "rendezvous"  # init_process_group: waiting for the other ranks to join (hang detection)
-HOST = "host"  # the rest of the step before its first work phase: in-loop batches, copies, logging
+# The loop's own code before the step's first work phase (in-loop batches, copies, logging), between a
+# forward and the next work phase (nanoGPT fetches the next batch there), and after a backward when a
+# forward or a fetch comes next (the next micro-batch of gradient accumulation).
+HOST = "host"
 DEVICE_WAIT = "device-wait"  # host waiting for the GPU (synchronize, .item(), copies to host)
 SECTION_ALIASES = {"data": INPUT, "input": INPUT}
 
@@ -77,6 +81,9 @@ class Batch:
     gpu_busy: list[tuple[int, float]] = field(default_factory=list)
     dropped_batches: int = 0  # batches this rank could not send (launcher busy or gone)
     final: bool = False  # sent at the worker's exit
+    # A pipeline stage (torch.distributed.pipelining's schedule on this rank): (its first stage's
+    # index, the pipeline's stages, micro-batches per step); None: not a pipeline stage.
+    pipeline: tuple[int, int, int] | None = None
 
 
 def rank_address(socket_env: str, local_rank: int) -> str:
@@ -114,8 +121,8 @@ class LastCollective:
 class Progress:
     """What a rank is doing now, sent by the recorder's progress thread when it changed.
 
-    ``steps``: steps so far (a step ends at a boundary after the first: boundaries - 1, as the
-    collector counts them); ``step_age_s``: seconds since the last one (None before
+    ``steps``: steps so far (a step ends at each boundary: the boundaries, as the collector counts
+    them); ``step_age_s``: seconds since the last one (None before
     the first); ``phase``: the innermost active phase (None: none, i.e. "other"); ``phase_age_s``:
     seconds in it; ``collective``: the last blocking collective called from Python, when known;
     ``dump_signal``: the stack-dump signal the bootstrap registered (None: do not send it);
@@ -187,6 +194,7 @@ def encode(batch: Batch) -> bytes:
             "gpu_busy": [[step, round(s, 7)] for step, s in batch.gpu_busy],
             "dropped": batch.dropped_batches,
             "final": batch.final,
+            **({"pp": list(batch.pipeline)} if batch.pipeline is not None else {}),
         },
         separators=(",", ":"),
     ).encode()
@@ -211,7 +219,7 @@ _PROGRESS_KEYS = frozenset(
 MAX_GROUPS = 64  # process groups in a progress datagram's "last"
 _BATCH_KEYS = frozenset(
     {"v", "rank", "steps", "step_source", "sync_phases", "gpu_steps", "gpu_sync_s", "gpu_late_s"}
-    | {"gpu_collectives", "gpu_busy", "dropped", "final"}
+    | {"gpu_collectives", "gpu_busy", "dropped", "final", "pp"}
 )
 STEP_SOURCES = ("none", "api", "optimizer")
 
@@ -356,7 +364,20 @@ def _batch(r: _Reader) -> Batch:
         gpu_busy=_gpu_busy(r),
         dropped_batches=r.count("dropped", 0),
         final=final,
+        pipeline=_pipeline(r),
     )
+
+
+def _pipeline(r: _Reader) -> tuple[int, int, int] | None:
+    raw = r.raw.get("pp")
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or len(raw) != 3:
+        raise _Invalid("pp: not [stage, stages, micro-batches]")
+    stage, stages, micro = (_count("pp", v) for v in raw)
+    if stage >= stages:
+        raise _Invalid("pp: stage beyond the stages")
+    return stage, stages, micro
 
 
 def _gpu_busy(r: _Reader) -> list[tuple[int, float]]:

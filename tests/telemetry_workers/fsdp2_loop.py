@@ -1,0 +1,70 @@
+"""An FSDP2 training on gloo (CPU) with no openclaw code: ``fully_shard`` on every block and on the
+root, as torchtitan lays it out.
+
+``--slow-rank R --slow-pct P``: rank R's forward does P % more work per step (each block repeats
+its matmul on a share of its input: real CPU work, not a sleep).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from clean_exit import leave
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--slow-rank", type=int, default=-1)
+    p.add_argument("--slow-pct", type=float, default=0.0)
+    p.add_argument("--width", type=int, default=512)
+    p.add_argument("--blocks", type=int, default=2)
+    p.add_argument("--batch", type=int, default=512)
+    args = p.parse_args()
+
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.distributed.fsdp import fully_shard
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    extra = args.slow_pct / 100 if rank == args.slow_rank else 0.0
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(args.width, args.width)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = torch.relu(self.lin(x))
+            if extra:  # more work on this rank: the block's matmul again (a step costs ~3 forwards)
+                with torch.no_grad():
+                    todo = extra * 3
+                    while todo > 0:
+                        rows = max(1, int(min(todo, 1.0) * x.shape[0]))
+                        torch.mm(x[:rows], self.lin.weight)
+                        todo -= 1.0
+            return y
+
+    model = nn.Sequential(*(Block() for _ in range(args.blocks)))
+    for block in model:
+        fully_shard(block, reshard_after_forward=False)
+    fully_shard(model, reshard_after_forward=False)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x = torch.randn(args.batch, args.width)
+    for _ in range(args.steps):
+        loss = model(x).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    dist.barrier()
+    dist.destroy_process_group()
+    print(f"rank {rank} done")
+
+
+if __name__ == "__main__":
+    main()
+    leave()
