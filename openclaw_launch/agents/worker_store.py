@@ -204,6 +204,8 @@ class WorkerStore(Participant):
                 )
 
     def close(self) -> None:
+        """End the store now: the helper holds nothing worth waiting for (and may be in torch's
+        import, which would not look at the link for seconds)."""
         if self._helper is not None:
-            self._helper.end()
+            self._helper.end(0)
         self._helper, self._port = None, None
