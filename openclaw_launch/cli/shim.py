@@ -26,10 +26,21 @@ SHIM_MARKER = "# openclaw-launch torchrun shim"
 BACKUP_SUFFIX = ".before-openclaw"
 
 
-def shim_text(python: str) -> str:
-    """The shim: torchrun's command line handed to ``python -m openclaw_launch`` unchanged."""
+#: Python 3.10 has no ``-P``: the shim's interpreter drops the current directory from its path itself.
+_NO_CWD = (
+    "import runpy, sys; sys.path[:] = [p for p in sys.path[1:]]; "
+    "runpy.run_module('openclaw_launch', run_name='__main__', alter_sys=True)"
+)
+
+
+def shim_text(python: str, safe_path: bool = sys.version_info >= (3, 11)) -> str:
+    """The shim: torchrun's command line handed to ``python -m openclaw_launch`` unchanged, never
+    with the current directory on the interpreter's path (a ``./openclaw_launch`` there, or any
+    module a job's directory holds, must not run as the launcher): ``-P`` (``safe_path``, Python
+    3.11+), else the same by hand."""
     undo = "(undo: openclaw-launch install-torchrun-shim --uninstall)"
-    return f'#!/bin/sh\n{SHIM_MARKER} {undo}\nexec {shlex.quote(python)} -m openclaw_launch "$@"\n'
+    run = "-P -m openclaw_launch" if safe_path else f"-c {shlex.quote(_NO_CWD)}"
+    return f'#!/bin/sh\n{SHIM_MARKER} {undo}\nexec {shlex.quote(python)} {run} "$@"\n'
 
 
 def is_shim(path: Path) -> bool:
