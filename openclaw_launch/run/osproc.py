@@ -234,7 +234,7 @@ class RealOs:
                 ends.append(pair or os.pipe())
             proc = subprocess.Popen(
                 list(argv),
-                env={**os.environ, **env},
+                env={**os.environ, **env, **(terminal.size_env(size, {**os.environ, **env}) if ptys else {})},
                 stdout=ends[0][1],
                 stderr=ends[1][1],
                 start_new_session=True,

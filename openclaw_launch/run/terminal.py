@@ -17,6 +17,13 @@ every rank's pty). It is not the worker's controlling terminal (workers keep the
 for ``killpg``): Ctrl-C reaches the launcher, which stops the job, and no worker is sent SIGWINCH
 by the kernel, as under torchrun, whose workers run in their own session too; a program that wants
 the size reads it (``os.get_terminal_size``), as tqdm and rich do.
+
+Some read it elsewhere first: rich measures stdin before stdout (its ``_STD_STREAMS``: 0, 1, 2), and
+a worker's stdin is the user's terminal, wider than its pty by the prefix; rich, click and
+``shutil.get_terminal_size`` take ``COLUMNS``/``LINES`` over any terminal, and an exported
+``COLUMNS`` is the user's whole width. So where the worker's stdin is a terminal, or ``COLUMNS`` is
+inherited, a worker with a pty also gets ``COLUMNS`` and ``LINES`` of its pty's size at spawn
+(``size_env``); a later resize reaches the pty only (the variables are read once, at start).
 """
 
 from __future__ import annotations
@@ -100,6 +107,16 @@ def window_size(fd: int, margin_columns: int = 0) -> bytes | None:
         return raw
     left = max(columns - margin_columns, 1)
     return struct.pack(_WINSIZE, rows, left, x_pixels * left // columns, y_pixels)
+
+
+def size_env(size: bytes | None, environ: Mapping[str, str]) -> dict[str, str]:
+    """``COLUMNS`` and ``LINES`` of a worker's pty of ``size`` (``window_size``'s), for readers that
+    look at them or at stdin before the pty (the module's docstring); none where nothing would
+    mislead them (stdin no terminal and no ``COLUMNS`` inherited) or the size is unknown."""
+    if size is None or not (os.isatty(0) or "COLUMNS" in environ):
+        return {}
+    rows, columns, _, _ = struct.unpack(_WINSIZE, size)
+    return {"COLUMNS": str(columns), "LINES": str(rows)} if columns and rows else {}
 
 
 def set_window_size(fd: int, size: bytes) -> None:
