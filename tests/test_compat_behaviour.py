@@ -153,6 +153,26 @@ def test_teed_streams_stay_on_the_console_as_under_torchrun(tmp_path: Path, case
     )
 
 
+@pytest.mark.parametrize(
+    ("flags", "kept"), [(["-t", "3"], False), (["-r", "3", "-t", "3"], False), (["-r", "1"], True)]
+)
+def test_redirects_and_tee_without_log_dir_leave_a_directory_only_for_what_the_console_lacks(
+    tmp_path: Path, flags: list[str], kept: bool
+) -> None:
+    """-t (and -r that -t covers) shows everything on the console: no openclaw-logs-* is made. A
+    stream -r keeps off the console exists only in its log: that directory stays, and is named
+    (torchrun leaves /tmp/torchelastic_* either way, unnamed)."""
+    code, out, err = finish(start("--nproc-per-node", "1", *flags, WORKER, "--say", env={"TMPDIR": str(tmp_path)}))
+    assert code == 0, err
+    left = list(tmp_path.glob("openclaw-logs-*"))
+    assert "say-0-stderr" in err
+    if not kept:
+        assert left == [] and "say-0-stdout" in out and "--log-dir" not in err
+        return
+    assert len(left) == 1 and f"logged under {left[0]} (kept)" in err and "say-0-stdout" not in out
+    assert "say-0-stdout" in next(left[0].rglob("stdout.log")).read_text()
+
+
 def test_sigterm_handler_gets_torchruns_30s_grace(tmp_path: Path) -> None:
     """A worker checkpointing 6 s after SIGTERM (longer than the old 5 s default) finishes it."""
     ready, saved = tmp_path / "ready", tmp_path / "saved"

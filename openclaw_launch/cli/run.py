@@ -94,11 +94,14 @@ def run(c: Common, r: RunOptions) -> None:
     if want.local_ranks_shown is not None:
         ranks_shown = frozenset(rank.rank for rank in plan.ranks if rank.local_rank in want.local_ranks_shown)
     log_dir = c.tr.log_dir
-    if want.wants_logs and not log_dir:  # torchrun keeps -r/-t logs in a temporary directory too
+    if want.wants_logs and not log_dir and (want.console_hidden or want.local_ranks_shown is not None):
+        # Streams the console does not show (-r not teed, or ranks --local-ranks-filter leaves out)
+        # exist only in their logs: kept in a temporary directory, which is named (torchrun keeps
+        # /tmp/torchelastic_* without saying so). -t alone shows everything: no directory is made.
         import tempfile
 
         log_dir = tempfile.mkdtemp(prefix="openclaw-logs-")
-        warn(f"--redirects/--tee without --log-dir: logs under {log_dir}")
+        warn(f"--redirects/--tee without --log-dir: what the console does not show is logged under {log_dir} (kept)")
     options = SuperviseOptions(
         grace_period_s=c.tr.grace_period_s,
         kill_timeout_s=r.kill_timeout_s,
