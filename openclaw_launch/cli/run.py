@@ -46,12 +46,14 @@ def run(c: Common, r: RunOptions) -> None:
     if not c.script:
         raise click.UsageError("give the training script (or -m MODULE, or --no-python COMMAND) to run")
     from openclaw_launch.config.signals import signal_numbers
+    from openclaw_launch.job.info_log import INFO, log_level
     from openclaw_launch.job.launch import launch
     from openclaw_launch.run.supervise import SuperviseOptions
     from openclaw_launch.stats.wiring import StatsOptions
 
     try:
         inputs = read_inputs(c)
+        level = log_level(os.environ)  # torchrun's LOGLEVEL, for the launcher's own log
     except OpenclawError as e:
         fail(e)
     want = inputs.want
@@ -135,6 +137,7 @@ def run(c: Common, r: RunOptions) -> None:
             stats=stats,
             agents=agents,
             exit_code_classes=r.exit_code_classes,
+            info=level <= INFO,
         )
     except OpenclawError as e:
         fail(e)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from openclaw_launch.agents.worker_store import WorkerStore
 from openclaw_launch.files import write_atomic
 from openclaw_launch.job.agents import AgentSetup
+from openclaw_launch.job.info_log import InfoLog
 from openclaw_launch.job.participants import participants_of
 from openclaw_launch.job.reports import job_report, node_report
 from openclaw_launch.plan.context import LogDir
@@ -68,13 +69,14 @@ def launch(
     agents: AgentSetup | None = None,
     preflight: Callable[[int], PreflightVerdict] | None = None,
     exit_code_classes: bool = False,
+    info: bool = False,
 ) -> int:
     """Run the plan; return the launcher's exit code. ``parent_error_file``: the launcher's own
     TORCHELASTIC_ERROR_FILE, which receives a failed job's root cause as torchrun writes it.
     ``agents``: a multi-node job (openclaw_launch/agents): meet the other nodes first, share their fate.
     ``preflight``: judges the workers' measurements once they ended (given the exit code); its verdict
     goes into the report. ``exit_code_classes``: a failed job exits 70 or 75 by its failure class
-    (exit_codes.py), not with the worker's code."""
+    (exit_codes.py), not with the worker's code. ``info``: LOGLEVEL INFO or lower (job/info_log.py)."""
     hint = str(LogDir.of(options.log_dir, plan.run_id).path) if options.log_dir else None
     out, err = console.wrap(options.stdout or sys.stdout, hint), console.wrap(options.stderr or sys.stderr, hint)
     options = dataclasses.replace(options, stdout=out, stderr=err)  # never blocks supervision
@@ -91,7 +93,7 @@ def launch(
                 return met
             agent = met
         result, statistics, failures = _run(
-            plan, options, os_layer, parent_error_file, stats or StatsOptions(), agent, exit_code_classes, store
+            plan, options, os_layer, parent_error_file, stats or StatsOptions(), agent, exit_code_classes, store, info
         )
         result = with_late_signal(result, forwarded(os_layer.drain_signals(), options), options)
         code = result.exit_code  # with agents: the job's fate, the same on every node (supervise.py)
@@ -148,6 +150,7 @@ def _run(
     agent: Agent | None = None,
     exit_code_classes: bool = False,
     store: WorkerStore | None = None,
+    info: bool = False,
 ) -> tuple[JobResult, SessionResult | None, dict[int, Failure]]:
     """Set everything up, supervise, tear everything down (in reverse order, whatever happens).
     Returns the job's result, its statistics and each attempt's classified failure."""
@@ -183,6 +186,8 @@ def _run(
             result = not_started(early[0], options)
         else:
             participants = participants_of(len(plan.ranks), policy, daemon, job_cgroup, session, agent, store)
+            if info:
+                participants.append(InfoLog(functools.partial(say, options)))
             result = supervise(plan, options, os_layer, participants, guardian=guardian)
         from openclaw_launch.report.build import CONTAINMENT  # the report's types load after the spawn
 
