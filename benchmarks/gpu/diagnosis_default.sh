@@ -10,6 +10,13 @@
 #   hang        rank 1 sleeps an hour in Python at step 20               -> exit 124, cause: rank 1
 #   hang-kernel rank 1's forward launches a kernel that spins 60 s at step 20 -> exit 124, cause: rank 1
 #               (gpu-behind: every host waits, rank 1's GPU never passes the backward mark; GPU only)
+# Beyond DDP (issue 27), with CASES naming them (the cases above are the default set):
+#   accum-balanced  4 micro-batches per optimizer step (DDP no_sync), nobody slow -> no straggler
+#   accum-slow      the same, rank 1 with ACCUM_SLOW_PCT (5) % more GPU work per step, spread over its
+#                   micro-batches' forwards (sized from accum-balanced's step) -> rank 1, compute, gpu;
+#                   ACCUM_REPS (3) runs
+#   fsdp2-balanced  fully_shard per block and root (gloo under MPS: two ranks on the one GPU) -> none
+#   fsdp2-slow      the same, rank 1 with ~SLOW_GPU_MS of extra GPU matmuls per forward -> rank 1, compute
 # The default level's cost is measured by overhead_default.sh. $OUT/summary.txt: one line per case,
 # PASS/FAIL, the verdict line and the numbers; $OUT/runs.tgz: every report and console. A run starts
 # only while one as long as the previous still fits in BUDGET_S (145 s) and is killed when the budget
@@ -23,6 +30,8 @@ cd "$(dirname "$0")/../.."
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 OUT=${OUT:-/tmp/openclaw-out}; mkdir -p "$OUT"
 STEPS=${STEPS:-150}; BUDGET_S=${BUDGET_S:-145}
+CASES=${CASES:-slow-gpu slow-input slow-loader hang hang-kernel}
+ACCUM_SLOW_PCT=${ACCUM_SLOW_PCT:-5}; ACCUM_REPS=${ACCUM_REPS:-3}
 SLOW_GPU_MS=${SLOW_GPU_MS:-20}; SLOW_INPUT_MS=${SLOW_INPUT_MS:-20}
 PY=${PYTHON:-python3}
 L="$PY -m openclaw_launch"
@@ -81,7 +90,8 @@ run_case() {  # name, launcher options ... -- script options ...
   echo $? > "$W/$name.rc"
 }
 JOBS=("${JOB[@]}")
-judge() {  # name, expected exit code, expected rank, phase (or the hang cause's kind), section (or "hang")
+wanted() { [[ " $CASES " == *" $1 "* ]]; }
+judge() {  # name, expected exit code, expected rank (-1: none), phase (or the hang cause's kind), section (or "hang")
   "$PY" - "$OUT/$1.json" "$OUT/$1.txt" "$(cat "$W/$1.rc" 2> /dev/null || echo none)" "$@" <<'PY'
 import json, re, sys
 report_path, console_path, rc, name, want_rc, want_rank, want_phase, want_section = sys.argv[1:]
@@ -102,6 +112,10 @@ if want_section == "hang":
 found = report.get("stragglers") or []
 line = next((l for l in console.splitlines() if "straggler:" in l), "(no verdict)")
 top = found[0] if found else {}
+if want_rank == "-1":
+    ok = rc == want_rc and not found
+    print(f"{'PASS' if ok else 'FAIL'} {name}: {line.strip()}; {numbers}")
+    sys.exit(0)
 ok = rc == want_rc and (top.get("rank"), top.get("phase"), top.get("section")) == (int(want_rank), want_phase, want_section)
 if want_section == "host" and top.get("section") == "input":
     ok = ok or (rc == want_rc and top.get("rank") == int(want_rank) and top.get("phase") == "input")
@@ -109,25 +123,47 @@ print(f"{'PASS' if ok else 'FAIL'} {name}: {line.strip()}; excess {top.get('exce
 PY
 }
 say "== $(date -u +%FT%TZ) $(hostname), gpu=$GPU, backend=$BACKEND, steps=$STEPS"
-if in_budget slow-gpu; then
+if wanted slow-gpu && in_budget slow-gpu; then
   run_case slow-gpu -- --slow-gpu-ms "$SLOW_GPU_MS"
   judge slow-gpu 0 1 compute "$GPU_SECTION" | tee -a "$OUT/summary.txt"
 fi
-if in_budget slow-input; then
+if wanted slow-input && in_budget slow-input; then
   run_case slow-input -- --slow-input-ms "$SLOW_INPUT_MS"
   judge slow-input 0 1 input host | tee -a "$OUT/summary.txt"
 fi
-if in_budget slow-loader; then
+if wanted slow-loader && in_budget slow-loader; then
   run_case slow-loader -- --loader --slow-input-ms "$SLOW_INPUT_MS"
   judge slow-loader 0 1 input input | tee -a "$OUT/summary.txt"
 fi
-if in_budget hang; then
+if wanted hang && in_budget hang; then
   run_case hang --hang-timeout-s 3 -- --hang-at-step 20
   judge hang 124 1 outside hang | tee -a "$OUT/summary.txt"
 fi
-if [ "$GPU" = 1 ] && in_budget hang-kernel; then
+if wanted hang-kernel && [ "$GPU" = 1 ] && in_budget hang-kernel; then
   run_case hang-kernel --hang-timeout-s 3 -- --hang-kernel-at-step 20 --hang-kernel-s 60
   judge hang-kernel 124 1 gpu-behind hang | tee -a "$OUT/summary.txt"
+fi
+if wanted accum-balanced && in_budget accum-balanced; then
+  run_case accum-balanced -- --accumulation 4
+  judge accum-balanced 0 -1 - - | tee -a "$OUT/summary.txt"
+fi
+if wanted accum-slow; then
+  step_ms=$(grep -oP 'rank 0: mean step \K[0-9.]+' "$OUT/accum-balanced.txt" 2> /dev/null | tail -1)
+  per_micro_ms=$("$PY" -c "print(${step_ms:-100} * $ACCUM_SLOW_PCT / 100 / 4)")
+  say "accum-slow: ${ACCUM_SLOW_PCT} % of the balanced ${step_ms:-?} ms step: ${per_micro_ms} ms of GPU work per micro-batch"
+  for rep in $(seq "$ACCUM_REPS"); do
+    in_budget "accum-slow-$rep" || break
+    run_case "accum-slow-$rep" -- --accumulation 4 --slow-gpu-ms "$per_micro_ms"
+    judge "accum-slow-$rep" 0 1 compute "$GPU_SECTION" | tee -a "$OUT/summary.txt"
+  done
+fi
+if wanted fsdp2-balanced && in_budget fsdp2-balanced; then
+  run_case fsdp2-balanced -- --fsdp2
+  judge fsdp2-balanced 0 -1 - - | tee -a "$OUT/summary.txt"
+fi
+if wanted fsdp2-slow && in_budget fsdp2-slow; then
+  run_case fsdp2-slow -- --fsdp2 --slow-gpu-ms "$SLOW_GPU_MS"
+  judge fsdp2-slow 0 1 compute "$GPU_SECTION" | tee -a "$OUT/summary.txt"
 fi
 left=$(comm -13 <(echo "$MPS_BEFORE") <(mps_pids) | tr '\n' ' ')
 say "MPS processes left by the runs (ended now): ${left:-none}; wall $((SECONDS - START)) s"

@@ -8,6 +8,9 @@ sync). ``--slow-input-ms M``: it sleeps M ms per batch, in ``get_batch`` (an in-
 or, with ``--loader``, in the DataLoader's collate function. ``--hang-at-step K``: it sleeps for an
 hour in its loop at step K (a hang in Python). ``--hang-kernel-at-step K``: at step K its forward
 launches a GPU kernel that spins for ``--hang-kernel-s`` (a kernel that does not end).
+``--accumulation K``: each optimizer step is K micro-batches (DDP's ``no_sync`` on the first K-1;
+the extra GPU work then runs in every micro-batch's forward). ``--fsdp2``: ``fully_shard`` on every
+block and on the root instead of DDP (torchtitan's layout).
 ``--device cpu``: the same on the CPU, smaller (the script's own check on a machine without a GPU).
 Prints ``rank R: median step X ms`` over the steps after the 20th, and ``rank R: mean step X ms``
 over the steps after ``--warmup`` (the GPU synchronized at both ends: throughput).
@@ -16,6 +19,7 @@ over the steps after ``--warmup`` (the GPU synchronized at both ends: throughput
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import time
@@ -121,6 +125,8 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=50)
     p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    p.add_argument("--accumulation", type=int, default=1)
+    p.add_argument("--fsdp2", action="store_true")
     args = p.parse_args()
     gpu = args.device == "cuda"
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count()) if gpu else None
@@ -135,7 +141,16 @@ def main() -> None:
     side = 4096 if gpu else 256
     extra = Extra(matmuls_for(args.slow_gpu_ms if slow else 0.0, device, side, dtype), side)
     gpt = Gpt(vocab, d, args.layers, extra).to(device)
-    model = nn.parallel.DistributedDataParallel(gpt)
+    model: nn.Module
+    if args.fsdp2:
+        from torch.distributed.fsdp import fully_shard
+
+        for block in gpt.blocks.layers:
+            fully_shard(block)
+        fully_shard(gpt)
+        model = gpt  # fully_shard makes the module itself the sharded one
+    else:
+        model = nn.parallel.DistributedDataParallel(gpt)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     tokens = torch.randint(0, vocab, (200_000,), generator=torch.Generator().manual_seed(1))
     data = tokens.to(device)
@@ -160,15 +175,19 @@ def main() -> None:
         if step == args.warmup:
             sync()
             window_start = time.perf_counter()
-        if batches is not None:
-            x, y = (t.to(device, non_blocking=True) for t in next(batches))
-        else:
-            x, y = get_batch()
-        with torch.autocast(device.type, dtype=dtype, enabled=gpu):
-            logits = model(x)
-            loss = nn.functional.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        for micro in range(args.accumulation):
+            if batches is not None:
+                x, y = (t.to(device, non_blocking=True) for t in next(batches))
+            else:
+                x, y = get_batch()
+            last = micro == args.accumulation - 1
+            ddp = model if isinstance(model, nn.parallel.DistributedDataParallel) else None
+            with ddp.no_sync() if ddp is not None and not last else contextlib.nullcontext():
+                with torch.autocast(device.type, dtype=dtype, enabled=gpu):
+                    logits = model(x)
+                    loss = nn.functional.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
+                (loss / args.accumulation).backward()
         opt.step()
         loss_value = loss.item()  # the host waits for the GPU here, as most training loops do
         times.append(time.perf_counter() - t0)
