@@ -22,7 +22,9 @@ Where it runs: the launcher binds and listens on the port itself (an error there
 fork) that holds the listening socket. The helper imports torch only when the first connection is
 waiting (``TCPStore(..., master_listen_fd=...)`` then accepts it from the backlog): a job whose
 workers never open the store pays nothing for it, and one that does pays torch's import in the
-helper, beside the workers' own. torch is the launcher's (its Python's); without it the store
+helper, beside the workers' own. After an attempt whose workers opened it, the next attempt's helper
+makes its store at once, while its workers import torch: the restart's ranks find it ready instead of
+waiting out the helper's import (issue 33, benchmarks/restart_breakdown.py). torch is the launcher's (its Python's); without it the store
 cannot be hosted, and the helper says so once.
 """
 
@@ -100,10 +102,11 @@ def listen(port: int) -> socket.socket:
     )
 
 
-def _serve(link: Link, listener: socket.socket, port: int) -> None:
+def _serve(link: Link, listener: socket.socket, port: int, eager: bool = False) -> None:
     """The helper: wait for the first connection (or the launcher's end), then make the store on the
-    listening socket and hold it until the launcher ends the link."""
-    while not link.closed:
+    listening socket and hold it until the launcher ends the link. ``eager``: make it at once (the
+    attempt before used its store: this one's is ready before its workers reach it)."""
+    while not eager and not link.closed:
         readable, _, _ = select.select([link.fileno(), listener.fileno()], [], [])
         if listener.fileno() in readable:
             break
@@ -143,6 +146,7 @@ class WorkerStore(Participant):
         self._port: int | None = None
         self._failed: StopReason | None = None
         self._said_failed = False
+        self._used = False  # an attempt's workers opened the store (the helper made it)
 
     @property
     def port(self) -> int | None:
@@ -153,9 +157,10 @@ class WorkerStore(Participant):
     def pid(self) -> int | None:
         return self._helper.pid if self._helper is not None else None
 
-    def host(self, ranks: Sequence[RankPlan]) -> None:
+    def host(self, ranks: Sequence[RankPlan], eager: bool = False) -> None:
         """Host the store these ranks are told of (nothing if another node hosts it, or none is
-        used); ``WorkerStoreError`` if the port cannot be listened on."""
+        used); ``WorkerStoreError`` if the port cannot be listened on. ``eager``: torch imported and
+        the store made at once, not at the first connection."""
         port = agent_store_endpoint(ranks[0].env) if ranks else None
         if port == self._port:
             return
@@ -165,7 +170,10 @@ class WorkerStore(Participant):
         listener = listen(port)
         try:
             self._helper = Helper.fork(
-                "openclaw-store", lambda link: _serve(link, listener, port), VOCABULARY, keep_fds=(listener.fileno(),)
+                "openclaw-store",
+                lambda link: _serve(link, listener, port, eager),
+                VOCABULARY,
+                keep_fds=(listener.fileno(),),
             )
         finally:
             listener.close()  # the helper's now
@@ -175,13 +183,14 @@ class WorkerStore(Participant):
         """A re-formed world may have another host or port (an elastic job): follow it. A port that
         cannot be listened on stops this attempt (its workers could not meet)."""
         self._failed = None
-        try:
-            self.host(ranks)
+        try:  # a restart whose workers used the store: it is ready before they come (issue 33)
+            self.host(ranks, eager=attempt > 0 and self._used)
         except WorkerStoreError as e:
             self._failed = StopReason(StopKind.FAILURE, 1, str(e).replace("; started nothing", ""), False)
 
     def end_attempt(self, attempt: int) -> None:
         """The attempt's workers are gone: its store goes with them (the next attempt's is new)."""
+        self._read()  # whether they opened it: then the next attempt's is made before its workers start
         self.close()
 
     def stop_reason(self) -> StopReason | None:
@@ -194,6 +203,7 @@ class WorkerStore(Participant):
         if self._helper is None:
             return
         for message in self._helper.link.receive():
+            self._used = self._used or isinstance(message, StoreUp)
             if isinstance(message, StoreFailed) and not self._said_failed:
                 self._said_failed = True
                 self._say(
