@@ -149,7 +149,9 @@ def find_stragglers(
             peers_busy_s=statistics.median(busy[r.rank] for r in others),
             peers_wait_s=max(peers_wait, 0.0),
             wait_source=source,
-            hints=tuple(_hints(slow, section, facts_slow, [facts.get(o.rank) for o in others])),
+            hints=tuple(
+                [*_pipeline_hint(slow, judged), *_hints(slow, section, facts_slow, [facts.get(o.rank) for o in others])]
+            ),
         )
     ]
 
@@ -244,6 +246,35 @@ def _input_excess(rank: RankSummary, ranks: Sequence[RankSummary]) -> Excess:
     return excess(rank, [o for o in ranks if o is not rank], INPUT_STAGE)
 
 
+def is_pipeline(ranks: Sequence[RankSummary]) -> bool:
+    """Every rank a pipeline stage: its waiting is in point-to-point calls (``p2p``: the stages'
+    activations and gradients), or torch's pipelining schedule said which stage it runs."""
+    return bool(ranks) and all(r.pipeline is not None or r.phase_mean(wire.P2P) > 0 for r in ranks)
+
+
+def _pipeline_hint(slow: RankSummary, judged: Sequence[RankSummary]) -> list[str]:
+    """The stage that bounds the pipeline: every other stage waits for its activations or its
+    gradients, and it waits only in the pipeline's fill and drain (the bubble). Its own work's share
+    of the step, the bubble's, and the share of its layers that moving to the other stages would
+    balance them (its own work down to the stages' mean)."""
+    if not is_pipeline(judged) or slow.step_mean_s <= 0:
+        return []
+    own = {r.rank: max(r.step_mean_s - r.wait_s, 0.0) for r in judged}
+    mine = own[slow.rank]
+    if mine <= 0:
+        return []
+    stage = f"stage {slow.pipeline[0]} of {slow.pipeline[1]}" if slow.pipeline else "its pipeline stage"
+    bubble = min(slow.wait_s / slow.step_mean_s, 1.0)
+    move = 1 - statistics.mean(own.values()) / mine
+    share = 100 * mine / slow.step_mean_s
+    peers = 100 * statistics.median(own[r.rank] for r in judged if r is not slow) / slow.step_mean_s
+    return [
+        f"pipeline: rank {slow.rank}, {stage}, bounds the pipeline: its own work is {share:.0f} % of the step "
+        f"(the other stages' median {peers:.0f} %), the bubble (its waiting in the pipeline's fill and drain) "
+        f"{100 * bubble:.0f} %; moving about {100 * move:.0f} % of its layers to the other stages would balance them"
+    ]
+
+
 def _hints(slow: RankSummary, section: str, mine: RankFacts, peers: Sequence[RankFacts | None]) -> list[str]:
     """Evidence from outside the step timings that says why."""
     hints: list[str] = []
@@ -256,8 +287,8 @@ def _hints(slow: RankSummary, section: str, mine: RankFacts, peers: Sequence[Ran
     elif section == wire.HOST:
         share = slow.phases[wire.HOST].share if wire.HOST in slow.phases else 0.0
         hints.append(
-            f"host: {100 * share:.0f} % of its step between the optimizer step and the next forward "
-            "(batch slicing, host-to-device copies, logging, checkpoints in the loop)"
+            f"host: {100 * share:.0f} % of its step in the loop's own code before the forward or between the forward "
+            "and the backward (batch slicing or the next batch's fetch, host-to-device copies, logging, checkpoints)"
         )
     if mine.binding_warning:
         hints.append(f"affinity: {mine.binding_warning}")

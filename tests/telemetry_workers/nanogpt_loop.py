@@ -5,12 +5,15 @@ tensor inside the loop (``get_batch``), or, with ``--loader``, drawn from a Data
 in ``get_batch`` or in the DataLoader's collate), from step ``--slow-from-step`` on.
 ``--claim-backend nccl`` sets OPENCLAW_BACKEND=nccl before torch is imported, as on a GPU host whose
 plan says NCCL while the script makes a gloo group. ``--compute-ms`` adds a sleep to rank
-``--slow-rank``'s forward (a compute straggler) instead.
+``--slow-rank``'s forward (a compute straggler) instead. ``--accum N``: N micro-batches per optimizer
+step, the first N-1 under DDP's ``no_sync`` (gradient accumulation); ``--fetch-between``: the next
+batch is fetched between the forward and the backward, as karpathy/nanoGPT's ``train.py`` does.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import time
 
@@ -27,6 +30,10 @@ def main() -> None:
     p.add_argument("--step-sleep-ms", type=float, default=10.0, help="every rank's device-like wait in forward")
     p.add_argument("--loader", action="store_true")
     p.add_argument("--claim-backend")
+    p.add_argument("--accum", type=int, default=1, help="micro-batches per optimizer step (DDP no_sync)")
+    p.add_argument(
+        "--fetch-between", action="store_true", help="nanoGPT's order: the next batch between forward and backward"
+    )
     args = p.parse_args()
     if args.claim_backend:
         os.environ["OPENCLAW_BACKEND"] = args.claim_backend
@@ -91,12 +98,19 @@ def main() -> None:
     else:
         next_batch = get_batch
 
+    x, y = next_batch()
     for step in range(args.steps):
         state["step"] = step
-        x, y = next_batch()
-        logits = model(x)
-        loss = nn.functional.cross_entropy(logits.view(-1, vocab), y.view(-1))
-        loss.backward()
+        for micro in range(args.accum):
+            if not args.fetch_between:
+                x, y = next_batch()
+            sync = micro == args.accum - 1
+            with contextlib.nullcontext() if sync else model.no_sync():
+                logits = model(x)
+                loss = nn.functional.cross_entropy(logits.view(-1, vocab), y.view(-1)) / args.accum
+                if args.fetch_between:  # as karpathy/nanoGPT's train.py: prefetch before the backward
+                    x, y = next_batch()
+                loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
     dist.barrier()

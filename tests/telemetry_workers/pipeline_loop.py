@@ -1,8 +1,14 @@
-"""A pipeline-parallel training on gloo (CPU) with no openclaw code: ``torch.distributed.pipelining``,
-one stage per rank (``PipelineStage``), ``Schedule1F1B`` or ``ScheduleGPipe``.
+"""A pipeline-parallel training on gloo (CPU) with no openclaw code: one stage per rank, the
+stage-to-stage traffic as torch.distributed.pipelining issues it (``P2POp`` of ``isend``/``irecv``,
+``batch_isend_irecv``, ``Work.wait``), in GPipe's order (every forward, then every backward) or
+1F1B's (warm-up forwards, then one forward and one backward in turn, then the cool-down).
+
+torch 2.13's own ``torch.distributed.pipelining`` schedules deadlock on gloo once a stage's input
+needs its gradient (stage 0 waits for its forward sends, stage 1 for its backward sends), so the
+schedules are written out here with the same calls.
 
 ``--heavy-stage S --heavy-layers K``: stage S holds K times the layers of the others (a partition
-that puts too many layers on one stage). ``--schedule gpipe`` for GPipe.
+that puts too many layers on one stage).
 """
 
 from __future__ import annotations
@@ -14,12 +20,12 @@ from clean_exit import leave
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--steps", type=int, default=40)
     p.add_argument("--schedule", choices=("1f1b", "gpipe"), default="1f1b")
     p.add_argument("--microbatches", type=int, default=4)
     p.add_argument("--layers", type=int, default=2, help="layers per stage")
     p.add_argument("--heavy-stage", type=int, default=-1)
-    p.add_argument("--heavy-layers", type=float, default=3.0)
+    p.add_argument("--heavy-layers", type=int, default=3)
     p.add_argument("--width", type=int, default=384)
     p.add_argument("--batch", type=int, default=256)
     args = p.parse_args()
@@ -27,32 +33,68 @@ def main() -> None:
     import torch
     import torch.distributed as dist
     from torch import nn
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
+    first, last = rank == 0, rank == world - 1
     torch.manual_seed(rank)
     torch.set_num_threads(1)
-    layers = args.layers * (round(args.heavy_layers) if rank == args.heavy_stage else 1)
-    stage_module = nn.Sequential(*(nn.Sequential(nn.Linear(args.width, args.width), nn.ReLU()) for _ in range(layers)))
-    # Static shapes (no shape inference); a later stage's input needs its gradient (sent back).
-    micro = torch.empty(args.batch // args.microbatches, args.width, requires_grad=rank > 0)
-    out = torch.empty(args.batch // args.microbatches, args.width)
-    stage = PipelineStage(stage_module, rank, world, torch.device("cpu"), input_args=(micro,), output_args=(out,))
-    loss_fn = lambda out, target: nn.functional.mse_loss(out, target)  # noqa: E731
-    kind = Schedule1F1B if args.schedule == "1f1b" else ScheduleGPipe
-    schedule = kind(stage, n_microbatches=args.microbatches, loss_fn=loss_fn if rank == world - 1 else None)
-    opt = torch.optim.SGD(stage_module.parameters(), lr=1e-4)
-    x = torch.randn(args.batch, args.width)
-    target = torch.randn(args.batch, args.width)
+    layers = args.layers * (args.heavy_layers if rank == args.heavy_stage else 1)
+    stage = nn.Sequential(*(nn.Sequential(nn.Linear(args.width, args.width), nn.ReLU()) for _ in range(layers)))
+    opt = torch.optim.SGD(stage.parameters(), lr=1e-4)
+    m = args.microbatches
+    shape = (args.batch // m, args.width)
+    data = torch.randn(m, *shape)
+    target = torch.randn(m, *shape)
+
+    def exchange(ops: list[dist.P2POp]) -> None:
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+
+    def step() -> None:
+        inputs: list[torch.Tensor] = []
+        outputs: list[torch.Tensor] = []
+        sends: list[dist.Work] = []
+
+        def forward(i: int) -> None:
+            if first:
+                x = data[i]
+            else:
+                x = torch.empty(shape)
+                exchange([dist.P2POp(dist.irecv, x, rank - 1)])
+                x.requires_grad_()
+            y = stage(x)
+            inputs.append(x)
+            outputs.append(y)
+            if not last:
+                sends.extend(dist.batch_isend_irecv([dist.P2POp(dist.isend, y.detach(), rank + 1)]))
+
+        def backward(i: int) -> None:
+            if last:
+                nn.functional.mse_loss(outputs[i], target[i]).backward()
+            else:
+                grad = torch.empty(shape)
+                exchange([dist.P2POp(dist.irecv, grad, rank + 1)])
+                torch.autograd.backward(outputs[i], grad)
+            if not first:
+                sends.extend(dist.batch_isend_irecv([dist.P2POp(dist.isend, inputs[i].grad, rank - 1)]))
+
+        if args.schedule == "gpipe":
+            order = [("f", i) for i in range(m)] + [("b", i) for i in range(m)]
+        else:
+            warmup = min(world - rank - 1, m)
+            order = [("f", i) for i in range(warmup)]
+            for i in range(m - warmup):
+                order += [("f", warmup + i), ("b", i)]
+            order += [("b", i) for i in range(m - warmup, m)]
+        for kind, i in order:
+            (forward if kind == "f" else backward)(i)
+        for work in sends:
+            work.wait()
+
     for _ in range(args.steps):
         opt.zero_grad()
-        if rank == 0:
-            schedule.step(x)
-        elif rank == world - 1:
-            schedule.step(target=target, losses=[])
-        else:
-            schedule.step()
+        step()
         opt.step()
     dist.barrier()
     dist.destroy_process_group()
