@@ -28,6 +28,11 @@ step done, and rank 1's raise. A monitor thread here polls every worker's ``/pro
 another checkout (``git worktree add --detach DIR <commit>``) as launcher ``before``. One line per
 run, then the medians per launcher and each part's ratio to torchrun's (the parts torchrun reached:
 torch 2.13's own restart of this gloo job fails in the new attempt's ``init_process_group``).
+
+The peers (NVIDIA's ``ft_launcher``, issue 33's fastest) run from their own virtual environment,
+never this project's: ``python -m venv --system-site-packages /tmp/peers && /tmp/peers/bin/pip install
+nvidia-resiliency-ext``, then ``--launchers torchrun,ft_launcher --peers-venv /tmp/peers`` (the venv
+sees the system's torch, so every launcher runs the same torch).
 """
 
 from __future__ import annotations
@@ -134,8 +139,15 @@ class Monitor(threading.Thread):
             time.sleep(0.002)
 
 
-def command(launcher: str, port: int) -> list[str]:
+PEERS = ("ft_launcher",)  # the peers' launchers, from --peers-venv's bin/
+
+
+def command(launcher: str, peers_venv: str | None) -> list[str]:
     line = ["--standalone", "--nproc-per-node", str(RANKS), "--max-restarts", "2"]
+    if launcher in PEERS:
+        if peers_venv is None:
+            raise SystemExit(f"{launcher}: give --peers-venv (see the module docstring)")
+        return [str(Path(peers_venv) / "bin" / launcher), *line]
     head = ["torchrun"] if launcher == "torchrun" else [sys.executable, "-m", "openclaw_launch"]
     return [*head, *line]
 
@@ -151,7 +163,7 @@ def kill_leftovers(pgid: int, tmp: str) -> None:
                 proc.kill()
 
 
-def one_run(launcher: str, rep: int, timeout_s: float, tree: str | None) -> Run:
+def one_run(launcher: str, rep: int, timeout_s: float, tree: str | None, peers_venv: str | None) -> Run:
     with tempfile.TemporaryDirectory(prefix="restart-bench-") as tmp:
         script, events = Path(tmp) / "worker.py", Path(tmp) / "events.jsonl"
         script.write_text(WORKER)
@@ -161,7 +173,7 @@ def one_run(launcher: str, rep: int, timeout_s: float, tree: str | None) -> Run:
             env["PYTHONPATH"] = tree
         monitor = Monitor(events)
         monitor.start()
-        cmd = [*command(launcher, 0), str(script)]
+        cmd = [*command(launcher, peers_venv), str(script)]
         err_path = Path(tmp) / "stderr.txt"
         with err_path.open("w") as err_file:  # a file, not a pipe: a leftover worker cannot hold it open
             proc = subprocess.Popen(
@@ -218,6 +230,7 @@ def main() -> int:
         metavar="NAME=DIR",
         help="also run openclaw_launch from the checkout DIR, as launcher NAME (repeatable; e.g. before=/tmp/b)",
     )
+    ap.add_argument("--peers-venv", default=None, help="the peers' virtual environment (ft_launcher)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     trees = dict(item.split("=", 1) for item in args.ours)
@@ -225,7 +238,7 @@ def main() -> int:
     runs: list[Run] = []
     for rep in range(args.reps):
         for launcher in launchers:  # interleaved: the box's load falls on both alike
-            run = one_run(launcher, rep, args.timeout_s, trees.get(launcher))
+            run = one_run(launcher, rep, args.timeout_s, trees.get(launcher), args.peers_venv)
             runs.append(run)
             cells = " ".join(f"{k}={v:.2f}" for k, v in run.parts.items())
             print(f"{launcher:9} rep {rep} exit {run.exit_code} recovered {run.recovered} {cells}", flush=True)
@@ -239,11 +252,12 @@ def main() -> int:
             if any(k in r.parts for r in mine)
         }
         print("  median " + " ".join(f"{k}={v:.2f}" for k, v in medians[launcher].items()))
-    theirs = medians.get("torchrun", {})
-    for launcher, m in medians.items():
-        if launcher != "torchrun":
-            ratios = " ".join(f"{k}={m[k] / theirs[k]:.2f}x" for k in m if theirs.get(k))
-            print(f"{launcher:9} vs torchrun (the parts torchrun reached): {ratios}")
+    for reference in ("torchrun", *PEERS):
+        theirs = medians.get(reference, {})
+        for launcher, m in medians.items():
+            if launcher != reference and theirs:
+                ratios = " ".join(f"{k}={m[k] / theirs[k]:.2f}x" for k in m if theirs.get(k))
+                print(f"{launcher:9} vs {reference} (the parts it reached): {ratios}")
     if args.json:
         Path(args.json).write_text(json.dumps({"runs": [asdict(r) for r in runs], "medians": medians}, indent=2))
     return 0
