@@ -94,6 +94,24 @@ def test_sampled_steps_give_forward_plus_optimizer_gpu_time_read_back_later_with
     assert gpu.created <= 2 * len(gpu_events.SPANS) * 2  # events are recorded again, not made anew
 
 
+def test_with_accumulation_the_span_runs_to_the_last_micro_batchs_backward() -> None:
+    """Four micro-batches (the first three under DDP's no_sync): every forward (10 ms) and the first
+    three backwards (20 ms) are the rank's own GPU work; the last backward (the all-reduce) is not."""
+    gpu = FakeGpu()
+    sampler = GpuSampler(gpu)
+    sampler.boundary(SAMPLE_EVERY_STEPS)
+    sampler.mark(gpu_events.FORWARD)  # the step's first module forward
+    for micro in range(4):
+        gpu.now_ms += 10.0
+        sampler.mark(gpu_events.BACKWARD)
+        gpu.now_ms += 20.0 if micro < 3 else 25.0
+    sampler.mark(gpu_events.OPTIMIZER)
+    gpu.now_ms += 2.0
+    sampler.mark(gpu_events.OPTIMIZER_END)
+    gpu.now_ms += 1.0
+    assert sampler.boundary(SAMPLE_EVERY_STEPS + 1) == [(SAMPLE_EVERY_STEPS, pytest.approx(0.100 + 0.002))]
+
+
 def test_only_every_nth_step_is_timed_and_a_step_without_forward_or_optimizer_gives_nothing() -> None:
     gpu = FakeGpu()
     sampler = GpuSampler(gpu)

@@ -17,14 +17,14 @@ from openclaw_launch.stats.hang import HANG_EXIT_CODE, HangWatch
 from openclaw_launch.telemetry import gpu_events, wire
 from tests.test_hang import Job
 
-AT = 20  # rank 2 stops after exactly this many steps (the worker marks a boundary before its loop)
+AT = 20  # rank 2 stops after exactly this many steps (telemetry.step() calls: each ends a step)
 
 
 def _hang_job(tmp_path: Path, mode: str, extra_env: dict[str, str] | None = None) -> tuple[Job, dict, str]:
     job = Job(
         tmp_path,
         ["--hang-timeout-s", "3"],
-        ["--mode", mode, "--rank", "2", "--at", str(AT), "--first-step", "--step-ms", "20", "--steps", "200"],
+        ["--mode", mode, "--rank", "2", "--at", str(AT), "--step-ms", "20", "--steps", "200"],
         nproc=4,
         env=extra_env,
     )

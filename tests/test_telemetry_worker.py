@@ -173,7 +173,7 @@ def test_flight_recorder_entries_are_attributed_to_their_steps() -> None:
     import pickle
     import time
 
-    from openclaw_launch.telemetry.torch_hooks import FlightRecorder
+    from openclaw_launch.telemetry.flight_recorder import FlightRecorder
 
     now = time.time_ns()
     windows = [(now - 3_000_000_000, now - 2_900_000_000), (now - 2_900_000_000, now - 2_800_000_000)]

@@ -4,10 +4,12 @@ Why: the CPU cannot see a rank whose GPU work is slow. With NCCL it only enqueue
 gloo on CUDA tensors it waits inside DDP's backward as long on the fast ranks (for the slow one's
 gradients) as on the slow one (for its own GPU), so no CPU phase tells them apart. The GPU's own
 clock does: on every ``SAMPLE_EVERY_STEPS``-th step (the same step numbers on every rank) an event
-is recorded on the current stream at the step's first module forward, at its first ``backward``
+is recorded on the current stream at the step's first module forward, at its last ``backward``
 call and around ``optimizer.step()``. The forward (to the backward call) and the optimizer step are
-work on the rank's own GPU that holds no wait for peers (the backward holds DDP's gradient
-all-reduce), so their sum is the rank's GPU work per sampled step.
+work on the rank's own GPU that holds no wait for peers (the last backward holds DDP's gradient
+all-reduce), so their sum is the rank's GPU work per sampled step. With gradient accumulation the
+span covers every micro-batch: their forwards and the backwards before the last (DDP's ``no_sync``
+leaves the all-reduce to the last one).
 
 The events are read back at later step boundaries with ``Event.query()``, never ``synchronize()``:
 timing never blocks the training thread. A rank whose script never initialised CUDA records
@@ -31,6 +33,10 @@ MAX_PENDING = 4  # sampled steps whose events the GPU has not reached yet; beyon
 FORWARD, BACKWARD, OPTIMIZER, OPTIMIZER_END = "forward", "backward", "optimizer", "optimizer-end"
 # The timed spans: (start mark, end mark). Each needs both marks in the sampled step.
 SPANS = ((FORWARD, BACKWARD), (OPTIMIZER, OPTIMIZER_END))
+# Recorded again at every call in the sampled step: with gradient accumulation the span runs from the
+# first micro-batch's forward to the last micro-batch's backward call, every micro-batch's forward and
+# the backwards before the last (under DDP's no_sync, no all-reduce in them) included.
+RECORDED_AGAIN = frozenset({BACKWARD})
 MARKS = (FORWARD, BACKWARD, OPTIMIZER, OPTIMIZER_END)  # a step's marks in the order the GPU passes them
 PROGRESS_EVENTS = 8  # GpuProgress's ring: two steps of marks; a GPU further behind reads as "before the oldest"
 
@@ -81,12 +87,19 @@ class GpuSampler:
             return []
 
     def mark(self, name: str) -> None:
-        """An event for ``name`` in the sampled step (the first call per name counts), and the
-        progress mark when one is kept."""
+        """An event for ``name`` in the sampled step (the first call per name counts; for
+        ``BACKWARD`` the last: recorded again), and the progress mark when one is kept."""
         if self.progress is not None:
             self.progress.mark(name)
         marks = self._marks
-        if marks is None or name in marks:
+        if marks is None:
+            return
+        if name in marks:
+            if name in RECORDED_AGAIN:
+                try:
+                    marks[name].record()
+                except Exception:
+                    self.enabled, self._marks = False, None
             return
         try:
             if self._compiling() or self._cuda.is_current_stream_capturing():

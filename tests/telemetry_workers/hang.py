@@ -8,7 +8,7 @@ After ``--at`` steps, rank ``--rank`` stops:
 - ``barrier``: enters a barrier nobody else enters; the others wait in a ``sync`` section.
 - ``pause``: blocks in libc's ``pause()`` through ctypes (a C call, no Python progress).
 
-``--first-step`` marks a boundary before the loop, so that ``--at N`` means exactly N steps;
+``--first-step`` marks one more boundary (a step of its own) before the loop;
 ``--init-sleep-s`` makes rank ``--rank`` sleep before ``init_process_group`` (a start-up hang).
 - ``slow``: no hang: that rank is ``--slow-ms`` slower per step (a straggler), to the end.
 
