@@ -23,12 +23,14 @@ WORKERS = ROOT / "tests" / "telemetry_workers"
 
 
 def run(
-    tmp_path: Path, script: str, *args: str, nproc: int = 4, console: str = "none"
+    tmp_path: Path, *args: str, nproc: int = 4, console: str = "none"
 ) -> tuple[subprocess.CompletedProcess[str], Any]:
+    """The launcher's options, then the worker script's name (under tests/telemetry_workers) and its."""
     report = tmp_path / "run.json"
+    i = next(i for i, a in enumerate(args) if a.endswith(".py"))
     proc = subprocess.run(
         [sys.executable, "-m", "openclaw_launch", "--nproc-per-node", str(nproc), "--report", str(report)]
-        + ["--console-ranks", console, str(WORKERS / script), *args],
+        + ["--console-ranks", console, *args[:i], str(WORKERS / args[i]), *args[i + 1 :]],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -73,10 +75,14 @@ def test_a_pipeline_names_its_heavy_stage_as_the_stage_that_bounds_it(tmp_path: 
 
 
 def test_a_balanced_pipeline_names_no_stage(tmp_path: Path) -> None:
-    proc, report = run(tmp_path, "pipeline_loop.py")
+    """Balanced stages: none named (the p2p waits used to count as the last stage's host time: +25 %).
+    At a 15 % threshold: four stages on two cores contend for them unevenly (the stages that compute
+    at once share a core), up to several % of the step; the 5 % floor is in benchmarks/."""
+    proc, report = run(tmp_path, "--straggler-threshold-pct", "15", "pipeline_loop.py")
     assert proc.returncode == 0, proc.stderr
-    assert report["stragglers"] == [], report["stragglers"]
-    assert all(r["statistics"]["sync_sections"] == ["p2p"] for r in report["ranks"])
+    sections = [(r["statistics"]["sync_sections"], r["statistics"]["sections"]) for r in report["ranks"]]
+    assert report["stragglers"] == [], (report["stragglers"], sections)
+    assert all(sync == ["p2p"] for sync, _ in sections), sections
 
 
 def test_accumulation_times_every_micro_batch_and_counts_optimizer_steps(tmp_path: Path) -> None:

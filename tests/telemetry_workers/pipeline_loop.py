@@ -8,7 +8,7 @@ needs its gradient (stage 0 waits for its forward sends, stage 1 for its backwar
 schedules are written out here with the same calls.
 
 ``--heavy-stage S --heavy-layers K``: stage S holds K times the layers of the others (a partition
-that puts too many layers on one stage).
+that puts too many layers on one stage); ``--heavy-extra-layers K``: K layers more instead.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ def main() -> None:
     p.add_argument("--layers", type=int, default=2, help="layers per stage")
     p.add_argument("--heavy-stage", type=int, default=-1)
     p.add_argument("--heavy-layers", type=int, default=3)
+    p.add_argument("--heavy-extra-layers", type=int, default=0, help="instead: this many layers more")
     p.add_argument("--width", type=int, default=384)
     p.add_argument("--batch", type=int, default=256)
     args = p.parse_args()
@@ -39,7 +40,9 @@ def main() -> None:
     first, last = rank == 0, rank == world - 1
     torch.manual_seed(rank)
     torch.set_num_threads(1)
-    layers = args.layers * (args.heavy_layers if rank == args.heavy_stage else 1)
+    layers = args.layers
+    if rank == args.heavy_stage:
+        layers = layers + args.heavy_extra_layers if args.heavy_extra_layers else layers * args.heavy_layers
     stage = nn.Sequential(*(nn.Sequential(nn.Linear(args.width, args.width), nn.ReLU()) for _ in range(layers)))
     opt = torch.optim.SGD(stage.parameters(), lr=1e-4)
     m = args.microbatches
