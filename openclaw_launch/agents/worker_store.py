@@ -19,13 +19,14 @@ the ranks of each attempt, whose environment is the plan's.
 
 Where it runs: the launcher binds and listens on the port itself (an error there is one line, exit
 2, before any worker starts), then forks a helper (run/helper.py: the launcher keeps one thread at
-fork) that holds the listening socket. The helper imports torch only when the first connection is
-waiting (``TCPStore(..., master_listen_fd=...)`` then accepts it from the backlog): a job whose
-workers never open the store pays nothing for it, and one that does pays torch's import in the
-helper, beside the workers' own. After an attempt whose workers opened it, the next attempt's helper
-makes its store at once, while its workers import torch: the restart's ranks find it ready instead of
-waiting out the helper's import (issue 33, benchmarks/restart_breakdown.py). torch is the launcher's (its Python's); without it the store
-cannot be hosted, and the helper says so once.
+fork) that holds the listening socket and makes the store on it (``TCPStore(...,
+master_listen_fd=...)``, which accepts what waits in the backlog). When it imports torch: at once
+where the node's ranks have GPUs (such a node has cores to spare: the import runs beside the
+workers' own) and for a restart whose attempt before opened the store (issue 33,
+benchmarks/restart_breakdown.py); else when the first connection is waiting, so a job whose
+workers never open the store pays nothing for it, and one that does waits about 1 s for the
+helper's import after its ranks' own (2-core test box, warm cache). torch is the launcher's (its
+Python's); without it the store cannot be hosted, and the helper says so once.
 """
 
 from __future__ import annotations
@@ -162,6 +163,7 @@ class WorkerStore(Participant):
         used); ``WorkerStoreError`` if the port cannot be listened on. ``eager``: torch imported and
         the store made at once, not at the first connection."""
         port = agent_store_endpoint(ranks[0].env) if ranks else None
+        eager = eager or any(r.gpu_uuid is not None for r in ranks)  # GPU nodes: cores to spare for the import
         if port == self._port:
             return
         self.close()
