@@ -104,6 +104,7 @@ class Rendezvous:
         self._own: AgentStore | None = None
         self._port: LivenessServer | None = None  # the first node's liveness port
         self._admission: dict[str, str] = {}
+        self._pinged_at: float | None = None  # the waiting members were asked at this world's fate
 
     def world_scope(self, round_number: int) -> str:
         """The keys of world ``round_number``'s fixed-size protocol (under this job's namespace)."""
@@ -129,7 +130,7 @@ class Rendezvous:
                 store.set("secret", key.published)
             store.set("spec", self.spec.text)
             store.set("master_port", str(master_port))
-            self._port = LivenessServer(key, self.rdzv_id, self._admit, self._on_gone, self.say)
+            self._port = LivenessServer(key, self.rdzv_id, self._admit, self._on_gone, self.say, self._joined)
             store.set("live_port", str(self._port.start(store.addr)))
             self._root.set(ID_KEY, self.rdzv_id)  # last: a launcher that sees it finds the rest
             return
@@ -253,22 +254,19 @@ class Rendezvous:
         member the next world would take in is asked whether its launcher runs (agents/liveness.py's
         PING) and must answer within ``--keepalive-s``; one that does not is skipped, and the world
         forms with who is there."""
-        asked = time.monotonic()
         with self._lock:
+            asked, self._pinged_at = self._pinged_at, None
+            if asked is None:  # no loss or arrival asked them at the fate: ask now
+                asked = self._ping_waiting()
             self._running = False
             self._dead |= {self._world[r] for r in lost_ranks if r < len(self._world)}  # for good: a cut link
         skipped: set[int] = set()
-        asked_ids: set[int] = set()
         while True:
             with self._lock:
                 gone = self._dead | skipped
                 waiting = [self._members[i] for i in sorted(self._members) if i not in self._world and i not in gone]
                 world = next_world(self._world, gone, waiting, self.spec)
                 silent = [m for m in waiting if m.member_id in world and not self._answered(m.member_id, asked)]
-            for m in silent:
-                if self._port is not None and m.member_id not in asked_ids:
-                    asked_ids.add(m.member_id)
-                    self._port.ask(m.member_id)
             if not silent:
                 break
             if time.monotonic() - asked < self.keepalive_s:
@@ -290,6 +288,15 @@ class Rendezvous:
                 self.store.set("round", str(self.round + 1))
                 return
             self._publish(world)
+
+    def _ping_waiting(self) -> float:
+        """(Under the lock.) Ask every waiting member whether its launcher runs; when it was asked."""
+        at = time.monotonic()
+        if self._port is not None:
+            for i in self._members:
+                if i not in self._world and i not in self._dead:
+                    self._port.ask(i)
+        return at
 
     def _answered(self, member_id: int, since: float) -> bool:
         return self._port is None or self._port.answered_since(member_id, since)
@@ -343,9 +350,13 @@ class Rendezvous:
             self._members[member_id] = Member(member_id, record["token"], record["standby"], record["node"])
             if record["standby"]:
                 self.say(f"standby {record['token'].split(' #')[0]} joined: it runs no ranks until a node is lost")
+        return None
+
+    def _joined(self, member_id: int) -> None:
+        """A member's link is up: an active one may re-form a running world (and be asked on its link)."""
+        with self._lock:
             if self._running:
                 self._maybe_grow(self._fate_store())
-        return None
 
     def _maybe_grow(self, store: AgentStore) -> None:
         """(Under the lock.) A member waits to run ranks and the world has room: re-form."""
@@ -355,6 +366,7 @@ class Rendezvous:
         text = f"a node joined (--nnodes {self.spec.text}, {len(self._world)} running): re-forming the world"
         fate = Fate(REFORM, self.names[0] if self.names else "", None, EXIT_NODE_LOST, text)
         store.first(f"fate/{self.round}", fate.to_json())
+        self._pinged_at = self._pinged_at or self._ping_waiting()  # answered by the time the world has stopped
 
     def _on_gone(self, member_id: int) -> None:
         with self._lock:
@@ -369,4 +381,5 @@ class Rendezvous:
             name = self.names[rank] if rank < len(self.names) else f"node rank {rank}"
             text = f"node {name} is lost (its launcher {member.token.split(' #')[0]} closed its link to the first node)"
             store.first(f"fate/{self.round}", Fate("lost", name, None, EXIT_NODE_LOST, text).to_json())
+            self._pinged_at = self._pinged_at or self._ping_waiting()
             store.set(f"end/{self.round}/{rank}", "lost")  # no node waits for its end

@@ -94,13 +94,15 @@ class _Conn:
 @dataclass
 class LivenessServer:
     """The port's thread. ``admit(member_id, record)``: None to admit the member, else why not (the
-    member is told); ``gone(member_id)``: an admitted member's link closed."""
+    member is told); ``joined(member_id)``: its link is up (it may be asked, ``ask``);
+    ``gone(member_id)``: an admitted member's link closed."""
 
     key: JobKey
     rdzv_id: str
     admit: Callable[[int, dict[str, Any]], str | None]
     gone: Callable[[int], None]
     say: Callable[[str], None]
+    joined: Callable[[int], None] = lambda member_id: None  # an admitted member's link is up (told "ok")
     hello_timeout_s: float = HELLO_TIMEOUT_S
     dropped: Counter[str] = field(default_factory=Counter)
     _heard: dict[int, float] = field(default_factory=dict)
@@ -223,6 +225,7 @@ class LivenessServer:
         conn.member_id = member_id
         self._linked[member_id] = conn.sock
         self._heard[member_id] = now
+        self.joined(member_id)
 
     def _answer(self, conn: _Conn, verdict: bytes, body: bytes, why: str) -> None:
         text = why.replace("\n", "\\n").encode()
@@ -320,12 +323,13 @@ def connect(
 
 
 def _line(sock: socket.socket) -> bytes:
-    got = b""
-    while b"\n" not in got:
-        chunk = sock.recv(4096)
+    """One line, read a byte at a time: what follows it (the port's ``PING``) stays in the socket."""
+    got = bytearray()
+    while not got.endswith(b"\n"):
+        chunk = sock.recv(1)
         if not chunk:
             raise ValueError("closed")
         got += chunk
         if len(got) > HELLO_MAX_BYTES:
             raise ValueError("an answer too long")
-    return got.split(b"\n", 1)[0]
+    return bytes(got[:-1])
