@@ -386,7 +386,7 @@ def test_progress_thread_reports_the_phase_a_rank_is_blocked_in(tmp_path: Path) 
     try:
         got = wire.decode_any(inbox.recv(1 << 16))
         assert isinstance(got, wire.Progress)
-        assert (got.rank, got.steps, got.phase, got.collective) == (3, 0, "collective", "barrier")  # 1 boundary
+        assert (got.rank, got.steps, got.phase, got.collective) == (3, 1, "collective", "barrier")  # 1 boundary: 1 step
     finally:
         rec.close()
         inbox.close()

@@ -85,7 +85,7 @@ def test_bad_datagrams_are_counted_and_dropped_and_the_job_completes(tmp_path: P
     assert stats["dropped_datagrams"]["1"] == {"invalid": 14, "not_rank_process": 0, "over_rate": 0}
     assert stats["dropped_datagrams"]["0"] == {"invalid": 0, "not_rank_process": 1, "over_rate": 0}
     assert stats["bad_datagrams"] == 15
-    assert job.steps() == {0: 39, 1: 39}  # neither rank's statistics took the bad ones
+    assert job.steps() == {0: 40, 1: 40}  # neither rank's statistics took the bad ones
     assert "statistics from pid" in job.err and "rank 0" in job.err  # said once, on the console
     _no_traceback(job)
 
@@ -132,7 +132,7 @@ def test_a_worker_cleaning_tmpdir_loses_no_statistics_and_is_no_hang(tmp_path: P
     job = Job(tmp_path, "clean", "--steps", "200", launcher=("--hang-timeout-s", "2"), env={"TMPDIR": str(tmp)})
     assert job.code == 0, job.err
     assert "ABUSED clean" in job.proc.stdout
-    assert job.steps() == {0: 199, 1: 199} and job.json["hang"] is None
+    assert job.steps() == {0: 200, 1: 200} and job.json["hang"] is None
     _no_traceback(job)
 
 
@@ -145,7 +145,7 @@ def test_a_long_tmpdir_and_run_id_run(tmp_path: Path) -> None:
     launcher = ("--run-id", run_id, "--hang-timeout-s", "5")
     job = Job(tmp_path, "none", "--steps", "10", launcher=launcher, env={"TMPDIR": str(tmp)})
     assert len(str(tmp)) >= 200 and job.code == 0, job.err
-    assert job.steps() == {0: 9, 1: 9}
+    assert job.steps() == {0: 10, 1: 10}
     _no_traceback(job)
     too_long = invoke("--nproc-per-node", "1", "--run-id", "r" * 300, WORKER)
     assert too_long.returncode == 2 and "at most 200 bytes" in too_long.stderr and "Traceback" not in too_long.stderr

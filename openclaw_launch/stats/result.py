@@ -218,7 +218,7 @@ class HangRank:
         )
     )
     steps: int = field(
-        metadata=doc("steps it made (a step ends at each boundary after the first), as in `ranks[].statistics`")
+        metadata=doc("steps it made (one per `optimizer.step()` or `telemetry.step()`), as in `ranks[].statistics`")
     )
     no_step_s: float | None = field(metadata=doc("seconds since its last step at the verdict; null: it never stepped"))
     phase: str = field(

@@ -1,16 +1,20 @@
 """Zero-code hooks, installed right after the user's script imports torch.
 
 Each hook charges time to a phase of the recorder (see ``wire``): the DataLoader's ``__next__``
-(input stage), ``DistributedDataParallel.forward``, ``Tensor.backward``, ``optimizer.step`` (also
-the step boundary when the script does not call ``telemetry.step()``), the step's first module
-forward (the end of its ``host`` time: a global forward pre-hook armed at each boundary and removed
-when it fires, so every other module call keeps torch's hook-free fast path), and collectives
-called from Python. Whether the CPU waits inside a collective (and inside DDP's backward) follows the
-backend of the process group the script really uses (``blocks_host``), not the plan's: with NCCL the
-CPU only enqueues, so those calls are not waiting; the host waits for the GPU instead (synchronize,
-``.item()``, copies to the host: ``wire.DEVICE_WAIT``, a wait phase) and, with ``--telemetry full``,
-the wait comes from torch's flight recorder (per-collective GPU durations, read at flush). On a
-sample of steps the same hooks time the rank's GPU work with CUDA events (``gpu_events``).
+(input stage), ``DistributedDataParallel.forward`` and an FSDP2 root's forward, ``Tensor.backward``,
+``optimizer.step`` (also the step boundary when the script does not call ``telemetry.step()``), the
+step's first module forward (the end of its ``host`` time: a global forward pre-hook armed at each
+boundary and removed when it fires, so every other module call keeps torch's hook-free fast path),
+the c10d collectives and point-to-point calls called from Python (FSDP2's all-gathers and
+reduce-scatters, a pipeline's ``isend``/``irecv``/``batch_isend_irecv``) and ``Work.wait`` after an
+asynchronous one: waiting, so a rank's own work is its step minus them. Whether the CPU waits inside
+a collective (and inside DDP's backward) follows the backend of the process group the script really
+uses (``blocks_host``), not the plan's: with NCCL the CPU only enqueues, so those calls are not
+waiting; the host waits for the GPU instead (synchronize, ``.item()``, copies to the host:
+``wire.DEVICE_WAIT``, a wait phase) and, with ``--telemetry full``, the wait comes from torch's flight
+recorder (``flight_recorder``). On a sample of steps the same hooks time the rank's GPU work with
+CUDA events (``gpu_events``). Each wrapper is one frame, which the bootstrap cuts from an uncaught
+exception's traceback.
 """
 
 from __future__ import annotations
