@@ -7,6 +7,8 @@ gigabytes of memory or minutes of CPU.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 MAX_CPU_ID = 65535  # CPU and NUMA node ids (Linux's NR_CPUS is at most 8192 today)
 MAX_RANKS_PER_NODE = 4096  # --nproc-per-node, cpu_workers, ranks in --console-ranks
 MAX_WORLD_SIZE = 1 << 20
@@ -32,6 +34,15 @@ MAX_RECORD_BYTES = 1 << 20  # a preflight --record file: a few tiers
 FDS_PER_RANK = 2  # the launcher holds per local rank: the read ends of its stdout and stderr
 FDS_PER_RANK_LOGS = 2  # ... and with --log-dir its stdout.log and stderr.log
 FD_MARGIN = 256  # the launcher's own descriptors besides the ranks' (helpers, logs, sockets, imports)
+
+
+MAX_LISTED = 12  # names an error message lists (a 10 000-node config's names made one line of 69 000 characters)
+
+
+def listed(names: Sequence[str], limit: int = MAX_LISTED) -> str:
+    """``names`` for an error message, comma-separated, the first ``limit`` and how many more."""
+    shown = ", ".join(names[:limit])
+    return shown + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")
 
 
 def seconds_problem(value: float, lo: float = 0.0) -> str | None:

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 
 from openclaw_launch.config.model import Config, NodeSpec
 from openclaw_launch.errors import PlanError
+from openclaw_launch.limits import listed
 
 
 def resolve_node(
@@ -40,7 +41,7 @@ def resolve_node(
     if len(matches) == 1:
         return matches[0]
     why = "several nodes match this host" if matches else "no node matches this host's names or addresses"
-    raise PlanError(f"{why} in {config.source}; pass --node with one of: {', '.join(matches or names)}")
+    raise PlanError(f"{why} in {config.source}; pass --node with one of: {listed(matches or names)}")
 
 
 def _slurm_position(environ: Mapping[str, str]) -> str | None:
@@ -61,11 +62,11 @@ def _slurm_position(environ: Mapping[str, str]) -> str | None:
 def _slurm_index(config: Config, slurm_id: str, names: list[str]) -> int:
     """``SLURM_NODEID`` (this node's index in the allocation) as an index into the config's nodes."""
     if not slurm_id.isdigit():
-        raise PlanError(f"SLURM_NODEID={slurm_id!r} is not a node index; pass --node with one of: {', '.join(names)}")
+        raise PlanError(f"SLURM_NODEID={slurm_id!r} is not a node index; pass --node with one of: {listed(names)}")
     idx = int(slurm_id)
     if idx >= len(names):
         raise PlanError(
-            f"SLURM_NODEID={idx} but {config.source} has only {len(names)} node(s) ({', '.join(names)}); "
+            f"SLURM_NODEID={idx} but {config.source} has only {len(names)} node(s) ({listed(names)}); "
             "allocate as many Slurm nodes as the config has, or pass --node"
         )
     return idx

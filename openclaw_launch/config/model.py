@@ -237,8 +237,9 @@ class Config:
             if n.name == name:
                 return n
         from openclaw_launch.errors import PlanError
+        from openclaw_launch.limits import listed
 
-        names = ", ".join(n.name for n in self.nodes)
+        names = listed([n.name for n in self.nodes])
         raise PlanError(f"node {name!r} is not in {self.source}; the config has: {names}")
 
 
