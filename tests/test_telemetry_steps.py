@@ -98,3 +98,34 @@ def test_a_pipeline_stage_travels_with_the_batch() -> None:
     assert wire.decode(wire.encode(batch)) == batch
     bad = wire.encode(batch).replace(b'"pp":[2,4,8]', b'"pp":[5,4,8]')
     assert wire.decode(bad) is None
+
+
+def test_a_pipeline_schedule_made_notes_the_stage_this_rank_runs(tmp_path: Path) -> None:
+    """torch.distributed.pipelining's schedules, as the hooks patch them once the script imports
+    them (a stand-in module with the same shape: a single-stage and a multi-stage schedule)."""
+    import types
+
+    from openclaw_launch.telemetry import torch_hooks
+
+    class Stage:
+        def __init__(self, index: int) -> None:
+            self.stage_index, self.num_stages = index, 8
+
+    class PipelineScheduleSingle:
+        def __init__(self, stage: Stage, n_microbatches: int) -> None:
+            self._stage, self._n_microbatches = stage, n_microbatches
+
+    class PipelineScheduleMulti:
+        def __init__(self, stages: list[Stage], n_microbatches: int) -> None:
+            self._stages, self._n_microbatches = stages, n_microbatches
+
+    schedules = types.ModuleType("schedules")
+    schedules.PipelineScheduleSingle = PipelineScheduleSingle  # type: ignore[attr-defined]
+    schedules.PipelineScheduleMulti = PipelineScheduleMulti  # type: ignore[attr-defined]
+    rec = recorder.Recorder(str(tmp_path / "nobody.sock"), rank=0)
+    torch_hooks._note_pipeline(rec, schedules)
+    PipelineScheduleSingle(Stage(2), n_microbatches=4)
+    assert rec.pipeline == (2, 8, 4)
+    PipelineScheduleMulti([Stage(5), Stage(1)], n_microbatches=16)
+    assert rec.pipeline == (1, 8, 16)
+    rec.close()
