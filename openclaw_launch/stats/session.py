@@ -199,6 +199,8 @@ class StatsSession(Participant):
         if found:
             s = found[0]
             text += f"; straggler: rank {s.rank} ({s.phase}, {s.section}) +{s.excess_pct:.0f} %"
+            if any(h.startswith("pipeline:") for h in s.hints):
+                text += ", the stage that bounds the pipeline"
         else:
             text += "; no straggler"
         from openclaw_launch.stats import imbalance, memory  # findings beyond one slow rank (report too)
