@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
 import tempfile
 from pathlib import Path
+
+_CHECK_BYTES = 64 << 10  # what the check before a job writes (and removes): a full disk refuses it
 
 
 def _umask() -> int:
@@ -38,10 +41,16 @@ def check_output_path(path: str | os.PathLike[str]) -> str | None:
         return f"{parent} is not a directory"
     try:  # a read-only filesystem, permissions, no inodes: try it
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.check.", dir=parent)
-        os.close(fd)
-        os.unlink(tmp)
     except OSError as e:
         return f"cannot create files in {parent}: {e.strerror or e}"
+    try:  # a full disk creates the (empty) file and refuses its bytes: write some, as the report will
+        os.write(fd, b"\0" * _CHECK_BYTES)  # no fsync: the filesystem refuses the blocks at the write
+    except OSError as e:
+        return f"cannot write {_CHECK_BYTES >> 10} KiB in {parent}: {e.strerror or e}"
+    finally:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
     return None
 
 
