@@ -21,7 +21,7 @@ import psutil
 import pytest
 from guards import GUARD_S, wait_for
 from host import free_port
-from test_elastic import WORKER, elastic_line, ended, launcher, tree, wait_listening, wait_said
+from test_elastic import ELASTIC_CONFIG, WORKER, elastic_line, ended, launcher, tree, wait_listening, wait_said
 
 
 def liveness_port(launcher_pid: int, store_port: int) -> int:
@@ -158,3 +158,24 @@ def test_a_standby_that_does_not_answer_is_skipped_and_the_world_reforms_with_wh
     assert code == 0, err
     assert "did not answer within 2 s (--keepalive-s): skipped" in err
     assert "done rank 0 size 1 restart 1" in (tmp_path / "a.out").read_text()
+
+
+@pytest.mark.usefixtures("served_agent_stores")
+def test_a_second_launcher_for_a_config_node_is_refused_at_once_and_the_job_runs(tmp_path: Path) -> None:
+    """Issue 32 item 9: the second launcher for node1 of an elastic config job waited out the whole
+    agent timeout; it is refused at admission (exit 2) and the job runs on."""
+    config = tmp_path / "cluster.yaml"
+    config.write_text(ELASTIC_CONFIG)
+    master, agent = free_port(), free_port()
+    line = ["--config", str(config), "--master-port", str(master), "--agent-port", str(agent), "--max-restarts", "1"]
+    work = [WORKER, "--steps", "160", "--step-s", "0.05"]  # ~8 s in the world of two
+    first = launcher([*line, "--node", "node0", *work], tmp_path, "a")
+    wait_listening(agent)
+    second = launcher([*line, "--node", "node1", *work], tmp_path, "b")
+    wait_said(tmp_path / "b.out", "size 2")
+    again = launcher([*line, "--node", "node1", "--agent-timeout-s", "300", WORKER], tmp_path, "c")
+    code, err = ended(again)
+    assert code == 2 and "node node1 already joined this job" in err and "untouched" in err, err
+    assert first.poll() is None and second.poll() is None  # refused before the running world heard of it
+    (code_a, err_a), (code_b, err_b) = ended(first), ended(second)
+    assert (code_a, code_b) == (0, 0), err_a + err_b

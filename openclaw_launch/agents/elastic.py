@@ -347,6 +347,14 @@ class Rendezvous:
         with self._lock:
             if member_id in self._members or member_id in self._dead:
                 return f"member {member_id} of --rdzv-id {self.rdzv_id} joined already; started nothing"
+            node = record["node"]
+            live = [m for m in self._members.values() if m.member_id not in self._dead]
+            holder = next((m for m in live if node and m.node == node), None)
+            if holder is not None:  # a config node runs once: the second launcher for it goes, not the job
+                return (
+                    f"node {node} already joined this job (its launcher: {holder.token.split(' #')[0]}): a second "
+                    "launcher for it is refused; the running job is untouched, started nothing"
+                )
             self._members[member_id] = Member(member_id, record["token"], record["standby"], record["node"])
             if record["standby"]:
                 self.say(f"standby {record['token'].split(' #')[0]} joined: it runs no ranks until a node is lost")
