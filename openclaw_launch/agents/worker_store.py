@@ -21,8 +21,8 @@ Where it runs: the launcher binds and listens on the port itself (an error there
 2, before any worker starts), then forks a helper (run/helper.py: the launcher keeps one thread at
 fork) that holds the listening socket and makes the store on it (``TCPStore(...,
 master_listen_fd=...)``, which accepts what waits in the backlog). When it imports torch: at once
-where the node's ranks have GPUs (such a node has cores to spare: the import runs beside the
-workers' own) and for a restart whose attempt before opened the store (issue 33,
+where the node's ranks are GPU ranks running a Python target (such a node has cores to spare: the
+import runs beside the workers' own) and for a restart whose attempt before opened the store (issue 33,
 benchmarks/restart_breakdown.py); else when the first connection is waiting, so a job whose
 workers never open the store pays nothing for it, and one that does waits about 1 s for the
 helper's import after its ranks' own (2-core test box, warm cache). torch is the launcher's (its
@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from openclaw_launch.errors import LaunchError
+from openclaw_launch.plan.build import BOOTSTRAP_MODULE
 from openclaw_launch.plan.env import agent_store_endpoint
 from openclaw_launch.run.helper import Helper, Link, Message, Vocabulary
 from openclaw_launch.run.participant import Participant, StopKind, StopReason, Timer
@@ -137,6 +138,13 @@ def _dual_stack(sock: socket.socket) -> bool:
     return False
 
 
+def _python_on_gpus(ranks: Sequence[RankPlan]) -> bool:
+    """GPU ranks running a Python target (through the statistics bootstrap): a training script that
+    will open the store, on a node with cores to spare for the helper's import beside theirs. A
+    ``--no-python`` command, or a CPU rank, makes the store at its first connection."""
+    return any(r.gpu_uuid is not None and BOOTSTRAP_MODULE in r.argv for r in ranks)
+
+
 class WorkerStore(Participant):
     """The launcher's side: hosts a store for the ranks of each attempt where they say this node is
     the host (plan/env.py's ``agent_store_endpoint``), and ends it with the attempt."""
@@ -163,7 +171,7 @@ class WorkerStore(Participant):
         used); ``WorkerStoreError`` if the port cannot be listened on. ``eager``: torch imported and
         the store made at once, not at the first connection."""
         port = agent_store_endpoint(ranks[0].env) if ranks else None
-        eager = eager or any(r.gpu_uuid is not None for r in ranks)  # GPU nodes: cores to spare for the import
+        eager = eager or _python_on_gpus(ranks)
         if port == self._port:
             return
         self.close()
