@@ -25,19 +25,22 @@ ROOT = Path(__file__).resolve().parent.parent
 WORKERS = ROOT / "tests" / "telemetry_workers"
 
 
-def launch(script: str, *args: str) -> dict[str, Any]:
+def launch(script: str, *args: str) -> dict[str, Any] | None:
+    """A run's report; None (and its stderr's tail printed) when the run failed."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "run.json"
-        subprocess.run(
+        proc = subprocess.run(
             [sys.executable, "-m", "openclaw_launch", "--nproc-per-node", "4", "--report", str(report)]
             + ["--console-ranks", "none", str(WORKERS / script), *args],
             cwd=tmp,
             capture_output=True,
             text=True,
             timeout=600,
-            check=True,
         )
-        return json.loads(report.read_text())
+        if proc.returncode != 0:
+            print(f"run failed ({proc.returncode}):", *proc.stderr.splitlines()[-12:], sep="\n  ", flush=True)
+            return None
+        return json.loads(report.read_text())  # type: ignore[no-any-return]
 
 
 def median_step_s(report: dict[str, Any]) -> float:
@@ -72,19 +75,26 @@ def main() -> None:
     results: dict[str, Any] = {}
     for name in args.cases:
         script, base, slow, right = cases[name]
-        balanced, slowed = [], []
+        balanced: list[dict[str, Any]] = []
+        slowed: list[dict[str, Any]] = []
+        failed = 0
         for _ in range(args.runs):
-            balanced.append(launch(script, *base))
-            slowed.append(launch(script, *base, *slow))
+            for runs, extra in ((balanced, ()), (slowed, slow)):
+                report = launch(script, *base, *extra)
+                if report is None:
+                    failed += 1
+                else:
+                    runs.append(report)
         pace = statistics.median(median_step_s(r) for r in balanced)
         cost = statistics.median(median_step_s(r) for r in slowed) / pace - 1
         named = [r["stragglers"][0] for r in slowed if len(r["stragglers"]) == 1 and right(r["stragglers"][0])]
         false = [r["stragglers"] for r in balanced if r["stragglers"]]
         results[name] = {
             "slowdown_pct_of_step": round(100 * cost, 1),
-            "named_right": f"{len(named)}/{args.runs}",
+            "named_right": f"{len(named)}/{len(slowed)}",
             "named_excess_pct": [round(s["excess_pct"], 1) for s in named],
-            "balanced_false": f"{len(false)}/{args.runs}",
+            "balanced_false": f"{len(false)}/{len(balanced)}",
+            "failed_runs": failed,
             "balanced_median_step_ms": round(1000 * pace, 1),
             "args": slow,
         }

@@ -84,6 +84,22 @@ class _Backends:
         return backend
 
 
+def _timed_backward(
+    rec: recorder.Recorder, sampler: gpu_events.GpuSampler, fn: Callable[..., Any]
+) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def backward(*args: Any, **kwargs: Any) -> Any:
+        sampler.mark(gpu_events.BACKWARD)
+        entered = rec.enter(wire.BACKWARD)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if entered:
+                rec.leave()
+
+    return backward
+
+
 def _timed_collective(
     rec: recorder.Recorder,
     fn: Callable[..., Any],
@@ -179,19 +195,10 @@ def install(torch: ModuleType) -> None:
     if rec.progress_on:  # hang detection: how far the GPU got, for a kernel that never ends (stats/hang.py)
         sampler.progress = gpu_events.GpuProgress(torch.cuda, torch.compiler.is_compiling)
         rec.gpu_position = sampler.progress.read
-    tensor_backward = torch.Tensor.backward
-
-    @functools.wraps(tensor_backward)
-    def backward(*args: Any, **kwargs: Any) -> Any:
-        sampler.mark(gpu_events.BACKWARD)
-        entered = rec.enter(wire.BACKWARD)
-        try:
-            return tensor_backward(*args, **kwargs)
-        finally:
-            if entered:
-                rec.leave()
-
-    torch.Tensor.backward = backward
+    # loss.backward() and torch.autograd.backward (a pipeline stage's backward from its output's
+    # gradient): the same phase, whichever a rank calls (the one calls the other: nested, once).
+    torch.Tensor.backward = _timed_backward(rec, sampler, torch.Tensor.backward)
+    torch.autograd.backward = _timed_backward(rec, sampler, torch.autograd.backward)
     rec.on_step = _first_forward(rec, torch, sampler)
     rec.on_step(1)  # the first step begins at the first module forward too (when nothing came before)
 
