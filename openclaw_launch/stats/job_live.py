@@ -1,0 +1,254 @@
+"""The job's live verdict across nodes: every node's interval summary, judged together on node 0.
+
+Each node's live line judges only its own ranks; a straggler on another node shows there only as
+waiting. So at every live line the launcher hands its ranks' summaries of the attempt (collect.py's
+``RankSummary``, each with only its last ``LIVE_WINDOWS`` windows of 5 steps: the verdict compares
+ranks window by window, so the job's line judges the last 120 steps at most, and the bytes per node
+stay bounded however long the job) to its statistics helper process (stats/helper.py). The helper,
+on a thread of its own, writes them to the agents' store (agents/store.py, through the
+standard-library client agents/tcpstore_client.py) under ``node_key``: the run id, the attempt and
+the node rank, one key per node, overwritten each interval. Node 0's helper then reads every
+node's key of the attempt with one ``multi_get`` (a ``check`` first for the keys it has not seen
+yet: ``multi_get`` waits for all its keys), judges the merged ranks with the verdict's own pure
+functions (stats/verdict.py ``find_stragglers``), sends the line to its launcher, which prints it
+(``openclaw-launch: job stats: ...``), and serves the job-wide numbers on node 0's
+``--metrics-port`` (stats/metrics.py ``openclaw_job_*``).
+
+Nothing here runs in the launcher's process but the encoding (``encode_ranks``): the network I/O
+is the helper's, never the supervisor loop's. A store that cannot be reached (node 0 gone at the
+job's end, a restart's re-formed world) costs that interval's line and nothing else; the thread
+connects again at the next one.
+
+The attempt contract: the key carries the attempt, so a restart's (or a re-formed world's) first
+line judges only that attempt's summaries; the node count of the attempt is the world's
+(``GROUP_WORLD_SIZE``), and a node whose key did not change over ``STALE_READS`` reads is left
+out of the verdict and named as silent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import queue
+import statistics
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from openclaw_launch.codec import from_json, to_json
+from openclaw_launch.stats.collect import RankSummary
+
+if TYPE_CHECKING:
+    from openclaw_launch.stats.result import Straggler
+
+KEY_ROOT = "openclaw/live"  # under the agents' own prefix (agents/store.py PREFIX)
+LIVE_WINDOWS = 24  # the windows (of 5 steps) a rank's interval summary carries: the verdict's evidence
+STORE_TIMEOUT_S = 2.0  # connect and every call: a slow store costs a line, never a stuck helper
+STALE_READS = 3  # node 0's reads with a node's key unchanged before that node is left out
+LIVE_MIN_STEPS = 20  # measured steps a rank needs in the attempt before the job's line judges (4 windows)
+
+
+class StoreClient(Protocol):
+    """The calls made on the agents' store (agents/tcpstore_client.py's TCPStoreClient has them)."""
+
+    def set(self, key: str, value: bytes) -> None: ...
+    def check(self, keys: Sequence[str]) -> bool: ...
+    def multi_get(self, keys: Sequence[str]) -> list[bytes]: ...
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class JobLiveTarget:
+    """Where the nodes' summaries meet: the agents' store, and what names and judges them.
+    ``connect(host, port, timeout_s)`` is the store's client, given from above (job/agents.py):
+    stats/ is below agents/."""
+
+    host: str
+    port: int
+    run_id: str
+    threshold_pct: float
+    connect: Callable[[str, int, float], StoreClient]
+
+
+@dataclass(frozen=True)
+class NodeInterval:
+    """One node's interval, as written to its key."""
+
+    node: str
+    node_rank: int
+    seq: int  # this node's lines in this attempt: a key that does not move is a silent node
+    ranks: tuple[RankSummary, ...]
+
+
+@dataclass(frozen=True)
+class JobVerdict:
+    text: str
+    nodes: tuple[NodeInterval, ...]  # those judged
+    found: tuple[Straggler, ...]
+    silent: tuple[int, ...]  # node ranks with no fresh summary
+
+
+def node_key(run_id: str, attempt: int, node_rank: int) -> str:
+    return f"{KEY_ROOT}/{run_id}/{attempt}/{node_rank}"
+
+
+def encode_ranks(ranks: Sequence[RankSummary]) -> tuple[dict[str, Any], ...]:
+    """The launcher's part: the summaries as JSON, each with its last ``LIVE_WINDOWS`` windows (the
+    verdict's evidence; the bytes per node stay bounded however long the attempt)."""
+    return tuple(to_json(dataclasses.replace(r, windows=r.windows[-LIVE_WINDOWS:])) for r in ranks)
+
+
+def encode_node(node: str, node_rank: int, seq: int, ranks: Sequence[dict[str, Any]]) -> bytes:
+    payload = {"node": node, "node_rank": node_rank, "seq": seq, "ranks": list(ranks)}
+    return json.dumps(payload, separators=(",", ":")).encode()
+
+
+def decode_node(blob: bytes) -> NodeInterval | None:
+    """A node's key, or None for a value this version cannot read (a newer writer's, a torn one)."""
+    try:
+        data = json.loads(blob)
+        ranks = tuple(from_json(RankSummary, r) for r in data["ranks"])
+        return NodeInterval(str(data["node"]), int(data["node_rank"]), int(data["seq"]), ranks)
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def judge(nodes: Sequence[NodeInterval], nnodes: int, silent: Sequence[int], threshold_pct: float) -> JobVerdict:
+    """The job's live line over every node's ranks. Pure: the verdict's ``find_stragglers`` on the
+    merged summaries, the node of each rank from its node's key."""
+    from openclaw_launch.stats import verdict
+
+    ranks = sorted((r for n in nodes for r in n.ranks), key=lambda r: r.rank)
+    facts = {r.rank: verdict.RankFacts(node=n.node) for n in nodes for r in n.ranks}
+    head = f"{len(nodes)} of {nnodes} node(s), {len(ranks)} rank(s)"
+    if silent:
+        head += f", silent: node rank(s) {', '.join(str(k) for k in silent)}"
+    measured = [r for r in ranks if r.measured_steps]
+    if not measured:
+        return JobVerdict(head + ", no measured steps yet", tuple(nodes), (), tuple(silent))
+    p50 = statistics.median(r.step_p50_s for r in measured)
+    text = f"{head}, step p50 {1000 * p50:.1f} ms"
+    if min(r.measured_steps for r in measured) < LIVE_MIN_STEPS:
+        text += f"; too few steps to judge (fewer than {LIVE_MIN_STEPS} on a rank)"
+        return JobVerdict(text, tuple(nodes), (), tuple(silent))
+    found = tuple(verdict.find_stragglers(measured, facts, threshold_pct))
+    if found:
+        s = found[0]
+        text += f"; straggler: node {s.node} rank {s.rank} ({s.phase}, {s.section}) +{s.excess_pct:.0f} %"
+    else:
+        text += "; no straggler"
+    return JobVerdict(text, tuple(nodes), found, tuple(silent))
+
+
+def job_snapshot(run_id: str, attempt: int, judged: JobVerdict) -> dict[str, Any]:
+    """node 0's job-wide numbers for the metrics endpoint (stats/metrics.py ``openclaw_job_*``)."""
+    ranks = [
+        {"node": n.node, "rank": r.rank, "steps": r.steps, "step_p50_s": r.step_p50_s if r.measured_steps else None}
+        for n in judged.nodes
+        for r in n.ranks
+    ]
+    stragglers = [
+        {"node": s.node, "rank": s.rank, "phase": s.phase, "section": s.section, "excess_pct": s.excess_pct}
+        for s in judged.found
+    ]
+    return {
+        "run_id": run_id,
+        "restarts": attempt,
+        "nodes_reporting": len(judged.nodes),
+        "ranks": ranks,
+        "stragglers": stragglers,
+    }
+
+
+@dataclass(frozen=True)
+class Interval:
+    """What the helper's thread is given at each of its node's live lines."""
+
+    attempt: int
+    node: str
+    node_rank: int
+    nnodes: int
+    ranks: tuple[dict[str, Any], ...]
+
+
+class JobLive:
+    """The helper's side: a thread that takes the latest interval (an older one not yet sent is
+    dropped: only the newest matters), writes it, and on node 0 reads and judges every node's."""
+
+    def __init__(
+        self,
+        target: JobLiveTarget,
+        on_line: Callable[[str], None],
+        on_snapshot: Callable[[dict[str, Any]], None] | None,
+    ) -> None:
+        self.target = target
+        self._on_line = on_line
+        self._on_snapshot = on_snapshot
+        self._queue: queue.Queue[Interval | None] = queue.Queue(maxsize=1)
+        self._client: StoreClient | None = None
+        self._seq: dict[int, int] = {}  # attempt -> this node's lines in it
+        self._seen: dict[str, tuple[int, int]] = {}  # key -> (seq, reads it stayed so)
+        self._attempt = -1
+        self.errors = 0  # intervals lost to the store (not reached, failed mid-call)
+        self._thread = threading.Thread(target=self._run, name="openclaw-job-live", daemon=True)
+        self._thread.start()
+
+    def submit(self, interval: Interval) -> None:
+        self._replace(interval)
+
+    def close(self, timeout_s: float = STORE_TIMEOUT_S) -> None:
+        self._replace(None)
+        self._thread.join(timeout=timeout_s)
+
+    def _replace(self, item: Interval | None) -> None:
+        """The one not yet taken is superseded (a racing put of the thread's own cannot happen: only
+        this thread puts)."""
+        with contextlib.suppress(queue.Empty):
+            self._queue.get_nowait()
+        with contextlib.suppress(queue.Full):
+            self._queue.put_nowait(item)
+
+    def _run(self) -> None:
+        while (interval := self._queue.get()) is not None:
+            try:
+                self._once(interval)
+            except Exception:  # the store gone or out of protocol: this line is lost, the next connects again
+                self.errors += 1
+                if self._client is not None:
+                    self._client.close()
+                self._client = None
+        if self._client is not None:
+            self._client.close()
+
+    def _once(self, interval: Interval) -> None:
+        if interval.attempt != self._attempt:  # a restart or a re-formed world: from nothing
+            self._attempt, self._seen = interval.attempt, {}
+        if self._client is None:
+            self._client = self.target.connect(self.target.host, self.target.port, STORE_TIMEOUT_S)
+        seq = self._seq[interval.attempt] = self._seq.get(interval.attempt, 0) + 1
+        run_id = self.target.run_id
+        blob = encode_node(interval.node, interval.node_rank, seq, interval.ranks)
+        self._client.set(node_key(run_id, interval.attempt, interval.node_rank), blob)
+        if interval.node_rank != 0:
+            return
+        keys = [node_key(run_id, interval.attempt, k) for k in range(interval.nnodes)]
+        ready = [k for k in keys if k in self._seen or self._client.check([k])]
+        nodes, silent = [], []
+        for key, value in zip(ready, self._client.multi_get(ready) if ready else [], strict=True):
+            node = decode_node(value)
+            if node is None:
+                continue
+            last_seq, unchanged = self._seen.get(key, (-1, 0))
+            unchanged = unchanged + 1 if node.seq == last_seq else 0
+            self._seen[key] = (node.seq, unchanged)
+            if unchanged >= STALE_READS:
+                silent.append(node.node_rank)
+            else:
+                nodes.append(node)
+        silent += [k for k, key in enumerate(keys) if key not in self._seen]
+        judged = judge(nodes, interval.nnodes, sorted(silent), self.target.threshold_pct)
+        self._on_line(judged.text)
+        if self._on_snapshot is not None:
+            self._on_snapshot(job_snapshot(run_id, interval.attempt, judged))
