@@ -6,11 +6,13 @@ does not wait for it: NVML's start (pynvml's import alone is 60-90 ms) runs besi
 Its messages (``VOCABULARY``, run/helper.py's typed link):
 
 - launcher -> helper: ``Publish`` (the endpoint's snapshot), ``Append`` (a stats-file line),
-  ``Finish`` (stop sampling, write what is queued, answer ``Finished``, exit).
+  ``LiveInterval`` (a multi-node job: this node's interval summaries for the job's live verdict,
+  stats/job_live.py), ``Finish`` (stop sampling, write what is queued, answer ``Finished``, exit).
 - helper -> launcher: ``GpuRound`` after every round of samples (the latest sample and the running
   summary per GPU, a ``GpuStats`` in the codec's JSON, the NVML events seen so far: XID,
   uncorrectable ECC), ``GpuError`` (NVML did not start), ``StatsFileError`` (the first line that
-  could not be written: a full disk), ``Finished`` (the final round and errors).
+  could not be written: a full disk), ``JobLine`` (node 0 of a multi-node job: the job's live line),
+  ``Finished`` (the final round and errors).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from openclaw_launch.run.helper import Helper, Link, Message, Vocabulary
 
 if TYPE_CHECKING:
     from openclaw_launch.stats.gpu import GpuSampler, Sample, SampleSource
+    from openclaw_launch.stats.job_live import JobLiveTarget
     from openclaw_launch.stats.result import GpuStats
 
 FINISH_TIMEOUT_S = 12.0  # the sampler's and the file writer's own bounds (5 s each), and a margin
@@ -43,6 +46,20 @@ class Append(Message):
 @dataclass(frozen=True)
 class Finish(Message):
     pass
+
+
+@dataclass(frozen=True)
+class LiveInterval(Message):
+    attempt: int
+    node: str
+    node_rank: int  # in this attempt's world
+    nnodes: int  # this attempt's world
+    ranks: tuple[dict[str, Any], ...]  # the interval's RankSummary per rank (stats/job_live.encode_ranks)
+
+
+@dataclass(frozen=True)
+class JobLine(Message):
+    text: str
 
 
 @dataclass(frozen=True)
@@ -70,7 +87,10 @@ class Finished(Message):
     stats_file_dropped: int
 
 
-VOCABULARY = Vocabulary(to_helper=(Publish, Append, Finish), to_launcher=(GpuRound, GpuError, StatsFileError, Finished))
+VOCABULARY = Vocabulary(
+    to_helper=(Publish, Append, LiveInterval, Finish),
+    to_launcher=(GpuRound, GpuError, StatsFileError, JobLine, Finished),
+)
 
 
 class StatsHelper:
@@ -78,9 +98,12 @@ class StatsHelper:
     ``on_warning`` is told, once each, when NVML did not start in the helper and when the stats
     file could not be written."""
 
-    def __init__(self, helper: Helper, on_warning: Callable[[str], None]) -> None:
+    def __init__(
+        self, helper: Helper, on_warning: Callable[[str], None], on_job_line: Callable[[str], None] | None = None
+    ) -> None:
         self._helper = helper
         self._on_warning = on_warning
+        self._on_job_line = on_job_line  # node 0 of a multi-node job: the job's live line (printed)
         self.latest: dict[str, Sample] = {}  # the last sample per GPU
         self._summaries: dict[str, Any] = {}  # the running summary per GPU, as sent (decoded when asked)
         self.gpu_events: list[GpuEvent] = []  # NVML events (XID, ECC), oldest first (bounded by the sampler)
@@ -97,17 +120,20 @@ class StatsHelper:
         metrics_socket: socket.socket | None,
         stats_file: str | None,
         on_warning: Callable[[str], None],
+        job_live: JobLiveTarget | None = None,
+        on_job_line: Callable[[str], None] | None = None,
     ) -> StatsHelper:
-        """Fork the helper (the launcher closes its copy of ``metrics_socket``)."""
+        """Fork the helper (the launcher closes its copy of ``metrics_socket``). ``job_live``: a
+        multi-node job's store, where the helper sends this node's intervals (stats/job_live.py)."""
 
         def main(link: Link) -> None:
-            _serve(link, list(uuids), gpu_source, metrics_socket, stats_file)
+            _serve(link, list(uuids), gpu_source, metrics_socket, stats_file, job_live)
 
         keep = (metrics_socket.fileno(),) if metrics_socket is not None else ()
         helper = Helper.fork("openclaw-stats", main, VOCABULARY, keep_fds=keep)
         if metrics_socket is not None:
             metrics_socket.close()
-        return cls(helper, on_warning)
+        return cls(helper, on_warning, on_job_line)
 
     @property
     def pid(self) -> int:
@@ -131,6 +157,11 @@ class StatsHelper:
 
     def publish(self, snap: dict[str, Any]) -> None:
         self._helper.link.send(Publish(snap))
+
+    def live_interval(self, interval: LiveInterval) -> None:
+        """This node's interval for the job's live verdict (dropped, not queued, if the link is full:
+        the next interval supersedes it)."""
+        self._helper.link.send(interval)
 
     def append(self, snap: dict[str, Any]) -> None:
         if not self._helper.link.send(Append(snap)):
@@ -161,6 +192,8 @@ class StatsHelper:
             case GpuError(text=text):
                 self.gpu_error = text
                 self._on_warning(text)
+            case JobLine(text=text) if self._on_job_line is not None:
+                self._on_job_line(text)
             case StatsFileError(text=text) if self.stats_file_error is None:
                 self.stats_file_error = text
                 self._on_warning(f"{text}; the job goes on, later lines may be lost (in the report)")
@@ -182,12 +215,21 @@ def _serve(
     gpu_source: Callable[[list[str]], SampleSource] | None,
     metrics_socket: socket.socket | None,
     stats_file: str | None,
+    job_live: JobLiveTarget | None = None,
 ) -> None:
     """The helper's main thread: start the parts, then follow the launcher's messages until
     ``Finish`` or EOF (the launcher is gone: nobody to answer)."""
     from openclaw_launch.stats.metrics import MetricsServer, StatsFile
 
     server = MetricsServer(metrics_socket) if metrics_socket is not None else None
+    live = None
+    if job_live is not None:  # the store's I/O on a thread of its own: a slow store never delays the link
+        from openclaw_launch.stats.job_live import JobLive
+
+        def job_line(text: str) -> None:
+            link.send(JobLine(text))
+
+        live = JobLive(job_live, job_line, server.publish_job if server is not None else None)
 
     def file_error(text: str) -> None:  # from the writer's thread (the link's sends are serialised)
         link.send(StatsFileError(text))
@@ -202,10 +244,18 @@ def _serve(
                     server.publish(snap)
                 case Append(snap=snap) if writer is not None:
                     writer.append(snap)
+                case LiveInterval() if live is not None:
+                    from openclaw_launch.stats.job_live import Interval
+
+                    live.submit(
+                        Interval(message.attempt, message.node, message.node_rank, message.nnodes, message.ranks)
+                    )
                 case Finish():
                     finish = True
     if sampler is not None:
         sampler.stop()
+    if live is not None:
+        live.close()
     if writer is not None:
         writer.close()
     # The endpoint goes with the process: a polite shutdown waits out serve_forever's 0.5 s poll.

@@ -100,10 +100,13 @@ class _Collector:
 
     def __init__(self) -> None:
         self.latest: dict[str, Any] | None = None
+        self.job: dict[str, Any] | None = None  # node 0 of a multi-node job: every node's (stats/job_live.py)
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+        if self.job is not None:
+            yield from _job_families(self.job)
         snap = self.latest
         if snap is None:
             return
@@ -160,6 +163,36 @@ class _Collector:
         yield from gpu_families.values()
 
 
+def _job_families(job: Mapping[str, Any]) -> Iterator[Any]:
+    """The job-wide numbers node 0 judged at its last live line: every node's ranks, the straggler."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    run = str(job["run_id"])
+    nodes = GaugeMetricFamily(
+        "openclaw_job_nodes_reporting", "Nodes whose interval the job's live verdict judged", labels=["run_id"]
+    )
+    nodes.add_metric([run], job["nodes_reporting"])
+    steps = GaugeMetricFamily(
+        "openclaw_job_steps", "Steps done in this attempt, every node's ranks", labels=["run_id", "node", "rank"]
+    )
+    p50 = GaugeMetricFamily(
+        "openclaw_job_step_p50_seconds", "Median step of the attempt (after warm-up)", labels=["run_id", "node", "rank"]
+    )
+    for r in job["ranks"]:
+        labels = [run, str(r["node"]), str(r["rank"])]
+        steps.add_metric(labels, r["steps"])
+        if r["step_p50_s"] is not None:
+            p50.add_metric(labels, r["step_p50_s"])
+    straggler = GaugeMetricFamily(
+        "openclaw_job_straggler_excess_ratio",
+        "The job's live straggler: its excess over the others' pace, a share of the step (absent: none)",
+        labels=["run_id", "node", "rank", "phase", "section"],
+    )
+    for s in job["stragglers"]:
+        straggler.add_metric([run, str(s["node"]), str(s["rank"]), s["phase"], s["section"]], s["excess_pct"] / 100)
+    yield from (nodes, steps, p50, straggler)
+
+
 def listen(port: int) -> socket.socket:
     """``--metrics-port``'s listening socket (0: a free port), in the launcher; served by the helper."""
     if importlib.util.find_spec("prometheus_client") is None:
@@ -200,6 +233,10 @@ class MetricsServer:
             elif entry["rank"] in self._shown and "step_total_s" in entry:
                 entry["busy_share"] = self._shown[entry["rank"]]
         self._collector.latest = snap  # one reference: the server thread sees the old or the new one
+
+    def publish_job(self, job: dict[str, Any]) -> None:
+        """node 0 of a multi-node job: the job-wide numbers (from the helper's job-live thread)."""
+        self._collector.job = job
 
 
 class StatsFile:

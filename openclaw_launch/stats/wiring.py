@@ -19,6 +19,7 @@ from openclaw_launch.run.results import JobResult
 from openclaw_launch.run.supervise import SuperviseOptions
 
 if TYPE_CHECKING:
+    from openclaw_launch.stats.job_live import JobLiveTarget
     from openclaw_launch.stats.session import StatsSession
 
 
@@ -33,6 +34,7 @@ class StatsOptions:
     startup_timeout_s: float | None = None  # --startup-timeout-s, resolved (defaults.startup_timeout_s)
     metrics_port: int | None = None  # --metrics-port (openclaw_launch/stats/metrics.py); 0 = any free port
     stats_file: str | None = None  # --stats-file: JSON lines, one per interval
+    job_live: JobLiveTarget | None = None  # several nodes: the agents' store for the job's live verdict (job/agents.py)
 
 
 def start_statistics(
@@ -89,5 +91,13 @@ def _start_stats(plan: LaunchPlan, socket_path: str, stats: StatsOptions, say: C
 
         gpu_source = PynvmlSource
     return StatsSession(
-        plan, socket_path, stats.threshold_pct, say, gpu_source, stats.metrics_port, stats.stats_file, stats.interval_s
+        plan,
+        socket_path,
+        stats.threshold_pct,
+        say,
+        gpu_source,
+        stats.metrics_port,
+        stats.stats_file,
+        stats.interval_s,
+        stats.job_live,
     )

@@ -1,0 +1,125 @@
+"""The job's live verdict across nodes (issue 27 item 8): three loopback launchers of one gloo job, the
+straggler on the middle node. Node 0's console names it by node and rank while the job runs, which
+no node's own live line can (each judges only its own rank). Plus the pure parts: the key's value
+round trip and the merged judgement."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from guards import GUARD_S, read_until
+from host import free_port, needs_torch
+
+from openclaw_launch.stats.collect import PhaseSummary, RankSummary
+from openclaw_launch.stats.job_live import LIVE_WINDOWS, decode_node, encode_node, encode_ranks, judge
+
+ROOT = Path(__file__).resolve().parent.parent
+NANOGPT = str(ROOT / "tests" / "telemetry_workers" / "nanogpt_loop.py")
+NODES = ("node0", "node1", "node2")
+INTERVAL_S = 1  # the lines are counted, not timed: a loaded box only makes them judge later
+
+CONFIG = """\
+cluster:
+  nodes:
+    - {name: node0, ip: 127.0.0.1, cpu_workers: 1}
+    - {name: node1, ip: 127.0.0.1, cpu_workers: 1}
+    - {name: node2, ip: 127.0.0.1, cpu_workers: 1}
+runtime:
+  binding: none
+  master_addr: 127.0.0.1
+"""
+
+
+def _summary(rank: int, own_s: float, windows: int = 30) -> RankSummary:
+    """A rank whose own time per step is ``own_s`` (the rest of a 40 ms step waits in ``sync``)."""
+    step_s = 0.04
+    phases = {
+        "forward": PhaseSummary(own_s, own_s, own_s, own_s / step_s),
+        "sync": PhaseSummary(step_s - own_s, 0, 0, 0),
+    }
+    rows = tuple(
+        (k, {"@step": step_s, "@own": own_s + 1e-4 * (k % 3), "forward": own_s, "sync": step_s - own_s})
+        for k in range(windows)
+    )
+    return RankSummary(
+        rank, 200, 150, step_s, step_s, step_s, step_s, step_s, phases, ("sync",), None, None, "optimizer", 0, rows
+    )
+
+
+def test_a_node_interval_round_trips_with_its_last_windows_only() -> None:
+    ranks = encode_ranks([_summary(3, 0.01, windows=100)])
+    node = decode_node(encode_node("node1", 1, 7, ranks))
+    assert node is not None and (node.node, node.node_rank, node.seq) == ("node1", 1, 7)
+    [r] = node.ranks
+    assert r.rank == 3 and len(r.windows) == LIVE_WINDOWS and r.windows[-1][0] == 99
+    assert decode_node(b"{not json") is None
+
+
+def test_the_merged_ranks_name_the_other_nodes_straggler_by_node_and_rank() -> None:
+    nodes = [
+        decode_node(encode_node(name, k, 1, encode_ranks([_summary(k, 0.03 if k == 1 else 0.01)])))
+        for k, name in enumerate(NODES)
+    ]
+    judged = judge([n for n in nodes if n is not None], 3, [], 5.0)
+    assert "3 of 3 node(s), 3 rank(s)" in judged.text and "straggler: node node1 rank 1" in judged.text, judged.text
+    alone = judge([n for n in nodes[:1] if n is not None], 3, [1, 2], 5.0)
+    assert "1 of 3 node(s)" in alone.text and "silent: node rank(s) 1, 2" in alone.text and not alone.found
+
+
+@needs_torch
+@pytest.mark.usefixtures("served_agent_stores")
+def test_node0_names_the_middle_nodes_straggler_live_within_two_intervals(tmp_path: Path) -> None:
+    config = tmp_path / "three-nodes.yaml"
+    config.write_text(CONFIG)
+    master, agent = str(free_port()), str(free_port())
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs, logs = {}, {}
+    for node in NODES:
+        cmd = [sys.executable, "-m", "openclaw_launch", "--config", str(config), "--node", node]
+        cmd += ["--master-port", master, "--agent-port", agent, "--run-id", "joblive", "--console-ranks", "none"]
+        cmd += [
+            "--stats-interval-s",
+            str(INTERVAL_S),
+            NANOGPT,
+            "--steps",
+            "5000",
+            "--slow-rank",
+            "1",
+            "--slow-ms",
+            "25",
+        ]
+        out = None if node == "node0" else logs.setdefault(node, open(tmp_path / f"{node}.log", "w"))  # noqa: SIM115
+        procs[node] = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE if out is None else out,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+    try:
+        seen = read_until(procs["node0"], "straggler: node node1 rank 1", procs["node0"].stdout)
+        for p in procs.values():  # named: the job need not run its 5000 steps (a stop is every node's fate)
+            p.send_signal(signal.SIGTERM)
+        rest, _ = procs["node0"].communicate(timeout=GUARD_S)
+        for p in procs.values():
+            p.wait(timeout=GUARD_S)
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+        for f in logs.values():
+            f.close()
+    job_lines = [line for line in seen.splitlines() if "openclaw-launch: job stats:" in line]
+    # counted from node 0's first line that judged every node's ranks: named at the first or the second
+    judging = [i for i, line in enumerate(job_lines) if "3 of 3 node(s)" in line and re.search(r"straggler", line)]
+    assert judging and len(job_lines) - 1 - judging[0] <= 1, "\n".join(job_lines)
+    assert "(input, input) +" in job_lines[-1] or "(input, host) +" in job_lines[-1], job_lines[-1]
+    own = [line for line in (seen + rest).splitlines() if "openclaw-launch: stats:" in line]
+    assert own and not any("straggler: rank" in line for line in own)  # node 0's own line: one rank, nothing to name
