@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from openclaw_launch.stats.gpu import SampleSource
     from openclaw_launch.stats.hang_monitor import HangMonitor
     from openclaw_launch.stats.helper import StatsHelper
+    from openclaw_launch.stats.job_live import JobLiveTarget
     from openclaw_launch.stats.result import GpuStats, SessionResult, Straggler
 
 
@@ -47,9 +48,11 @@ class StatsSession(Participant):
         metrics_port: int | None = None,
         stats_file: str | None = None,
         interval_s: float | None = 0.0,
+        job_live: JobLiveTarget | None = None,
     ) -> None:
-        """``gpu_source`` (called in the helper), ``metrics_port`` (0: a free one) and ``stats_file``:
-        the helper's parts; it is started only when one of them is asked for."""
+        """``gpu_source`` (called in the helper), ``metrics_port`` (0: a free one), ``stats_file`` and
+        ``job_live`` (a multi-node job's live verdict, stats/job_live.py): the helper's parts; it is
+        started only when one of them is asked for."""
         self.plan = plan
         self.threshold_pct = threshold_pct
         self._say = say
@@ -70,12 +73,20 @@ class StatsSession(Participant):
         self._next_line_s = 0.0
         self.attempt = 0
         self.states: dict[int, str] = {}  # rank -> worker state for the live metrics
+        self.job_live = job_live
+        self._world = (plan.node_rank, plan.nnodes) if job_live else (0, 1)  # node rank, nodes (a re-formed world's)
         uuids = sorted({r.gpu_uuid for r in plan.ranks if r.gpu_uuid}) if gpu_source is not None else []
-        if uuids or sock is not None or stats_file:
+        if uuids or sock is not None or stats_file or job_live is not None:
             from openclaw_launch.stats.helper import StatsHelper
 
             self.helper = StatsHelper.start(
-                uuids, gpu_source, sock, stats_file, lambda text: say(f"openclaw-launch: warning: {text}")
+                uuids,
+                gpu_source,
+                sock,
+                stats_file,
+                lambda text: say(f"openclaw-launch: warning: {text}"),
+                job_live,
+                lambda text: say(f"openclaw-launch: job stats: {text}"),
             )
 
     @property
@@ -105,6 +116,8 @@ class StatsSession(Participant):
         """A re-formed world's global ranks: each local rank's socket answers for its new one."""
         self.inbox.assign((r.local_rank, r.rank) for r in ranks)
         self.alignment.expect(r.rank for r in ranks)
+        if ranks and self.job_live is not None:
+            self._world = (ranks[0].node_rank, int(ranks[0].env.get("GROUP_WORLD_SIZE", self.plan.nnodes)))
 
     def on_spawn(self, rank: int, pid: int) -> None:
         """Only this process speaks for the rank in this attempt (stats/inbox.py)."""
@@ -176,6 +189,12 @@ class StatsSession(Participant):
         window = self.collector.window()
         if not window:
             return
+        if self.job_live is not None and self.helper is not None:  # the job's verdict: node 0 judges every node's
+            from openclaw_launch.stats.helper import LiveInterval
+            from openclaw_launch.stats.job_live import encode_ranks
+
+            recent = encode_ranks(self.collector.summaries())  # the attempt's ranks, their last windows
+            self.helper.live_interval(LiveInterval(self.attempt, self.plan.node, *self._world, recent))
         self._say("openclaw-launch: stats: " + self._line(window, self.collector.summaries()))
         if self.interval_s is None:  # half a tick early: the timer's own lateness does not skip a line
             self._first_line_s = now_s if self._first_line_s is None else self._first_line_s
