@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from openclaw_launch.agents.store_link import StoreLink
     from openclaw_launch.config.model import Config
     from openclaw_launch.plan.model import LaunchPlan
+    from openclaw_launch.stats.job_live import JobLiveTarget
 
 #: An elastic job's plan of a world (node rank k of n, and with a config the world's node names):
 #: the plan and the config narrowed to that world's nodes.
@@ -135,6 +136,20 @@ def elastic_agents(
         return ElasticAgent(plan, options, say, link, world, replan)
 
     return AgentSetup(options=options, fingerprint=_fingerprint(config, plan, versions), make_agent=make_agent)
+
+
+def job_live_target(setup: AgentSetup, run_id: str, threshold_pct: float) -> JobLiveTarget:
+    """Where every node's statistics helper sends its intervals for the job's live verdict
+    (stats/job_live.py): the agents' store, with the standard-library client (no torch import)."""
+    from datetime import timedelta
+
+    from openclaw_launch.agents.tcpstore_client import TCPStoreClient
+    from openclaw_launch.stats.job_live import JobLiveTarget
+
+    def connect(host: str, port: int, timeout_s: float) -> TCPStoreClient:
+        return TCPStoreClient(host, port, timedelta(seconds=timeout_s))
+
+    return JobLiveTarget(setup.options.store_addr, setup.options.port, run_id, threshold_pct, connect)
 
 
 def _names(config: Config) -> tuple[str, ...]:

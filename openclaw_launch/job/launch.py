@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from openclaw_launch.agents.worker_store import WorkerStore
 from openclaw_launch.files import write_atomic
-from openclaw_launch.job.agents import AgentSetup
+from openclaw_launch.job.agents import AgentSetup, job_live_target
 from openclaw_launch.job.info_log import InfoLog
 from openclaw_launch.job.participants import participants_of
 from openclaw_launch.job.reports import job_report, node_report
@@ -92,6 +92,8 @@ def launch(
             if isinstance(met, int):
                 return met
             agent = met
+            stats = stats or StatsOptions()  # the job's live verdict: every node's helper to the agents' store
+            stats = dataclasses.replace(stats, job_live=job_live_target(agents, plan.run_id, stats.threshold_pct))
         result, statistics, failures = _run(
             plan, options, os_layer, parent_error_file, stats or StatsOptions(), agent, exit_code_classes, store, info
         )
