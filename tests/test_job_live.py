@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -83,17 +84,9 @@ def test_node0_names_the_middle_nodes_straggler_live_within_two_intervals(tmp_pa
     for node in NODES:
         cmd = [sys.executable, "-m", "openclaw_launch", "--config", str(config), "--node", node]
         cmd += ["--master-port", master, "--agent-port", agent, "--run-id", "joblive", "--console-ranks", "none"]
-        cmd += [
-            "--stats-interval-s",
-            str(INTERVAL_S),
-            NANOGPT,
-            "--steps",
-            "5000",
-            "--slow-rank",
-            "1",
-            "--slow-ms",
-            "25",
-        ]
+        cmd += ["--metrics-port", "0"] if node == "node0" else []  # node 0 serves the job's numbers
+        cmd += ["--stats-interval-s", str(INTERVAL_S), NANOGPT, "--steps", "5000"]
+        cmd += ["--slow-rank", "1", "--slow-ms", "25"]  # rank 1: node1's one rank, the middle node
         out = None if node == "node0" else logs.setdefault(node, open(tmp_path / f"{node}.log", "w"))  # noqa: SIM115
         procs[node] = subprocess.Popen(
             cmd,
@@ -105,6 +98,10 @@ def test_node0_names_the_middle_nodes_straggler_live_within_two_intervals(tmp_pa
         )
     try:
         seen = read_until(procs["node0"], "straggler: node node1 rank 1", procs["node0"].stdout)
+        port = re.search(r"metrics on http://[^:]+:(\d+)/", seen)
+        assert port is not None, seen
+        with urllib.request.urlopen(f"http://127.0.0.1:{port.group(1)}/metrics", timeout=GUARD_S) as answer:
+            metrics = answer.read().decode()
         for p in procs.values():  # named: the job need not run its 5000 steps (a stop is every node's fate)
             p.send_signal(signal.SIGTERM)
         rest, _ = procs["node0"].communicate(timeout=GUARD_S)
@@ -121,5 +118,9 @@ def test_node0_names_the_middle_nodes_straggler_live_within_two_intervals(tmp_pa
     judging = [i for i, line in enumerate(job_lines) if "3 of 3 node(s)" in line and re.search(r"straggler", line)]
     assert judging and len(job_lines) - 1 - judging[0] <= 1, "\n".join(job_lines)
     assert "(input, input) +" in job_lines[-1] or "(input, host) +" in job_lines[-1], job_lines[-1]
+    # node 0 serves the job's numbers: every node's ranks, and the straggler it named by node and rank
+    assert 'openclaw_job_nodes_reporting{run_id="joblive"} 3.0' in metrics, metrics
+    assert all(f'openclaw_job_steps{{node="{n}",rank="{k}",run_id="joblive"}}' in metrics for k, n in enumerate(NODES))
+    assert re.search(r'openclaw_job_straggler_excess_ratio\{node="node1",phase="input",rank="1"', metrics), metrics
     own = [line for line in (seen + rest).splitlines() if "openclaw-launch: stats:" in line]
     assert own and not any("straggler: rank" in line for line in own)  # node 0's own line: one rank, nothing to name
