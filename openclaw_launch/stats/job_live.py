@@ -33,7 +33,7 @@ import json
 import queue
 import statistics
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -97,7 +97,13 @@ def node_key(run_id: str, attempt: int, node_rank: int) -> str:
 def encode_ranks(ranks: Sequence[RankSummary]) -> tuple[dict[str, Any], ...]:
     """The launcher's part: the summaries as JSON, each with its last ``LIVE_WINDOWS`` windows (the
     verdict's evidence; the bytes per node stay bounded however long the attempt)."""
-    return tuple(to_json(dataclasses.replace(r, windows=r.windows[-LIVE_WINDOWS:])) for r in ranks)
+    return tuple(to_json(dataclasses.replace(r, windows=_recent(r.windows))) for r in ranks)
+
+
+def _recent(windows: Sequence[tuple[int, Mapping[str, float]]]) -> tuple[tuple[int, Mapping[str, float]], ...]:
+    """The last ``LIVE_WINDOWS`` windows, their medians to 0.1 us (30 % fewer bytes; the verdict's
+    differences are tenths of a millisecond at the least)."""
+    return tuple((k, {name: round(v, 7) for name, v in w.items()}) for k, w in windows[-LIVE_WINDOWS:])
 
 
 def encode_node(node: str, node_rank: int, seq: int, ranks: Sequence[dict[str, Any]]) -> bytes:
