@@ -11,14 +11,32 @@ import signal
 import subprocess
 import sys
 import urllib.request
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from guards import GUARD_S, read_until
+from guards import GUARD_S, read_until, wait_for
 from host import free_port, needs_torch
 
+from openclaw_launch.agents.tcpstore_client import TCPStoreClient
 from openclaw_launch.stats.collect import PhaseSummary, RankSummary
-from openclaw_launch.stats.job_live import LIVE_WINDOWS, decode_node, encode_node, encode_ranks, judge
+from openclaw_launch.stats.job_live import (
+    LIVE_WINDOWS,
+    STALE_READS,
+    Interval,
+    JobLive,
+    JobLiveTarget,
+    decode_node,
+    encode_node,
+    encode_ranks,
+    judge,
+    node_key,
+)
+
+
+def job_live_target_connect(host: str, port: int, timeout_s: float) -> TCPStoreClient:
+    return TCPStoreClient(host, port, timedelta(seconds=timeout_s))
+
 
 ROOT = Path(__file__).resolve().parent.parent
 NANOGPT = str(ROOT / "tests" / "telemetry_workers" / "nanogpt_loop.py")
@@ -124,3 +142,37 @@ def test_node0_names_the_middle_nodes_straggler_live_within_two_intervals(tmp_pa
     assert re.search(r'openclaw_job_straggler_excess_ratio\{node="node1",phase="input",rank="1"', metrics), metrics
     own = [line for line in (seen + rest).splitlines() if "openclaw-launch: stats:" in line]
     assert own and not any("straggler: rank" in line for line in own)  # node 0's own line: one rank, nothing to name
+
+
+@needs_torch
+def test_an_attempt_judges_only_its_own_keys_and_a_node_that_stops_writing_is_silent() -> None:
+    """Two nodes' helpers' threads (JobLive) on a real TCPStore: node 0's line names node 1's rank;
+    node 1 stops writing: after 3 of node 0's reads it is left out, named silent; the next attempt
+    starts from nothing (node 1 has not written in it yet)."""
+    from torch.distributed import TCPStore
+
+    port = free_port()
+    server = TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=10))
+    target = JobLiveTarget("127.0.0.1", port, "attempts", 5.0, job_live_target_connect)
+    lines: list[str] = []
+    node0, node1 = JobLive(target, lines.append, None), JobLive(target, lines.append, None)
+    slow, fast = encode_ranks([_summary(1, 0.03)]), encode_ranks([_summary(0, 0.01)])
+    try:
+        node1.submit(Interval(0, "node1", 1, 2, slow))
+        wait_for(lambda: server.check([node_key("attempts", 0, 1)]), "node 1 never wrote its key")
+
+        def line(attempt: int) -> str:
+            count = len(lines)
+            node0.submit(Interval(attempt, "node0", 0, 2, fast))
+            wait_for(lambda: len(lines) > count, "node 0 judged nothing")
+            return lines[-1]
+
+        first = line(0)
+        assert "2 of 2 node(s)" in first and "straggler: node node1 rank 1" in first, first
+        later = [line(0) for _ in range(STALE_READS)]
+        assert "silent" not in later[-2] and "1 of 2 node(s)" in later[-1] and "silent: node rank(s) 1" in later[-1]
+        restarted = line(1)
+        assert "1 of 2 node(s)" in restarted and "silent: node rank(s) 1" in restarted, restarted
+    finally:
+        node0.close()
+        node1.close()
