@@ -19,8 +19,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
-from guards import GUARD_S, read_until
-from host import free_port, needs_torch
+from guards import GUARD_S, read_until, wait_for
+from host import free_port, listening, needs_torch
 from test_agents_loopback import CONFIG, FAKE, finish, start, wait_files
 from torchrun_recording import SIDES, torchrun_side
 
@@ -340,3 +340,26 @@ def test_plan_shows_node_rank_0s_plan_which_the_first_to_arrive_runs(tmp_path: P
     other = json.loads((tmp_path / "out" / "rank-1-attempt-0.json").read_text())["environ"]
     assert rank["env"]["MASTER_PORT"] == "<free-port>" and port.isdigit()
     assert (other["RANK"], other["GROUP_RANK"], other["MASTER_PORT"]) == ("1", "1", port)
+
+
+@pytest.mark.usefixtures("served_agent_stores")
+def test_a_launcher_of_another_rdzv_id_is_refused_before_it_takes_a_rank(
+    tmp_path: Path, reaped: list[subprocess.Popen[str]]
+) -> None:
+    """Issue 32 item 2: another job's launcher at the same endpoint took a rank by arrival (and the
+    fingerprints then refused every node); it is refused at once, and the job's own second node
+    takes rank 1."""
+    port = free_port()
+    worker = [*FAKE, "--ready-file", f"{tmp_path}/ready-{{rank}}"]
+    line = c10d_line(port, 2, 1, ["--telemetry", "off", "--keepalive-s", "2", "--rdzv-id", "mine"])
+    reaped.append(popen(ours(*line, "--no-python", "--", *worker)))
+    wait_for(lambda: listening(port), "the first launcher never hosted the rendezvous", poll_s=0.05)
+    other = [("theirs" if arg == "mine" else arg) for arg in line]
+    stray = run_to_end(ours(*other, "--no-python", "--", *FAKE, "--ready-file", f"{tmp_path}/stray-{{rank}}"))
+    assert stray.returncode == 2, stray.stderr
+    assert "--rdzv-id theirs, but the job at" in stray.stderr and "another job's rendezvous" in stray.stderr
+    assert "Traceback" not in stray.stderr and not list(tmp_path.glob("stray-*"))
+    reaped.append(popen(ours(*line, "--no-python", "--", *worker)))
+    results = collect(reaped, ["", ""])
+    assert [code for code, _ in results] == [0, 0], results
+    assert sorted(p.name for p in tmp_path.glob("ready-*")) == ["ready-0", "ready-1"]

@@ -168,7 +168,7 @@ def test_a_second_launcher_for_a_config_node_is_refused_at_once_and_the_job_runs
     config.write_text(ELASTIC_CONFIG)
     master, agent = free_port(), free_port()
     line = ["--config", str(config), "--master-port", str(master), "--agent-port", str(agent), "--max-restarts", "1"]
-    work = [WORKER, "--steps", "160", "--step-s", "0.05"]  # ~8 s in the world of two
+    work = [WORKER, "--steps", "100", "--step-s", "0.05"]  # ~5 s in the world of two
     first = launcher([*line, "--node", "node0", *work], tmp_path, "a")
     wait_listening(agent)
     second = launcher([*line, "--node", "node1", *work], tmp_path, "b")

@@ -70,6 +70,7 @@ def arrive(
     free_port: int,
     say: Callable[[str], None],
     interrupted: Callable[[], int | None],
+    rdzv_id: str = "none",
 ) -> Arrival | int:
     """Node ranks by arrival (c10d without ``--node-rank``), before the plan is built: the agent's
     helper is forked here and opens the store by the c10d rule (agents/store.py); the store's host
@@ -77,7 +78,7 @@ def arrive(
     one stopped the wait; ``AgentError`` if refused (a launcher too many) or nothing answered."""
     link = StoreLink.start(options, lost_fate)
     try:
-        answer = link.arrive(nnodes, free_port, say, interrupted)
+        answer = link.arrive(nnodes, free_port, say, interrupted, rdzv_id)
     except BaseException:
         link.close()
         raise

@@ -30,12 +30,15 @@ def launcher_token() -> str:
     return f"{socket.gethostname()} pid {os.getpid()} #{uuid.uuid4().hex[:8]}"
 
 
-def arrive(store: AgentStore, nnodes: int, token: str, master_port: int) -> tuple[int, int]:
+def arrive(store: AgentStore, nnodes: int, token: str, master_port: int, rdzv_id: str = "none") -> tuple[int, int]:
     """This launcher's node rank and the workers' MASTER_PORT. The store's host is node rank 0
-    (nobody arrives before its store listens) and publishes its free ``master_port``; every other
-    launcher takes the next rank in order of arrival. A launcher past ``nnodes`` is refused."""
+    (nobody arrives before its store listens) and publishes its ``--rdzv-id`` and free
+    ``master_port``; every other launcher of the same id takes the next rank in order of arrival
+    (another id, another job's launcher, is refused before it takes one). A launcher past ``nnodes``
+    is refused."""
     if store.is_host:
         rank = 0
+        store.set("rdzv_id", rdzv_id)
         store.set("master_port", str(master_port))
     else:
         if store.has([ID_KEY]):  # agents/elastic.py's: its first node runs --nnodes MIN:MAX
@@ -43,6 +46,13 @@ def arrive(store: AgentStore, nnodes: int, token: str, master_port: int) -> tupl
             raise AgentError(
                 f"the job at {store.addr}:{store.port} is elastic (--nnodes {store.get(namespace(rdzv_id) + 'spec')}, "
                 f"--rdzv-id {rdzv_id}): give every node the same --nnodes; started nothing"
+            )
+        theirs = store.get("rdzv_id")  # the host sets it first (a get waits for it)
+        if theirs != rdzv_id:
+            raise AgentError(
+                f"--rdzv-id {rdzv_id}, but the job at {store.addr}:{store.port} is --rdzv-id {theirs}: another "
+                "job's rendezvous (give each job its own endpoint, or this job's id); that job is untouched, "
+                "started nothing"
             )
         rank = store.add("arrivals", 1)
         if rank >= nnodes:

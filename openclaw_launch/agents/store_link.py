@@ -68,12 +68,17 @@ class StoreLink:
         return self._helper.fileno()
 
     def arrive(
-        self, nnodes: int, master_port: int, say: Callable[[str], None], interrupted: Callable[[], int | None]
+        self,
+        nnodes: int,
+        master_port: int,
+        say: Callable[[str], None],
+        interrupted: Callable[[], int | None],
+        rdzv_id: str = "none",
     ) -> tuple[int, int] | int:
         """Node ranks by arrival: (this node's rank, the workers' MASTER_PORT), or the number of
         the signal that stopped the wait; ``AgentError`` if refused. ``master_port``: this host's
         free port, the job's if this launcher hosts the store (node rank 0)."""
-        answer = self._exchange(Arrive(nnodes, self.token, master_port), Arrived, say, interrupted)
+        answer = self._exchange(Arrive(nnodes, self.token, master_port, rdzv_id), Arrived, say, interrupted)
         return answer if isinstance(answer, int) else (answer.rank, answer.master_port)
 
     def join(

@@ -154,8 +154,8 @@ class StoreLoop:
     def _meet(self, message: Message) -> None:
         """``Arrive`` or ``Join`` (the elastic loop adds its steps: agents/elastic_agent.py)."""
         match message:
-            case Arrive(nnodes=nnodes, token=token, master_port=master_port):
-                rank, port = arrive(self._open(None), nnodes, token, master_port)
+            case Arrive(nnodes=nnodes, token=token, master_port=master_port, rdzv_id=rdzv_id):
+                rank, port = arrive(self._open(None), nnodes, token, master_port, rdzv_id)
                 self._post(Arrived(rank, port))
             case Join():
                 self._join(message)

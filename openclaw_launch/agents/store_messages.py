@@ -31,6 +31,7 @@ class Arrive(Message):
     nnodes: int
     token: str  # this launcher, as the holder of its node rank (meeting.launcher_token)
     master_port: int  # this host's free port: the job's if this launcher hosts the store
+    rdzv_id: str = "none"  # --rdzv-id: a launcher of another job's id is refused before it takes a rank
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,7 @@ def run(c: Common, r: RunOptions) -> None:
     console = console_choices(r, c.tr.role, want.local_ranks_shown is not None, os.environ)
     job = elastic_job(c, inputs, r)
     elastic = arrive_elastic(job, inputs, r, c.tr.max_restarts) if job and not r.dry_run else None
-    arrival = _arrive(want, r) if want.by_arrival and not want.elastic and not r.dry_run else None
+    arrival = _arrive(want, r, c.tr.run_id) if want.by_arrival and not want.elastic and not r.dry_run else None
     try:
         plan, config = plan_and_config(
             c,
@@ -224,7 +224,7 @@ def _job_report_path(report_path: str | None) -> str | None:
     return f"{base}-job.{ext}" if dot and "/" not in ext else f"{report_path}-job"
 
 
-def _arrive(want: Resolved, r: RunOptions) -> Arrival:
+def _arrive(want: Resolved, r: RunOptions, rdzv_id: str | None) -> Arrival:
     """Node ranks by arrival (c10d without --node-rank): this launcher's rank and the workers'
     MASTER_PORT from the rendezvous at the endpoint (the agents' port), before the plan is built.
     A signal in the wait exits 128+N; a refusal or no answer exits 2."""
@@ -242,7 +242,9 @@ def _arrive(want: Resolved, r: RunOptions) -> Arrival:
         )
     signals = signal_numbers(want.signals)
     try:
-        answer = meet_by_arrival(want.master_addr, want.master_port, want.nnodes, r.agent_waits(), signals, echo_err)
+        answer = meet_by_arrival(
+            want.master_addr, want.master_port, want.nnodes, r.agent_waits(), signals, echo_err, rdzv_id or "none"
+        )
     except OpenclawError as e:
         fail(e)
     if isinstance(answer, int):

@@ -22,17 +22,23 @@ _Meet = Callable[[int, Callable[[], "int | None"]], _Answer]
 
 
 def meet_by_arrival(
-    addr: str, port: int, nnodes: int, waits: AgentWaits, signals: tuple[int, ...], say: Callable[[str], None]
+    addr: str,
+    port: int,
+    nnodes: int,
+    waits: AgentWaits,
+    signals: tuple[int, ...],
+    say: Callable[[str], None],
+    rdzv_id: str = "none",
 ) -> Arrival | int:
     """This launcher's node rank of ``nnodes`` and the workers' MASTER_PORT, by arrival at the
     rendezvous ``addr:port`` (the agents' store); a signal's number if one stopped the wait.
-    ``AgentError`` if refused (a launcher too many) or nothing answered."""
+    ``AgentError`` if refused (a launcher too many, or another ``--rdzv-id``) or nothing answered."""
     from openclaw_launch.agents.fate import Arrival, arrive
 
     options = agent_options(addr, port, waits)  # nodes and restarts: the plan's, given later
 
     def meet(free: int, interrupted: Callable[[], int | None]) -> Arrival | int:
-        return arrive(options, nnodes, free, say, interrupted)
+        return arrive(options, nnodes, free, say, interrupted, rdzv_id)
 
     return _meeting(signals, meet, lambda answer: answer.node_rank if isinstance(answer, Arrival) else None)
 
