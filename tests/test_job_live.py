@@ -132,6 +132,7 @@ def test_node0_names_the_middle_nodes_straggler_live_within_two_intervals(tmp_pa
         for f in logs.values():
             f.close()
     job_lines = [line for line in seen.splitlines() if "openclaw-launch: job stats:" in line]
+    print("\n".join(job_lines))  # shown with -s: the lines up to the one that named it
     # counted from node 0's first line that judged every node's ranks: named at the first or the second
     judging = [i for i, line in enumerate(job_lines) if "3 of 3 node(s)" in line and re.search(r"straggler", line)]
     assert judging and len(job_lines) - 1 - judging[0] <= 1, "\n".join(job_lines)
