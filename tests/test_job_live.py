@@ -104,7 +104,7 @@ def test_node0_names_the_middle_nodes_straggler_live_within_two_intervals(tmp_pa
         cmd += ["--master-port", master, "--agent-port", agent, "--run-id", "joblive", "--console-ranks", "none"]
         cmd += ["--metrics-port", "0"] if node == "node0" else []  # node 0 serves the job's numbers
         cmd += ["--stats-interval-s", str(INTERVAL_S), NANOGPT, "--steps", "5000"]
-        cmd += ["--slow-rank", "1", "--slow-ms", "25"]  # rank 1: node1's one rank, the middle node
+        cmd += ["--slow-rank", "1", "--slow-ms", "50"]  # rank 1: node1's one rank, the middle node
         out = None if node == "node0" else logs.setdefault(node, open(tmp_path / f"{node}.log", "w"))  # noqa: SIM115
         procs[node] = subprocess.Popen(
             cmd,

@@ -130,10 +130,10 @@ def judge(nodes: Sequence[NodeInterval], nnodes: int, silent: Sequence[int], thr
     facts = {r.rank: verdict.RankFacts(node=n.node) for n in nodes for r in n.ranks}
     head = f"{len(nodes)} of {nnodes} node(s), {len(ranks)} rank(s)"
     if silent:
-        head += f", silent: node rank(s) {', '.join(str(k) for k in silent)}"
+        head += f" (silent: node rank(s) {', '.join(str(k) for k in silent)})"
     measured = [r for r in ranks if r.measured_steps]
     if not measured:
-        return JobVerdict(head + ", no measured steps yet", tuple(nodes), (), tuple(silent))
+        return JobVerdict(head + "; no measured steps yet", tuple(nodes), (), tuple(silent))
     p50 = statistics.median(r.step_p50_s for r in measured)
     text = f"{head}, step p50 {1000 * p50:.1f} ms"
     if min(r.measured_steps for r in measured) < LIVE_MIN_STEPS:
@@ -143,6 +143,9 @@ def judge(nodes: Sequence[NodeInterval], nnodes: int, silent: Sequence[int], thr
     if found:
         s = found[0]
         text += f"; straggler: node {s.node} rank {s.rank} ({s.phase}, {s.section}) +{s.excess_pct:.0f} %"
+        text += f" ({1000 * s.excess_s:.1f} ms/step)"
+        if any(h.startswith("pipeline:") for h in s.hints):
+            text += ", the stage that bounds the pipeline"
     else:
         text += "; no straggler"
     return JobVerdict(text, tuple(nodes), found, tuple(silent))
