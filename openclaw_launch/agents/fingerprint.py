@@ -29,6 +29,8 @@ from openclaw_launch.plan.model import LaunchPlan
 
 UNSET = "<unset>"
 SECRET_ENV = "OPENCLAW_JOB_SECRET"  # the job's secret (agents/liveness.py): in no fingerprint, never published
+#: The launcher's own variables that differ by node by design (a standby is one node's role), never compared.
+_NOT_COMPARED = frozenset({SECRET_ENV, "OPENCLAW_STANDBY"})
 _ENV_PREFIXES = ("NCCL_", "CUDA_", "TORCH_", "OPENCLAW_", "NVSHMEM_", "OMP_")
 #: Per-rank variables a rank keeps from the launcher when set there: then every rank has the same.
 _INHERITED_AS_IS = frozenset({"OMP_NUM_THREADS"})
@@ -126,11 +128,10 @@ def fingerprint(
 
 def launcher_env_keys(launcher_env: Mapping[str, str]) -> dict[str, str]:
     """The launcher's variables that every rank inherits as they are (the ``env.*`` keys before the
-    plan's own): never the job's secret (agents/liveness.py), which a fingerprint would publish."""
-    per_rank = PER_RANK_ENV - _INHERITED_AS_IS
-    return {
-        k: v for k, v in launcher_env.items() if k.startswith(_ENV_PREFIXES) and k not in per_rank and k != SECRET_ENV
-    }
+    plan's own): never the job's secret (agents/liveness.py), which a fingerprint would publish, nor
+    ``OPENCLAW_STANDBY`` (``--standby`` on one node)."""
+    skipped = (PER_RANK_ENV - _INHERITED_AS_IS) | _NOT_COMPARED
+    return {k: v for k, v in launcher_env.items() if k.startswith(_ENV_PREFIXES) and k not in skipped}
 
 
 def _gpu_keys(plan: LaunchPlan) -> dict[str, str]:
