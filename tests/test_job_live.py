@@ -91,6 +91,25 @@ def test_the_merged_ranks_name_the_other_nodes_straggler_by_node_and_rank() -> N
     assert "1 of 3 node(s)" in alone.text and "silent: node rank(s) 1, 2" in alone.text and not alone.found
 
 
+def test_over_32_ranks_the_line_judges_the_candidates_and_a_spread_of_the_others() -> None:
+    """The verdict's cost is quadratic in the ranks: 100 ranks on 10 nodes are judged on 32, the
+    straggler among them."""
+    nodes = [
+        decode_node(
+            encode_node(
+                f"n{k}",
+                k,
+                1,
+                encode_ranks([_summary(r, 0.03 if r == 77 else 0.01) for r in range(10 * k, 10 * k + 10)]),
+            )
+        )
+        for k in range(10)
+    ]
+    judged = judge([n for n in nodes if n is not None], 10, [], 5.0)
+    assert "100 rank(s)" in judged.text and "(judged on 32)" in judged.text, judged.text
+    assert "straggler: node n7 rank 77" in judged.text, judged.text
+
+
 @needs_torch
 @pytest.mark.usefixtures("served_agent_stores")
 def test_node0_names_the_middle_nodes_straggler_live_within_two_intervals(tmp_path: Path) -> None:
