@@ -48,6 +48,7 @@ LIVE_WINDOWS = 24  # the windows (of 5 steps) a rank's interval summary carries:
 STORE_TIMEOUT_S = 2.0  # connect and every call: a slow store costs a line, never a stuck helper
 JUDGED_MAX = 32  # ranks the live verdict compares at most (judged_ranks: its cost is quadratic)
 CANDIDATES = 4  # of those, the longest in each signal the verdict names a rank by
+CLOSE_WAIT_S = 0.5  # at the end, how long the helper waits for a call in flight (it exits anyway)
 STALE_READS = 3  # node 0's reads with a node's key unchanged before that node is left out
 LIVE_MIN_STEPS = 20  # measured steps a rank needs in the attempt before the job's line judges (4 windows)
 
@@ -241,7 +242,9 @@ class JobLive:
     def submit(self, interval: Interval) -> None:
         self._replace(interval)
 
-    def close(self, timeout_s: float = STORE_TIMEOUT_S) -> None:
+    def close(self, timeout_s: float = CLOSE_WAIT_S) -> None:
+        """Stop after the call in flight, waiting for it only briefly: at the job's end the first
+        node's store may be gone already, and a write left unfinished loses nothing."""
         self._replace(None)
         self._thread.join(timeout=timeout_s)
 
