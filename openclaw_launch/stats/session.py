@@ -182,24 +182,31 @@ class StatsSession(Participant):
         line of --stats-file)."""
         self.drain()
         now_s = time.monotonic()
-        if self.interval_s is None and now_s < self._next_line_s:
+        due = self.interval_s is not None or now_s >= self._next_line_s
+        self._job_interval(show=due)  # every tick: node 0's job-wide numbers stay within one
+        if not due:
             return  # the default cadence: not yet (the window keeps growing until the line)
         if self.helper is not None and self.stats_file:
             self.helper.append(self.snapshot())
         window = self.collector.window()
         if not window:
             return
-        if self.job_live is not None and self.helper is not None:  # the job's verdict: node 0 judges every node's
-            from openclaw_launch.stats.helper import LiveInterval
-            from openclaw_launch.stats.job_live import encode_ranks
-
-            recent = encode_ranks(self.collector.summaries())  # the attempt's ranks, their last windows
-            self.helper.live_interval(LiveInterval(self.attempt, self.plan.node, *self._world, recent))
         self._say("openclaw-launch: stats: " + self._line(window, self.collector.summaries()))
         if self.interval_s is None:  # half a tick early: the timer's own lateness does not skip a line
             self._first_line_s = now_s if self._first_line_s is None else self._first_line_s
             gap_s = defaults.live_gap_s(now_s - self._first_line_s)
             self._next_line_s = now_s + gap_s - defaults.LIVE_TICK_S / 2
+
+    def _job_interval(self, show: bool) -> None:
+        """A multi-node job: the ranks' summaries to the helper, which sends them to the agents' store;
+        node 0's helper judges every node's (stats/job_live.py), its line printed when ``show``."""
+        total = self.collector.summaries() if self.job_live is not None and self.helper is not None else []
+        if self.helper is not None and total:
+            from openclaw_launch.stats.helper import LiveInterval
+            from openclaw_launch.stats.job_live import encode_ranks
+
+            recent = encode_ranks(total)  # the attempt's ranks, their last windows
+            self.helper.live_interval(LiveInterval(self.attempt, self.plan.node, *self._world, recent, show))
 
     def _line(self, window: list[RankSummary], total: list[RankSummary]) -> str:
         steps = sum(r.steps for r in total)
