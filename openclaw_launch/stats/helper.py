@@ -54,7 +54,8 @@ class LiveInterval(Message):
     node: str
     node_rank: int  # in this attempt's world
     nnodes: int  # this attempt's world
-    ranks: tuple[dict[str, Any], ...]  # the interval's RankSummary per rank (stats/job_live.encode_ranks)
+    ranks: tuple[dict[str, Any], ...]  # the RankSummary per rank, its last windows (stats/job_live.encode_ranks)
+    show: bool = True  # node 0: print the job's line (its own line is due); else the metrics only
 
 
 @dataclass(frozen=True)

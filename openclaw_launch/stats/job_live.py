@@ -1,7 +1,7 @@
 """The job's live verdict across nodes: every node's interval summary, judged together on node 0.
 
 Each node's live line judges only its own ranks; a straggler on another node shows there only as
-waiting. So at every live line the launcher hands its ranks' summaries of the attempt (collect.py's
+waiting. So at every tick of its live line's timer the launcher hands its ranks' summaries of the attempt (collect.py's
 ``RankSummary``, each with only its last ``LIVE_WINDOWS`` windows of 5 steps: the verdict compares
 ranks window by window, so the job's line judges the last 120 steps at most, and the bytes per node
 stay bounded however long the job) to its statistics helper process (stats/helper.py). The helper,
@@ -215,6 +215,7 @@ class Interval:
     node_rank: int
     nnodes: int
     ranks: tuple[dict[str, Any], ...]
+    show: bool = True  # node 0 prints the line (its own live line is due); the metrics are updated anyway
 
 
 class JobLive:
@@ -295,6 +296,7 @@ class JobLive:
                 nodes.append(node)
         silent += [k for k, key in enumerate(keys) if key not in self._seen]
         judged = judge(nodes, interval.nnodes, sorted(silent), self.target.threshold_pct)
-        self._on_line(judged.text)
+        if interval.show:
+            self._on_line(judged.text)
         if self._on_snapshot is not None:
             self._on_snapshot(job_snapshot(run_id, interval.attempt, judged))
