@@ -43,6 +43,10 @@ def launch(script: str, *args: str) -> dict[str, Any] | None:
         return json.loads(report.read_text())  # type: ignore[no-any-return]
 
 
+def _named(stragglers: list[dict[str, Any]]) -> list[tuple[int, str, float]]:
+    return [(x["rank"], x["section"], round(x["excess_pct"], 1)) for x in stragglers]
+
+
 def median_step_s(report: dict[str, Any]) -> float:
     return statistics.median(r["statistics"]["step_time_s"]["p50"] for r in report["ranks"])
 
@@ -94,6 +98,8 @@ def main() -> None:
             "named_right": f"{len(named)}/{len(slowed)}",
             "named_excess_pct": [round(s["excess_pct"], 1) for s in named],
             "balanced_false": f"{len(false)}/{len(balanced)}",
+            "balanced_named": [_named(f) for f in false],
+            "slowed_named": [_named(r["stragglers"]) for r in slowed],
             "failed_runs": failed,
             "balanced_median_step_ms": round(1000 * pace, 1),
             "args": slow,
