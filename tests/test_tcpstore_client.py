@@ -65,20 +65,30 @@ def test_nothing_listening_is_an_error_within_the_timeout() -> None:
         TCPStoreClient("127.0.0.1", free_port(), timedelta(seconds=0.5))
 
 
-@pytest.mark.parametrize("answer", [b"", b"HTTP/1.1 400 Bad Request\r\n\r\n"])
-def test_a_port_that_is_no_store_is_an_error_not_a_hang(answer: bytes) -> None:
-    """A listener that closes at once, or answers like an HTTP server."""
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [(b"", "the store closed the connection"), (b"HTTP/1.1 400 Bad Request\r\n\r\n", "not a TCPStore")],
+)
+def test_a_port_that_is_no_store_is_tried_until_the_timeout_then_named(answer: bytes, reason: str) -> None:
+    """A listener that closes at once, or answers like an HTTP server: tried again and again, as
+    torch's client does (the first node may not listen yet), then one error with the reason."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen()
+    tries = []
 
     def serve() -> None:
-        conn, _ = listener.accept()
-        conn.recv(64)
-        conn.sendall(answer)
-        conn.close()
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            tries.append(conn.recv(64))
+            conn.sendall(answer)
+            conn.close()
 
     threading.Thread(target=serve, daemon=True).start()
-    with pytest.raises(StoreClientError, match="closed the connection|out of protocol"):
-        TCPStoreClient("127.0.0.1", listener.getsockname()[1], timedelta(seconds=2))
+    with pytest.raises(StoreClientError, match=f"timed out after 1s while trying to connect .*{reason}"):
+        TCPStoreClient("127.0.0.1", listener.getsockname()[1], timedelta(seconds=1))
     listener.close()
+    assert len(tries) > 1

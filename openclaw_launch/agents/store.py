@@ -90,11 +90,17 @@ def port_taken(port: int) -> bool:
     return False
 
 
+def may_host(addr: str, port: int, host: bool | None) -> bool:
+    """This launcher will try to host the store (and so import torch): ``host`` given, or by the
+    c10d rule above with the port still free here."""
+    return host if host is not None else is_this_host(addr) and not port_taken(port)
+
+
 def open_store(addr: str, port: int, host: bool | None, timeout_s: float) -> AgentStore:
     """The store at ``addr:port``; ``host`` None: host it by the c10d rule above."""
     if host is not None:
         return AgentStore(addr, port, host, timeout_s)
-    if is_this_host(addr) and not port_taken(port):
+    if may_host(addr, port, None):
         try:
             return AgentStore(addr, port, True, timeout_s)
         except AgentError:  # the port is taken: by this job's host (checked as a client), or not

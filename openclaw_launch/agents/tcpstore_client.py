@@ -41,16 +41,32 @@ class TCPStoreClient:
     One thread at a time, as the agents' store is used."""
 
     def __init__(self, host: str, port: int, timeout: timedelta) -> None:
+        """Connect and validate, as torch's client does: a refused connection, one that closes, or
+        an answer that is not the store's is tried again until the timeout (the first node's
+        launcher may not listen yet), then one error with the last reason."""
         self._timeout_s = timeout.total_seconds()
-        self._sock = _connect(host, port, self._timeout_s)
-        try:
-            nonce = os.getpid() & 0xFFFFFFFF
-            self._send(struct.pack("<BI", VALIDATE, VALIDATION_MAGIC) + struct.pack("<BI", PING, nonce))
-            if self._value("<I") != nonce:
-                raise StoreClientError(f"{host}:{port} answered the handshake out of protocol: not a TCPStore?")
-        except BaseException:
-            self._sock.close()
-            raise
+        deadline = time.monotonic() + self._timeout_s
+        while True:
+            try:
+                self._sock = _connect(host, port, deadline)
+                self._handshake(host, port, deadline)
+                return
+            except (StoreClientError, OSError) as e:
+                reason = str(e) or type(e).__name__
+                if getattr(self, "_sock", None) is not None:
+                    self._sock.close()
+                if time.monotonic() + CONNECT_RETRY_S >= deadline:
+                    raise StoreClientError(
+                        f"The client socket has timed out after {self._timeout_s:g}s while trying to connect to "
+                        f"({host}, {port}): {reason}"
+                    ) from None
+                time.sleep(CONNECT_RETRY_S)
+
+    def _handshake(self, host: str, port: int, deadline: float) -> None:
+        nonce = os.getpid() & 0xFFFFFFFF
+        self._send(struct.pack("<BI", VALIDATE, VALIDATION_MAGIC) + struct.pack("<BI", PING, nonce))
+        if self._value("<I", max(deadline - time.monotonic(), 0.001)) != nonce:
+            raise StoreClientError(f"{host}:{port} answered the handshake out of protocol: not a TCPStore?")
 
     def set_timeout(self, timeout: timedelta) -> None:
         self._timeout_s = timeout.total_seconds()
@@ -140,22 +156,11 @@ class TCPStoreClient:
         return self._exactly(self._value("<Q"))
 
 
-def _connect(host: str, port: int, timeout_s: float) -> socket.socket:
-    """Connect, retrying while nothing listens yet (the host may start later), within the timeout."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        left = deadline - time.monotonic()
-        try:
-            sock = socket.create_connection((host, port), timeout=max(left, 0.001))
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            return sock
-        except OSError as e:
-            if time.monotonic() + CONNECT_RETRY_S >= deadline:
-                raise StoreClientError(
-                    f"The client socket has timed out after {timeout_s:g}s while trying to connect to "
-                    f"({host}, {port}): {e.strerror or e}"
-                ) from None
-            time.sleep(CONNECT_RETRY_S)
+def _connect(host: str, port: int, deadline: float) -> socket.socket:
+    """One connection attempt, within what is left of the caller's time."""
+    sock = socket.create_connection((host, port), timeout=max(deadline - time.monotonic(), 0.001))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
 
 
 def _string(key: str) -> bytes:
