@@ -403,8 +403,10 @@ def test_stats_file_on_a_full_device(tmp_path: Path) -> None:
 
 
 @needs_unshare
-def test_stats_file_on_a_full_tmpfs(tmp_path: Path) -> None:
-    """A 4 KiB tmpfs, filled, mounted in a private mount namespace (gone with the launcher)."""
+def test_stats_file_on_a_full_tmpfs_is_refused_before_the_job(tmp_path: Path) -> None:
+    """A 4 KiB tmpfs, filled, mounted in a private mount namespace (gone with the launcher): a disk
+    already full is found before anything starts (files.check_output_path writes a probe); a write
+    that fails during the job is the /dev/full case above."""
     disk = tmp_path / "disk"
     disk.mkdir()
     stats = disk / "stats.jsonl"
@@ -413,7 +415,9 @@ def test_stats_file_on_a_full_tmpfs(tmp_path: Path) -> None:
     p = _stats_file_job(
         tmp_path, str(stats), ["unshare", "--mount", "--propagation", "private", "sh", "-c", mount, "sh"]
     )
-    _assert_stats_file_error(tmp_path, p, str(stats))
+    assert p.returncode == 2, p.stderr
+    assert "--stats-file" in p.stderr and "No space left on device" in p.stderr and "Traceback" not in p.stderr
+    assert not (tmp_path / "r.json").exists()  # nothing started
     assert not stats.exists()  # it was on the private tmpfs
 
 

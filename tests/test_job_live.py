@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NANOGPT = str(ROOT / "tests" / "telemetry_workers" / "nanogpt_loop.py")
 NODES = ("node0", "node1", "node2")
 INTERVAL_S = 1  # the lines are counted, not timed: a loaded box only makes them judge later
+STRAGGLER_METRIC = r'openclaw_job_straggler_excess_ratio\{node="node1",phase="input",rank="1"'
 
 CONFIG = """\
 cluster:
@@ -137,8 +138,17 @@ def test_node0_names_the_middle_nodes_straggler_live_within_two_intervals(tmp_pa
         seen = read_until(procs["node0"], "straggler: node node1 rank 1", procs["node0"].stdout)
         port = re.search(r"metrics on http://[^:]+:(\d+)/", seen)
         assert port is not None, seen
-        with urllib.request.urlopen(f"http://127.0.0.1:{port.group(1)}/metrics", timeout=GUARD_S) as answer:
-            metrics = answer.read().decode()
+
+        def scrape() -> str:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port.group(1)}/metrics", timeout=GUARD_S) as answer:
+                return str(answer.read().decode())
+
+        # the endpoint refreshes on its own tick, not with the line: wait for the named straggler there
+        metrics = wait_for(
+            lambda: m if re.search(STRAGGLER_METRIC, m := scrape()) else "",
+            "node 0's endpoint never named the job's straggler",
+            poll_s=0.2,
+        )
         for p in procs.values():  # named: the job need not run its 5000 steps (a stop is every node's fate)
             p.send_signal(signal.SIGTERM)
         rest, _ = procs["node0"].communicate(timeout=GUARD_S)
@@ -159,7 +169,7 @@ def test_node0_names_the_middle_nodes_straggler_live_within_two_intervals(tmp_pa
     # node 0 serves the job's numbers: every node's ranks, and the straggler it named by node and rank
     assert 'openclaw_job_nodes_reporting{run_id="joblive"} 3.0' in metrics, metrics
     assert all(f'openclaw_job_steps{{node="{n}",rank="{k}",run_id="joblive"}}' in metrics for k, n in enumerate(NODES))
-    assert re.search(r'openclaw_job_straggler_excess_ratio\{node="node1",phase="input",rank="1"', metrics), metrics
+    assert re.search(STRAGGLER_METRIC, metrics), metrics
     own = [line for line in (seen + rest).splitlines() if "openclaw-launch: stats:" in line]
     assert own and not any("straggler: rank" in line for line in own)  # node 0's own line: one rank, nothing to name
 

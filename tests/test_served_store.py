@@ -84,7 +84,8 @@ def test_a_served_hosts_store_ends_with_its_helper_even_inside_a_call() -> None:
 @pytest.mark.usefixtures("served_agent_stores")
 def test_a_two_node_job_on_served_stores_never_imports_torch(tmp_path: Path) -> None:
     """The saving the suite counts on: no launcher of a job on served stores, nor its helpers (forked
-    from it, so they inherit ``-X importtime``), imports torch."""
+    from it, so they inherit ``-X importtime``), imports torch: the host's store is served, the
+    other node's agent is the standard-library client."""
     master, agent = str(free_port()), str(free_port())
     launchers = []
     for node in ("node0", "node1"):
@@ -92,9 +93,10 @@ def test_a_two_node_job_on_served_stores_never_imports_torch(tmp_path: Path) -> 
         command += [str(ROOT / "configs" / "two-nodes-loopback.yaml"), "--node", node, "--master-port", master]
         command += ["--agent-port", agent, "--telemetry", "off", "--no-python", "--", "true"]
         launchers.append(subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    for launcher in launchers:
+    store_modules = ("openclaw_launch.agents.served_store", "openclaw_launch.agents.tcpstore_client")
+    for launcher, store_module in zip(launchers, store_modules, strict=True):
         _, err = launcher.communicate(timeout=GUARD_S)
         assert launcher.returncode == 0, err[-3000:]
         imported = {line.rsplit("|", 1)[-1].strip() for line in err.splitlines() if line.startswith("import time:")}
-        assert "openclaw_launch.agents.served_store" in imported
+        assert store_module in imported
         assert not {m for m in imported if m.split(".")[0] == "torch"}
