@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import errno
 import os
+import socket
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -73,34 +75,41 @@ def is_this_host(addr: str) -> bool:
     return bool(theirs & set(local))
 
 
-def port_taken(port: int) -> bool:
-    """Something listens on ``port`` here already: a launcher of this host that need not host the
-    store learns it without importing torch (a free port is still tried by torch, which decides)."""
-    import errno
-    import socket
-
-    for family, where in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
+def listen_on(port: int) -> socket.socket:
+    """A socket listening on ``port`` on every address (IPv6 and IPv4 where the host has both, as
+    TCPStore's own server), with SO_REUSEADDR as TCPStore's (a free port this launcher holds, and a
+    port a finished store left in TIME_WAIT, can be taken). Bound here, before torch is imported:
+    a port in use is known at once, and the store is made on it (``master_listen_fd``). Raises the
+    last ``OSError`` (EADDRINUSE: someone listens there)."""
+    last: OSError | None = None
+    for family in (socket.AF_INET6, socket.AF_INET):
         try:
-            with socket.socket(family) as probe:
-                probe.bind((where, port))
-            return False
+            sock = socket.socket(family, socket.SOCK_STREAM)
+        except OSError as e:  # no IPv6 on this host
+            last = e
+            continue
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            sock.bind(("::" if family == socket.AF_INET6 else "", port))
+            sock.listen(socket.SOMAXCONN)
+            return sock
         except OSError as e:
+            sock.close()
+            last = e
             if e.errno == errno.EADDRINUSE:
-                return True  # else: no IPv6 here; the IPv4 probe decides
-    return False
-
-
-def may_host(addr: str, port: int, host: bool | None) -> bool:
-    """This launcher will try to host the store (and so import torch): ``host`` given, or by the
-    c10d rule above with the port still free here."""
-    return host if host is not None else is_this_host(addr) and not port_taken(port)
+                break
+    assert last is not None
+    raise last
 
 
 def open_store(addr: str, port: int, host: bool | None, timeout_s: float) -> AgentStore:
-    """The store at ``addr:port``; ``host`` None: host it by the c10d rule above."""
+    """The store at ``addr:port``; ``host`` None: host it by the c10d rule above (the port bound
+    first: a launcher that finds it taken is a client and never imports torch)."""
     if host is not None:
         return AgentStore(addr, port, host, timeout_s)
-    if may_host(addr, port, None):
+    if is_this_host(addr):
         try:
             return AgentStore(addr, port, True, timeout_s)
         except AgentError:  # the port is taken: by this job's host (checked as a client), or not
@@ -115,11 +124,17 @@ class AgentStore:
     def __init__(self, addr: str, port: int, is_host: bool, timeout_s: float) -> None:
         self.addr, self.port, self.is_host = addr, port, is_host
         self.scope = ""
+        self._listener: socket.socket | None = None
         try:
             if is_host:  # the host listens on every interface
+                from openclaw_launch.agents import served_store
+
+                served = served_store.SERVER_ENV in os.environ  # the serving process binds it
+                self._listener = None if served else listen_on(port)
+                on_socket = {} if self._listener is None else {"master_listen_fd": self._listener.fileno()}
                 tcp_store = import_tcpstore()
                 self._store: Any = tcp_store(
-                    addr, port, None, True, timeout=timedelta(seconds=timeout_s), wait_for_workers=False
+                    addr, port, None, True, timeout=timedelta(seconds=timeout_s), wait_for_workers=False, **on_socket
                 )
             else:
                 from openclaw_launch.agents.tcpstore_client import TCPStoreClient
@@ -128,9 +143,13 @@ class AgentStore:
         except Exception as e:  # DistNetworkError, RuntimeError: one line, not a C++ trace
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             if is_host:
+                if self._listener is not None:
+                    self._listener.close()
+                in_use = "EADDRINUSE" in str(e) or getattr(e, "errno", None) == errno.EADDRINUSE
+                first = os.strerror(errno.EADDRINUSE) if in_use else first  # ours or c10d's words: one line
                 taken = " (in use: another launcher hosts agents there, a second one for node rank 0?)"
                 raise AgentError(
-                    f"cannot listen on port {port}{taken if 'EADDRINUSE' in str(e) else ''}: {first}; "
+                    f"cannot listen on port {port}{taken if in_use else ''}: {first}; "
                     "check --agent-port; started nothing"
                 ) from None
             raise AgentError(

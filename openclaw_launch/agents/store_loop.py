@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from openclaw_launch.agents.meeting import admit, arrive, meet
-from openclaw_launch.agents.store import AgentError, AgentStore, import_tcpstore, may_host, open_store
+from openclaw_launch.agents.store import AgentError, AgentStore, import_tcpstore, open_store
 from openclaw_launch.agents.store_messages import (
     Arrive,
     Arrived,
@@ -163,7 +163,7 @@ class StoreLoop:
     def _open(self, host: bool | None) -> AgentStore:
         """The store (once): ``host`` given (node rank 0 hosts), or None (the c10d rule)."""
         if self.store is None:
-            if may_host(self.opt.store_addr, self.opt.port, host):  # a client needs no torch
+            if host:  # a client needs no torch; by the c10d rule, torch comes once the port is bound
                 import_tcpstore()  # seconds on a busy host: the wait for an answer starts after it
             self._post(Opening())
             self.store = open_store(self.opt.store_addr, self.opt.port, host, self.opt.join_timeout_s)

@@ -40,6 +40,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from openclaw_launch.agents.store import listen_on
 from openclaw_launch.errors import LaunchError
 from openclaw_launch.plan.build import BOOTSTRAP_MODULE
 from openclaw_launch.plan.env import agent_store_endpoint
@@ -74,34 +75,16 @@ VOCABULARY = Vocabulary(to_helper=(), to_launcher=(StoreUp, StoreFailed))
 
 
 def listen(port: int) -> socket.socket:
-    """A socket listening on ``port`` on every address (IPv6 and IPv4 where the host has both, as
-    TCPStore's own server), with SO_REUSEADDR as TCPStore's (a free port this launcher holds,
-    plan/context.py's ``free_port``, and a port a finished store left in TIME_WAIT can be taken)."""
-    last: OSError | None = None
-    for family in (socket.AF_INET6, socket.AF_INET):
-        try:
-            sock = socket.socket(family, socket.SOCK_STREAM)
-        except OSError as e:  # no IPv6 on this host
-            last = e
-            continue
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if family == socket.AF_INET6:
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-            sock.bind(("::" if family == socket.AF_INET6 else "", port))
-            sock.listen(socket.SOMAXCONN)
-            return sock
-        except OSError as e:
-            sock.close()
-            last = e
-            if e.errno == errno.EADDRINUSE:
-                break
-    assert last is not None
-    taken = " (in use: another job or process listens there)" if last.errno == errno.EADDRINUSE else ""
-    raise WorkerStoreError(
-        f"cannot host the workers' store at MASTER_PORT {port}{taken}: {last.strerror or last}; "
-        "give another --master-port (0: a free one, one node only); started nothing"
-    )
+    """A socket listening on MASTER_PORT (agents/store.py's ``listen_on``: every address, SO_REUSEADDR
+    as TCPStore's); a port in use is one line, exit 2."""
+    try:
+        return listen_on(port)
+    except OSError as e:
+        taken = " (in use: another job or process listens there)" if e.errno == errno.EADDRINUSE else ""
+        raise WorkerStoreError(
+            f"cannot host the workers' store at MASTER_PORT {port}{taken}: {e.strerror or e}; "
+            "give another --master-port (0: a free one, one node only); started nothing"
+        ) from None
 
 
 def _serve(link: Link, listener: socket.socket, port: int, eager: bool = False) -> None:
