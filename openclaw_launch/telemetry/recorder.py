@@ -17,8 +17,8 @@ The same thread sends the batch of a rank that stopped stepping (its last steps 
 flush that never comes) and, with torch's flight recorder on, reads once per stall which collective
 the rank entered last (``wire.LastCollective``), and says how far the rank's GPU got (``gpu_position``).
 
-A rank stopped by the launcher keeps its steps: SIGTERM flushes the batch (``watch_sigterm``), from
-the thread when the main thread is blocked in a C call, then ends the process as SIGTERM would.
+A rank stopped by the launcher keeps its steps: SIGTERM flushes the batch (``watch_sigterm``,
+telemetry/sigterm_flush.py), then ends the process as SIGTERM would.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from __future__ import annotations
 import atexit
 import os
 import select
-import signal
 import socket
 import threading
 import time
@@ -34,6 +33,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 
 import openclaw_launch.telemetry.wire as wire
+from openclaw_launch.telemetry.sigterm_flush import SigtermFlush
 from openclaw_launch.telemetry.torch_state import default_group_backend, read_last_collectives
 
 FLUSH_INTERVAL_S = 0.5  # a batch goes out at least this often while steps happen
@@ -85,7 +85,7 @@ class Recorder:
         # hooks with hang detection on; called by the progress thread.
         self.gpu_position: Callable[[], tuple[int, int] | None] | None = None
         self._flush_lock = threading.Lock()  # the main thread, the progress thread and SIGTERM flush
-        self._wakeup: int | None = None  # read end of the signal wakeup pipe (watch_sigterm)
+        self._sigterm = SigtermFlush(self.flush)  # armed by watch_sigterm
         self._progress_on = False  # a progress thread runs (hang detection)
         atexit.register(self.close)
 
@@ -253,10 +253,10 @@ class Recorder:
         sent: tuple[object, ...] | None = None
         probed = 0.0
         while self._sock is not None:
-            if self._wakeup is not None:
-                ready, _, _ = select.select([self._wakeup], [], [], interval_s)
-                if ready and signal.SIGTERM in os.read(self._wakeup, 512):
-                    self._on_sigterm_thread()
+            if self._sigterm.wakeup is not None:
+                ready, _, _ = select.select([self._sigterm.wakeup], [], [], interval_s)
+                if ready:
+                    self._sigterm.woken()
                 if interval_s is None:
                     continue
             else:
@@ -326,45 +326,9 @@ class Recorder:
                 return
             self._batch.dropped_batches = batch.dropped_batches + 1
 
-    # ---- SIGTERM ------------------------------------------------------------------------------
-
     def watch_sigterm(self) -> None:
-        """From the main thread, while SIGTERM has its default action: SIGTERM flushes the batch, then
-        ends the process as SIGTERM does. Python runs a handler only when the main thread runs Python,
-        so the wakeup fd (set only when none is) tells the progress thread too: a rank blocked in a
-        collective flushes and ends at once. A handler the script installs later replaces ours and is
-        the one that runs (its exit then flushes through ``atexit``); the thread then only flushes."""
-        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-            return
-        signal.signal(signal.SIGTERM, self._on_sigterm)
-        r, w = os.pipe()
-        os.set_blocking(r, False)
-        os.set_blocking(w, False)
-        try:
-            previous = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
-        except ValueError:
-            previous = -2
-        if previous != -1:  # someone else's: leave it (the handler alone flushes)
-            if previous >= 0:
-                signal.set_wakeup_fd(previous)
-            os.close(r)
-            os.close(w)
-            return
-        self._wakeup = r
-
-    def _on_sigterm(self, signum: int, frame: object) -> None:
-        """The main thread's handler: flush, then SIGTERM's default action."""
-        self.flush()
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    def _on_sigterm_thread(self) -> None:
-        self.flush()
-        if signal.getsignal(signal.SIGTERM) == self._on_sigterm:  # the script kept SIGTERM's default
-            import ctypes  # signal.signal works only on the main thread: the C call sets the default
-
-            ctypes.CDLL(None).signal(int(signal.SIGTERM), 0)  # 0 = SIG_DFL
-            os.kill(os.getpid(), signal.SIGTERM)
+        """From the main thread: SIGTERM flushes the batch first (telemetry/sigterm_flush.py)."""
+        self._sigterm.arm()
 
     def close(self) -> None:
         """Send what is left (at exit); later calls do nothing."""
@@ -398,7 +362,7 @@ def get(watch_sigterm: bool = False) -> Recorder | None:
                 if watch_sigterm:
                     _recorder.watch_sigterm()
                 interval = float(os.environ.get(wire.PROGRESS_ENV) or 0)
-                if interval > 0 or _recorder._wakeup is not None:
+                if interval > 0 or _recorder._sigterm.wakeup is not None:
                     _recorder.start_progress(min(max(interval, 0.05), 60.0) if interval > 0 else None)
             except (OSError, ValueError):
                 _recorder = None
