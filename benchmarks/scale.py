@@ -167,57 +167,55 @@ class Job:
             p.wait()
 
 
-def run_start(which: str, n: int, served: bool, idle_s: float, timeout_s: float, fate_s: float) -> dict[str, object]:
+@contextlib.contextmanager
+def running(which: str, n: int, elastic: bool, served: bool, timeout_s: float) -> Iterator[tuple[Job, float | str]]:
+    """A job of ``n`` launchers, and how long until every worker ran (or why it did not); stopped
+    and its directory removed at the end."""
     with tempfile.TemporaryDirectory(prefix="scale-") as tmp, served_store(served, Path(tmp)) as env:
-        directory = Path(tmp)
-        job = Job(which, n, False, directory, env)
+        job = Job(which, n, elastic, Path(tmp), env)
         try:
-            if not wait(lambda: ready(directory) >= n, timeout_s):
-                return {"error": f"only {ready(directory)} of {n} workers ran in {timeout_s:g} s"}
-            start_s = time.monotonic() - job.started
-            owns = [own_processes(p.pid) for p in job.procs]
-            before = [cpu_s(o) for o in owns]
-            time.sleep(idle_s)
-            idle = [(cpu_s(o) - b) / idle_s * 100 for o, b in zip(owns, before, strict=True)]
-            rss = [rss_mib(o) for o in owns]
-            go = time.monotonic()
-            (directory / "go-0").touch()
-            if not wait(lambda: all(p.poll() is not None for p in job.procs), fate_s):
-                alive = sum(p.poll() is None for p in job.procs)
-                return {
-                    "start_s": start_s,
-                    "error": f"{alive} of {n} launchers still ran {fate_s:g} s after the failure",
-                }
-            fate_s = time.monotonic() - go
-            codes = sorted({p.returncode for p in job.procs})
-            return {
-                "start_s": start_s,
-                "rss_mib_max": max(rss),
-                "rss_mib_median": sorted(rss)[n // 2],
-                "idle_cpu_pct_mean": sum(idle) / n,
-                "fate_s": fate_s,
-                "exit_codes": codes,
-            }
+            if wait(lambda: ready(job.directory) >= n, timeout_s):
+                yield job, time.monotonic() - job.started
+            else:
+                yield job, f"only {ready(job.directory)} of {n} workers ran in {timeout_s:g} s"
         finally:
             job.stop()
+
+
+def run_start(which: str, n: int, served: bool, idle_s: float, timeout_s: float, fate_s: float) -> dict[str, object]:
+    with running(which, n, False, served, timeout_s) as (job, start_s):
+        if isinstance(start_s, str):
+            return {"error": start_s}
+        owns = [own_processes(p.pid) for p in job.procs]
+        before = [cpu_s(o) for o in owns]
+        time.sleep(idle_s)
+        idle = [(cpu_s(o) - b) / idle_s * 100 for o, b in zip(owns, before, strict=True)]
+        rss = [rss_mib(o) for o in owns]
+        go = time.monotonic()
+        (job.directory / "go-0").touch()
+        if not wait(lambda: all(p.poll() is not None for p in job.procs), fate_s):
+            alive = sum(p.poll() is None for p in job.procs)
+            return {"start_s": start_s, "error": f"{alive} of {n} launchers still ran {fate_s:g} s after the failure"}
+        return {
+            "start_s": start_s,
+            "rss_mib_max": max(rss),
+            "rss_mib_median": sorted(rss)[n // 2],
+            "idle_cpu_pct_mean": sum(idle) / n,
+            "fate_s": time.monotonic() - go,
+            "exit_codes": sorted({p.returncode for p in job.procs}),
+        }
 
 
 def run_reform(which: str, n: int, served: bool, timeout_s: float, react_s: float) -> dict[str, object]:
-    with tempfile.TemporaryDirectory(prefix="scale-") as tmp, served_store(served, Path(tmp)) as env:
-        directory = Path(tmp)
-        job = Job(which, n, True, directory, env)
-        try:
-            if not wait(lambda: ready(directory) >= n, timeout_s):
-                return {"error": f"only {ready(directory)} of {n} workers ran in {timeout_s:g} s"}
-            start_s = time.monotonic() - job.started
-            killed, killed_at = time.monotonic(), time.time()
-            kill_tree(job.procs[n // 2].pid)
-            if not wait(lambda: ready(directory, killed_at) >= n - 1, react_s):
-                count = ready(directory, killed_at)
-                return {"start_s": start_s, "error": f"{count} of {n - 1} re-formed in {react_s:g} s"}
-            return {"start_s": start_s, "reform_s": time.monotonic() - killed}
-        finally:
-            job.stop()
+    with running(which, n, True, served, timeout_s) as (job, start_s):
+        if isinstance(start_s, str):
+            return {"error": start_s}
+        killed, killed_at = time.monotonic(), time.time()
+        kill_tree(job.procs[n // 2].pid)
+        if not wait(lambda: ready(job.directory, killed_at) >= n - 1, react_s):
+            count = ready(job.directory, killed_at)
+            return {"start_s": start_s, "error": f"{count} of {n - 1} re-formed in {react_s:g} s"}
+        return {"start_s": start_s, "reform_s": time.monotonic() - killed}
 
 
 def main() -> None:
