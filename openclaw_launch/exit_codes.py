@@ -55,10 +55,3 @@ EXIT_CODES: tuple[ExitCode, ...] = (
 def class_exit_code(restart_helps: bool) -> int:
     """``--exit-code-classes``: the job's code for a failure of a class where a restart helps, or not."""
     return REQUEUE if restart_helps else SCRIPT_FAILED
-
-
-def exit_codes_markdown() -> str:
-    """The exit codes' table of docs/failures.md."""
-    rows = ["| exit code | meaning |", "|---|---|"]
-    rows += [f"| {c.code} | {c.meaning} |" for c in EXIT_CODES]
-    return "\n".join(rows) + "\n"

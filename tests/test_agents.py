@@ -17,7 +17,7 @@ from cli_runner import invoke
 from guards import GUARD_S, wait_for
 from supervise_driver import make_plan
 
-from openclaw_launch.agents.fingerprint import Differences, differences, fingerprint, warn_only_table_markdown
+from openclaw_launch.agents.fingerprint import Differences, differences, fingerprint
 from openclaw_launch.agents.hostlist import expand_hostlist, parse_hostlist
 from openclaw_launch.agents.versions import nccl_version, node_versions, torch_versions
 from openclaw_launch.config.model import Config, NodeSpec, Runtime
@@ -28,6 +28,8 @@ from openclaw_launch.plan.context import run_context
 from openclaw_launch.plan.model import Entry, PlanOptions
 from openclaw_launch.run.supervise import JobResult, SuperviseOptions, supervise
 from openclaw_launch.topology.model import Topology
+from tools import option_docs
+from tools.markdown_tables import marked_tables
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -121,7 +123,10 @@ def test_warn_only_keys_warn_and_every_other_difference_refuses() -> None:
 
 
 def test_the_warn_only_table_in_the_docs_is_the_codes() -> None:
-    assert warn_only_table_markdown() in (ROOT / "docs" / "multinode.md").read_text()
+    text = option_docs.MULTINODE_FILE.read_text()
+    fresh = option_docs.update(option_docs.MULTINODE_FILE, text)
+    assert fresh == text, "regenerate: python -m tools.option_docs --write"
+    assert "warn-only fingerprint keys" in marked_tables(text)
 
 
 def test_the_fingerprint_holds_the_gpus_the_config_hash_and_every_version() -> None:

@@ -27,9 +27,11 @@ from guards import GUARD_S, wait_for
 from host import free_port, needs_torch
 from torchrun_recording import SIDES, case_sides, torchrun_side
 
-from openclaw_launch.cli.torchrun_compat import FLAGS, compat_table_markdown
+from openclaw_launch.cli.torchrun_compat import FLAGS
 from openclaw_launch.config import defaults
 from openclaw_launch.config.signals import forwardable_names, parse_signals
+from tools import option_docs
+from tools.markdown_tables import marked_tables
 
 pytestmark = needs_torch  # torchrun is torch's
 
@@ -454,14 +456,10 @@ def test_every_torchrun_flag_is_in_the_table() -> None:
     assert theirs == ours
 
 
-def test_docs_table_is_the_flag_table() -> None:
-    doc = (ROOT / "docs" / "torchrun-compat.md").read_text()
-    assert compat_table_markdown() in doc, "regenerate the table: python -m openclaw_launch.cli.torchrun_compat"
-
-
-def test_docs_defaults_table_is_the_defaults_table() -> None:
-    doc = (ROOT / "docs" / "torchrun-compat.md").read_text()
-    assert defaults.defaults_table_markdown() in doc, "regenerate: python -m openclaw_launch.config.defaults"
+def test_docs_tables_are_the_flag_and_defaults_tables() -> None:
+    text = option_docs.COMPAT_FILE.read_text()
+    assert option_docs.update(option_docs.COMPAT_FILE, text) == text, "regenerate: python -m tools.option_docs --write"
+    assert marked_tables(text) == ["torchrun flags", "torchrun variables", "defaults"]
 
 
 def test_torchrun_column_of_the_defaults_table_is_torchruns() -> None:

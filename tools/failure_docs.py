@@ -11,12 +11,29 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from openclaw_launch.exit_codes import exit_codes_markdown
-from openclaw_launch.run.failure_class import classes_markdown
+from openclaw_launch.exit_codes import EXIT_CODES
+from openclaw_launch.run.failure_class import CAN_HELP, CANNOT_HELP, CLASSES, MAY_HELP
 from tools.markdown_tables import check_or_write, update_tables
 
 DOCS_FILE = Path(__file__).resolve().parents[1] / "docs" / "failures.md"
-TABLES: dict[str, Callable[[], str]] = {"failure classes": classes_markdown, "exit codes": exit_codes_markdown}
+
+
+def classes_table() -> str:
+    """The failure classes: whether a restart helps, and what the launcher saw."""
+    rows = ["| class | a restart | restarted by `--max-restarts` | what the launcher saw |", "|---|---|---|---|"]
+    restarted = {CAN_HELP: "yes", MAY_HELP: "yes", CANNOT_HELP: "only with `--restart-any-class`"}
+    rows += [f"| `{c.name}` | {c.restart} | {restarted[c.restart]} | {c.meaning} |" for c in CLASSES]
+    return "\n".join(rows) + "\n"
+
+
+def exit_codes_table() -> str:
+    """The launcher's own exit codes and their meaning."""
+    rows = ["| exit code | meaning |", "|---|---|"]
+    rows += [f"| {c.code} | {c.meaning} |" for c in EXIT_CODES]
+    return "\n".join(rows) + "\n"
+
+
+TABLES: dict[str, Callable[[], str]] = {"failure classes": classes_table, "exit codes": exit_codes_table}
 
 
 def update(text: str) -> str:

@@ -9,8 +9,8 @@ workers inherit; per-rank values left out), ``gpu.*`` (the planned GPUs' count, 
 host indexes in local-rank order) and ``version.*`` (torch, the CUDA it was built for, NCCL, the CUDA
 runtime, the driver, the launcher, Python).
 
-A difference refuses the start, except on the keys of ``WARN_ONLY`` (docs/multinode.md's table is
-``warn_only_table_markdown()``), where every node prints it as a warning and the job runs.
+A difference refuses the start, except on the keys of ``WARN_ONLY`` (docs/multinode.md's table,
+rendered by ``tools/option_docs.py``), where every node prints it as a warning and the job runs.
 """
 
 from __future__ import annotations
@@ -88,13 +88,6 @@ WARN_ONLY: tuple[WarnOnly, ...] = (
 def warns_only(key: str) -> bool:
     """A difference on ``key`` is a warning (``WARN_ONLY``), not a refusal."""
     return any(fnmatch.fnmatchcase(key, rule.pattern) for rule in WARN_ONLY)
-
-
-def warn_only_table_markdown() -> str:
-    """docs/multinode.md's table of the differences that only warn."""
-    rows = ["| fingerprint key | why a difference only warns |", "|---|---|"]
-    rows += [f"| `{rule.pattern}` | {rule.why} |" for rule in WARN_ONLY]
-    return "\n".join(rows) + "\n"
 
 
 def fingerprint(
@@ -194,7 +187,3 @@ def _difference_lines(prints: Mapping[str, Mapping[str, str]]) -> list[tuple[str
 
 def _show(value: str) -> str:
     return value if value == UNSET else repr(value)
-
-
-if __name__ == "__main__":  # regenerate docs/multinode.md's table of the differences that only warn
-    print(warn_only_table_markdown(), end="")

@@ -328,21 +328,3 @@ class TorchrunArgs:
     signals_to_handle: tuple[str, ...] | None  # canonical names (config/signals.py)
     grace_period_s: float
     virtual_local_rank: bool
-
-
-def compat_table_markdown() -> str:
-    """The flag and variable tables of docs/torchrun-compat.md (a test keeps the doc equal to this)."""
-    rows = ["| torchrun flag | variable | here |", "|---|---|---|"]
-    for f in FLAGS:
-        names = ", ".join(f"`{n}`" for n in f.torchrun)
-        if f.ours:
-            names += f" (ours: {', '.join(f'`{n}`' for n in f.ours)})"
-        env = ", ".join(f"`{e}`" for e in f.env) or "-"
-        rows.append(f"| {names} | {env} | {f.here} |")
-    rows += ["", "| variable | here |", "|---|---|"]
-    rows += [f"| `{name}` | {what} |" for name, what in OTHER_VARIABLES]
-    return "\n".join(rows) + "\n"
-
-
-if __name__ == "__main__":  # regenerate the tables of docs/torchrun-compat.md
-    print(compat_table_markdown(), end="")

@@ -1,7 +1,7 @@
 """Every default of the launcher's options, defined once.
 
 The click options, the option dataclasses of the supervisor, the statistics and the agents, and the
-defaults table of docs/torchrun-compat.md (``defaults_table_markdown``; a test holds the doc to it)
+defaults table of docs/torchrun-compat.md (``tools/option_docs.py``; a test holds the doc to it)
 all read these names. Bounds on the values are ``limits.py``'s.
 """
 
@@ -149,16 +149,3 @@ DEFAULTS: tuple[Default, ...] = (
     ),
     Default("--rdzv-endpoint", f"port {RDZV_PORT}", f"port {RDZV_PORT}", "the port (MASTER_PORT) when HOST has none"),
 )
-
-
-def defaults_table_markdown() -> str:
-    """The defaults table of docs/torchrun-compat.md."""
-    rows = ["| option | default | torchrun's | what |", "|---|---|---|---|"]
-    for d in DEFAULTS:
-        names = ", ".join(f"`{name}`" for name in d.option.split(", "))
-        rows.append(f"| {names} | `{d.value}` | {d.torchrun} | {d.meaning} |")
-    return "\n".join(rows) + "\n"
-
-
-if __name__ == "__main__":  # regenerate the defaults table of docs/torchrun-compat.md
-    print(defaults_table_markdown(), end="")

@@ -309,11 +309,3 @@ def classify(e: Evidence, rank: int | None = None, node: str | None = None) -> F
     if e.signal is not None:
         return Failure("crash", signal_name(e.signal), rank, node)
     return Failure("exit", f"exit code {e.exit_code}", rank, node)
-
-
-def classes_markdown() -> str:
-    """The classes' table of docs/failures.md."""
-    rows = ["| class | a restart | restarted by `--max-restarts` | what the launcher saw |", "|---|---|---|---|"]
-    restarted = {CAN_HELP: "yes", MAY_HELP: "yes", CANNOT_HELP: "only with `--restart-any-class`"}
-    rows += [f"| `{c.name}` | {c.restart} | {restarted[c.restart]} | {c.meaning} |" for c in CLASSES]
-    return "\n".join(rows) + "\n"
