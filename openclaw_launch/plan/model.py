@@ -1,4 +1,5 @@
-"""The plan's types and their JSON (``openclaw-launch plan --json``, docs/plan-format.md).
+"""The plan's types and their JSON (``openclaw-launch plan --json``, docs/plan-format.md): the
+ranks, the MPS plan and the elastic range in the one codec (``codec.to_json``), field by field.
 
 A plan holds everything ``run`` does to start this node's ranks: each rank's final argv and the
 variables set on top of the inherited environment. ``build`` makes one, ``format`` prints it.
@@ -10,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from openclaw_launch.codec import to_json
 from openclaw_launch.config.defaults import HANDLED_SIGNALS
 from openclaw_launch.config.parallel import ParallelSpec
 from openclaw_launch.plan.context import RunDir
@@ -36,9 +38,6 @@ class ElasticRange:
 
     min_nodes: int
     max_nodes: int
-
-    def to_json(self) -> dict[str, object]:
-        return {"min_nodes": self.min_nodes, "max_nodes": self.max_nodes}
 
 
 @dataclass(frozen=True)
@@ -82,25 +81,6 @@ class RankPlan:
     gpu_model: str | None = None  # its GPU's model as the host names it; None for CPU workers or unknown
     nic: str | None = None  # its NIC under runtime.nic_binding: nearest (in env as NCCL_IB_HCA/SOCKET_IFNAME)
 
-    def to_json(self) -> dict[str, object]:
-        return {
-            "rank": self.rank,
-            "local_rank": self.local_rank,
-            "node": self.node,
-            "node_rank": self.node_rank,
-            "gpu_uuid": self.gpu_uuid,
-            "gpu_index": self.gpu_index,
-            "pci_bus_id": self.pci_bus_id,
-            "numa_node": self.numa_node,
-            "cpus": list(self.cpus),
-            "mem_policy": self.mem_policy,
-            "mem_nodes": list(self.mem_nodes),
-            "argv": list(self.argv),
-            "env": dict(self.env),
-            "gpu_model": self.gpu_model,
-            "nic": self.nic,
-        }
-
 
 @dataclass(frozen=True)
 class MpsPlan:
@@ -111,15 +91,6 @@ class MpsPlan:
     pinned_device_mem_limit: str | None
     on_start_failure: str  # "error" | "warn"
     gpu_uuids: tuple[str, ...]
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "max_clients_per_gpu": self.max_clients_per_gpu,
-            "active_thread_percentage": self.active_thread_percentage,
-            "pinned_device_mem_limit": self.pinned_device_mem_limit,
-            "on_start_failure": self.on_start_failure,
-            "gpu_uuids": list(self.gpu_uuids),
-        }
 
 
 @dataclass(frozen=True)
@@ -166,11 +137,11 @@ class LaunchPlan:
             "master_port": self.master_port,
             "backend": self.backend,
             "run_dir": str(self.run_dir.path),
-            "mps": None if self.mps is None else self.mps.to_json(),
+            "mps": to_json(self.mps),
             "warnings": list(self.warnings),
             "telemetry_socket": self.telemetry_socket,
             "hang_timeout_s": self.hang_timeout_s,
             "parallel": self.parallel.to_json() if self.parallel is not None else None,
-            "elastic": self.elastic.to_json() if self.elastic is not None else None,
-            "ranks": [r.to_json() for r in self.ranks],
+            "elastic": to_json(self.elastic),
+            "ranks": to_json(self.ranks),
         }
