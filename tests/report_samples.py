@@ -3,6 +3,7 @@ the report tests: the codec, the docs tables, the merge, the fuzzed loader."""
 
 from __future__ import annotations
 
+from openclaw_launch.report.membership import Exclusion
 from openclaw_launch.report.model import SCHEMA, AttemptEntry, NodeReport
 from openclaw_launch.report.preflight import (
     NetworkExpectation,
@@ -174,6 +175,9 @@ PREFLIGHT = PreflightVerdict(
     workers_exit_code=0,
     exit_code=0,
 )
+
+
+EXCLUSION = Exclusion("n1", "gpu-a07", "gpu-xid", "NVML: XID 79 on GPU-5e1c", 0, 1_765_000_000.5)
 
 
 def node_report(node: str = "n0", rank_ids: tuple[int, ...] = (0, 1), **changes: object) -> NodeReport:

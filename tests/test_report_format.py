@@ -15,7 +15,7 @@ from openclaw_launch.errors import OpenclawError
 from openclaw_launch.report.build import load_report, write_report
 from openclaw_launch.report.format import format_report
 from openclaw_launch.report.model import READ_SCHEMAS, SCHEMA, SCHEMA_VERSION, JobReport, NodeReport
-from tests.report_samples import HANG, PREFLIGHT, STRAGGLER, node_report
+from tests.report_samples import EXCLUSION, HANG, PREFLIGHT, STRAGGLER, node_report
 from tools import report_docs as docs
 from tools.markdown_tables import marked_tables
 
@@ -52,7 +52,9 @@ def test_every_type_in_a_report_has_a_table_and_every_field_a_meaning() -> None:
 
 
 def test_a_full_report_round_trips_through_the_file(tmp_path: Path) -> None:
-    report = node_report(stragglers=(STRAGGLER,), hang=HANG, preflight=PREFLIGHT, exit_code=124)
+    report = node_report(
+        stragglers=(STRAGGLER,), hang=HANG, preflight=PREFLIGHT, exit_code=124, exclusions=(EXCLUSION,)
+    )
     path = tmp_path / "run.json"
     write_report(path, report)
     assert load_report(path) == report

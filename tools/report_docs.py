@@ -16,7 +16,7 @@ from pathlib import Path
 
 from openclaw_launch.codec import DOC, JOB_DOC, SINCE, absent_value, hints, type_name
 from openclaw_launch.report.failure import AttemptFailure
-from openclaw_launch.report.membership import AttemptMembership
+from openclaw_launch.report.membership import AttemptMembership, Exclusion
 from openclaw_launch.report.model import AttemptEntry, JobReport, NodeReport, NodeSummary, Report
 from openclaw_launch.report.preflight import (
     NetworkExpectation,
@@ -50,6 +50,7 @@ TABLES: dict[str, type] = {
     "stragglers[]": Straggler,
     "step_imbalance": StepImbalance,
     "memory_asymmetry[]": MemoryAsymmetry,
+    "exclusions[]": Exclusion,
     "hang": Hang,
     "hang.ranks[]": HangRank,
     "hang.cause": HangCause,

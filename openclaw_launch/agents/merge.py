@@ -85,6 +85,7 @@ def merge_reports(
         stragglers=stragglers,
         hang=next((rep.hang for rep in reports if rep.hang is not None), None),
         ranks=tuple(ranks),
+        exclusions=tuple(dict.fromkeys(x for rep in reports for x in rep.exclusions)),
         scope=JOB_SCOPE,
         nodes=tuple(NodeSummary(rep.node, rep.exit_code, rep.attempts, rep.signal_received) for rep in reports),
         missing_nodes=tuple(n for n in nodes if n not in got),

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from openclaw_launch.agents.exclude_file import write_exclude_file
 from openclaw_launch.codec import from_json, to_json
 from openclaw_launch.config.defaults import GRACE_PERIOD_S, PREFLIGHT_ITERS, PREFLIGHT_SLOW_PCT
 from openclaw_launch.config.model import PreflightSettings
@@ -139,12 +140,11 @@ def run_preflight(
         shutil.rmtree(work, ignore_errors=True)
     _output(doc, results, options.as_json)
     if options.record_path:
-        _write(
-            "--record", options.record_path, json.dumps(record(results, plan, doc.decision), indent=2), doc.exit_code
-        )
+        text = json.dumps(record(results, plan, doc.decision), indent=2) + "\n"
+        _write("--record", options.record_path, lambda path: write_atomic(path, text), doc.exit_code)
     if options.exclude_path:  # also when nothing is excluded: a stale list must not stay behind
-        hosts = doc.decision.exclude_hostlist if doc.decision else ""
-        _write("--exclude-file", options.exclude_path, hosts, doc.exit_code)
+        hosts = [x.host for x in doc.decision.excluded] if doc.decision else []
+        _write("--exclude-file", options.exclude_path, lambda path: write_exclude_file(path, hosts), doc.exit_code)
     return doc.exit_code
 
 
@@ -285,10 +285,10 @@ def _output(doc: PreflightVerdict, results: list[TierResult], as_json: bool) -> 
     )
 
 
-def _write(option: str, path: str, text: str, code: int) -> None:
+def _write(option: str, path: str, write: Callable[[str], object], code: int) -> None:
     """An output, once measured: a failed write (a full disk) is said, the verdict's code stands."""
     try:
-        write_atomic(path, text + "\n")
+        write(path)
     except OSError as e:
         print(
             f"openclaw-launch: error: {option} {path}: cannot write it ({e.strerror or e}); "

@@ -14,6 +14,7 @@ import statistics
 from collections.abc import Sequence
 
 from openclaw_launch.errors import OpenclawError
+from openclaw_launch.report.membership import Exclusion
 from openclaw_launch.report.model import JobReport, NodeReport
 from openclaw_launch.report.rank import RankEntry, StepStatistics
 from openclaw_launch.stats import phases
@@ -52,6 +53,8 @@ def compare_reports(base: Report, new: Report) -> list[str]:
         )
         lines += _explanation(before, after, change)
     lines.append(f"straggler: base {_verdict(base.stragglers)}; new {_verdict(new.stragglers)}")
+    if base.exclusions or new.exclusions:
+        lines.append(f"exclusions: base {_excluded(base.exclusions)}; new {_excluded(new.exclusions)}")
     lines += _gpu_lines({r.rank: r for r in base.ranks}, {r.rank: r for r in new.ranks})
     return lines
 
@@ -97,6 +100,12 @@ def _verdict(found: Sequence[Straggler]) -> str:
     if not found:
         return "none"
     return ", ".join(f"rank {s.rank} ({s.phase}, {s.section}) {_signed_ms(s.excess_s)} ms/step" for s in found)
+
+
+def _excluded(found: Sequence[Exclusion]) -> str:
+    if not found:
+        return "none"
+    return ", ".join(f"{x.node} ({x.reason}, after world {x.world})" for x in found)
 
 
 def _gpu_lines(before: dict[int, RankEntry], after: dict[int, RankEntry]) -> list[str]:

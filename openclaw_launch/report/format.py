@@ -49,7 +49,8 @@ def format_report(report: NodeReport | JobReport) -> str:
         )
         if r.binding_warning:
             lines.append(f"     ! {r.binding_warning}")
-    return "\n".join(lines + _failure_lines(report) + _hang_lines(report) + _verdict_lines(report))
+    exclusions = [f"exclusion: {x.line}" for x in report.exclusions]
+    return "\n".join(lines + _failure_lines(report) + exclusions + _hang_lines(report) + _verdict_lines(report))
 
 
 def format_verdict(s: Straggler, median_step_s: float) -> str:

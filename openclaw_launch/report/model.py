@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 
 from openclaw_launch.codec import doc
 from openclaw_launch.report.failure import AttemptFailure
-from openclaw_launch.report.membership import AttemptMembership
+from openclaw_launch.report.membership import AttemptMembership, Exclusion
 from openclaw_launch.report.preflight import PreflightVerdict
 from openclaw_launch.report.rank import RankEntry, RankOutcome
 from openclaw_launch.stats import imbalance
 from openclaw_launch.stats.result import Hang, MemoryAsymmetry, RunStatistics, StepImbalance, Straggler
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 SCHEMA = f"openclaw-report/{SCHEMA_VERSION}"
 # Every schema ``report`` reads -> its version; in an older one, a field whose ``since`` is later
 # reads as absent (codec.doc).
@@ -179,6 +179,16 @@ class Report:
             "`memory_asymmetry[]`); empty: none, or no GPU memory sampled",
             job="empty (each node's report has its own)",
             since=6,
+        ),
+    )
+    exclusions: tuple[Exclusion, ...] = field(
+        default=(),
+        kw_only=True,
+        metadata=doc(
+            "the nodes an elastic job took out for good, in order (see `exclusions[]`): never re-admitted, and "
+            "in `--exclude-file`; empty: none",
+            job="every node's, each once",
+            since=7,
         ),
     )
 
