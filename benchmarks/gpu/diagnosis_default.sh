@@ -20,8 +20,9 @@
 # The default level's cost is measured by overhead_default.sh. $OUT/summary.txt: one line per case,
 # PASS/FAIL, the verdict line and the numbers; $OUT/runs.tgz: every report and console. A run starts
 # only while one as long as the previous still fits in BUDGET_S (145 s) and is killed when the budget
-# is spent (then SKIP/FAIL lines). NVLink multicast stays off; no GPU setting is changed; MPS daemons
-# the runs leave behind (a launcher killed by its timeout) are ended by pid at the end.
+# is spent (then SKIP/FAIL lines), each run within RUN_LIMIT_S (60 s). NVLink multicast stays off; no
+# GPU setting is changed; MPS daemons the runs leave behind (a launcher killed by its timeout) are
+# ended by pid at the end.
 # CPU=1 (or no GPU): the same cases with CPU workers and no MPS, the script's own check on a CPU box
 # (the slow-gpu case then does CPU matmuls in the forward: expected section forward, not gpu).
 set -uo pipefail
@@ -29,7 +30,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 cd "$(dirname "$0")/../.."
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 OUT=${OUT:-/tmp/openclaw-out}; mkdir -p "$OUT"
-STEPS=${STEPS:-150}; BUDGET_S=${BUDGET_S:-145}
+STEPS=${STEPS:-150}; BUDGET_S=${BUDGET_S:-145}; RUN_LIMIT_S=${RUN_LIMIT_S:-60}
 CASES=${CASES:-slow-gpu slow-input slow-loader hang hang-kernel}
 ACCUM_SLOW_PCT=${ACCUM_SLOW_PCT:-5}; ACCUM_REPS=${ACCUM_REPS:-3}
 SLOW_GPU_MS=${SLOW_GPU_MS:-20}; SLOW_INPUT_MS=${SLOW_INPUT_MS:-20}
@@ -79,7 +80,7 @@ in_budget() {  # a run starts only when one as long as the last fits in what is 
   [ "$(left_s)" -ge "$LAST_RUN_S" ] || { say "SKIP $1: $(left_s) s of the ${BUDGET_S} s budget left"; return 1; }
 }
 bounded() {  # every run ends within the budget, whatever it does
-  local limit; limit=$(left_s); [ "$limit" -gt 60 ] && limit=60; [ "$limit" -lt 1 ] && limit=1
+  local limit; limit=$(left_s); [ "$limit" -gt "$RUN_LIMIT_S" ] && limit=$RUN_LIMIT_S; [ "$limit" -lt 1 ] && limit=1
   local began=$SECONDS; timeout -k 3 "$limit" "$@"; local rc=$?; LAST_RUN_S=$((SECONDS - began + 1)); return $rc
 }
 run_case() {  # name, launcher options ... -- script options ...
