@@ -15,14 +15,6 @@ GPU_MEMORY_HELD = "gpu-memory-held"
 
 
 @dataclass(frozen=True)
-class AttemptMembership:
-    world: int = field(metadata=doc("the world's number: the job's attempt (`TORCHELASTIC_RESTART_COUNT`)"))
-    nodes: tuple[str, ...] = field(metadata=doc("each node's launcher (`host pid N`), by node rank"))
-    node_rank: int = field(metadata=doc("this node's rank in that world (`GROUP_RANK`)"))
-    world_size: int = field(metadata=doc("ranks in that world (`WORLD_SIZE`)"))
-
-
-@dataclass(frozen=True)
 class Exclusion:
     """A node taken out of an elastic job for good: never re-admitted, and in the exclude file."""
 
@@ -53,3 +45,18 @@ class Exclusion:
         if self.step_time_before_s is not None and self.step_time_after_s is not None:
             text += f"; step {1000 * self.step_time_before_s:.1f} -> {1000 * self.step_time_after_s:.1f} ms"
         return text
+
+
+@dataclass(frozen=True)
+class AttemptMembership:
+    world: int = field(metadata=doc("the world's number: the job's attempt (`TORCHELASTIC_RESTART_COUNT`)"))
+    nodes: tuple[str, ...] = field(metadata=doc("each node's launcher (`host pid N`), by node rank"))
+    node_rank: int = field(metadata=doc("this node's rank in that world (`GROUP_RANK`)"))
+    world_size: int = field(metadata=doc("ranks in that world (`WORLD_SIZE`)"))
+    excluded: tuple[Exclusion, ...] = field(
+        default=(),
+        metadata=doc(
+            "the nodes taken out for good at the re-forming before this world (see `exclusions[]`); empty: none",
+            since=7,
+        ),
+    )
