@@ -9,28 +9,38 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from openclaw_launch.report.build import statistics_entry, straggler_entry
 from openclaw_launch.report.model import JOB_SCOPE, AttemptEntry, JobReport, NodeReport, NodeSummary
+from openclaw_launch.stats import imbalance, memory
 from openclaw_launch.stats.collect import RankSummary
-from openclaw_launch.stats.result import RunStatistics, SessionResult, Straggler
-from openclaw_launch.stats.verdict import RankFacts, find_stragglers, run_statistics, waited_for_others
+from openclaw_launch.stats.result import RunStatistics, SessionResult, StepImbalance, Straggler
+from openclaw_launch.stats.verdict import RankFacts, find_stragglers, fixed_only, run_statistics, waited_for_others
+
+if TYPE_CHECKING:
+    from openclaw_launch.plan.model import LaunchPlan
 
 
 @dataclass(frozen=True)
 class NodePayload:
-    """What a node sends the first node: its report, and its ranks' raw summaries (to judge
-    stragglers job-wide)."""
+    """What a node sends the first node: its report, its ranks' raw summaries (to judge stragglers
+    job-wide), their last steps (the job's per-step imbalance) and their GPU memory with its role
+    (the job's memory asymmetry)."""
 
     report: NodeReport
     summaries: tuple[RankSummary, ...]
     threshold_pct: float | None
+    steps: tuple[imbalance.RankSteps, ...]
+    memory: tuple[memory.RankMemory, ...]
 
 
-def node_payload(report: NodeReport, statistics: SessionResult | None) -> NodePayload:
+def node_payload(report: NodeReport, statistics: SessionResult | None, plan: LaunchPlan | None) -> NodePayload:
+    """``plan``: the node's (an elastic job's last world's): the ranks' roles for the memory."""
     if statistics is None:
-        return NodePayload(report, (), None)
-    return NodePayload(report, statistics.summaries, statistics.statistics.threshold_pct)
+        return NodePayload(report, (), None, (), ())
+    held = memory.rank_memory(plan.ranks, plan.parallel, statistics.gpus) if plan is not None else ()
+    return NodePayload(report, statistics.summaries, statistics.statistics.threshold_pct, statistics.recent_steps, held)
 
 
 def merge_reports(
@@ -45,14 +55,17 @@ def merge_reports(
     ranks = sorted((r for rep in reports for r in rep.ranks), key=lambda r: r.rank)
     statistics: RunStatistics | None = None
     stragglers: tuple[Straggler, ...] = ()
+    step_imbalance: StepImbalance | None = None
     if any(rep.statistics is not None for rep in reports):
         summaries = [s for p in payloads for s in p.summaries]
         threshold = next((p.threshold_pct for p in payloads if p.threshold_pct is not None), None)
         by_rank = {s.rank: s for s in summaries}
         waited = waited_for_others(summaries)
         facts = {r.rank: RankFacts(r.node, r.gpu, r.binding_warning) for r in ranks}
+        judged = imbalance.aligned((s for p in payloads for s in p.steps), sorted(by_rank)).judge()
+        step_imbalance = StepImbalance.of(judged) if judged is not None else None
         found = find_stragglers(summaries, facts, threshold) if threshold is not None else []
-        stragglers = tuple(straggler_entry(s) for s in found)
+        stragglers = tuple(straggler_entry(s) for s in fixed_only(found, judged, threshold or 0.0))
         ranks = [
             replace(r, statistics=statistics_entry(by_rank[r.rank], waited[r.rank]) if r.rank in by_rank else None)
             for r in ranks
@@ -92,6 +105,8 @@ def merge_reports(
         unkillable_pids=tuple(f"{rep.node}:{pid}" for rep in reports for pid in rep.unkillable_pids),
         containment={rep.node: rep.containment for rep in reports},
         preflight={rep.node: rep.preflight for rep in reports if rep.preflight is not None},
+        step_imbalance=step_imbalance,
+        memory_asymmetry=memory.asymmetry([m for p in payloads for m in p.memory]),
     )
 
 

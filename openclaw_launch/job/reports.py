@@ -72,7 +72,7 @@ def job_report(
     from openclaw_launch.report.build import write_report
     from openclaw_launch.report.format import format_report
 
-    own = node_payload(report, statistics)
+    own = node_payload(report, statistics, agent.plan)
     sent = agent.finish(to_json(own))
     if sent is None:
         return

@@ -167,7 +167,10 @@ class Report:
             "per-step imbalance: how often each rank was the slowest and what the spread costs per step (see "
             "`step_imbalance`); its `variance` is the finding; null: telemetry off, one rank, or fewer than "
             f"{imbalance.MIN_STEPS} steps every rank sent",
-            job="null: steps are not aligned across nodes (each node's report has its own)",
+            job=(
+                "every node's ranks aligned by step number over each rank's last "
+                f"{imbalance.RECENT_STEPS} steps; null: fewer than {imbalance.MIN_STEPS} such steps every rank sent"
+            ),
             since=6,
         ),
     )
@@ -177,7 +180,7 @@ class Report:
         metadata=doc(
             "ranks whose peak GPU memory differs from their role's: the partitioning/sharding is uneven (see "
             "`memory_asymmetry[]`); empty: none, or no GPU memory sampled",
-            job="empty (each node's report has its own)",
+            job="every node's ranks compared by role (a pipeline stage's ranks across nodes too)",
             since=6,
         ),
     )

@@ -13,10 +13,15 @@ most work.
 Pure arithmetic on the batches the session already takes: O(ranks) per step, and at most
 ``MAX_PENDING_STEPS`` steps held while a rank's batch is late. ``judge`` decides whether it is a
 finding (``StepImbalance.variance``).
+
+Across nodes (the job report, agents/merge.py): each node keeps its ranks' last ``RECENT_STEPS``
+steps (``StepAlignment.recent``, whether or not the node has two ranks) and sends them with its
+report; the first node lines every node's up by step number (``aligned``) and judges them as one.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -30,6 +35,9 @@ MIN_STEPS = 20
 # stalled step a shared host adds) and as the mean: below it, the per-step noise of a shared host.
 MIN_COST_PCT = 10.0
 MAX_PENDING_STEPS = 4096  # steps waiting for a late rank's batch; beyond, the oldest is given up
+# Per rank, the last steps (and sampled GPU steps) a node sends the first node for the job report:
+# about 16 bytes of JSON each, 16 KiB a rank; the job's per-step imbalance is judged over them.
+RECENT_STEPS = 1000
 
 
 @dataclass
@@ -62,6 +70,9 @@ class StepAlignment:
         self._gpu_pending: dict[int, dict[int, float]] = {}
         self._gpu = _Tally()
         self.given_up = 0  # steps dropped: a rank never sent them, or too many were pending
+        # per rank, its last aligned steps (step_s, work_s) and sampled GPU steps, for the job report
+        self._recent: dict[int, deque[tuple[float, float]]] = {}
+        self._recent_gpu: dict[int, deque[tuple[int, float]]] = {}
 
     @property
     def ranks(self) -> frozenset[int]:
@@ -77,10 +88,12 @@ class StepAlignment:
         self._gpu_pending.clear()
         self._gpu = _Tally()
         self.given_up = 0
+        self._recent.clear()
+        self._recent_gpu.clear()
 
     def add(self, batch: wire.Batch) -> None:
         rank = batch.rank
-        if rank not in self._expected or len(self._expected) < 2:
+        if rank not in self._expected:
             return
         self._add_gpu(rank, batch.gpu_busy)
         if rank in self._broken:
@@ -94,18 +107,28 @@ class StepAlignment:
             index = count + offset
             if index < WARMUP_STEPS:
                 continue
-            waiting = sum(phases.get(p, 0.0) for p in batch.sync_phases)
-            row = self._pending.setdefault(index, {})
-            row[rank] = (step_s, max(step_s - waiting, 0.0))
-            if len(row) == len(self._expected):
-                self._close(self._pending.pop(index))
+            work_s = max(step_s - sum(phases.get(p, 0.0) for p in batch.sync_phases), 0.0)
+            self._recent.setdefault(rank, deque(maxlen=RECENT_STEPS)).append((step_s, work_s))
+            self._put(index, rank, step_s, work_s)
+
+    def _put(self, index: int, rank: int, step_s: float, work_s: float) -> None:
+        """Step ``index`` of ``rank``: judged once every expected rank has it."""
+        if len(self._expected) < 2:
+            return
+        row = self._pending.setdefault(index, {})
+        row[rank] = (step_s, work_s)
+        if len(row) == len(self._expected):
+            self._close(self._pending.pop(index))
         while len(self._pending) > MAX_PENDING_STEPS:
             del self._pending[min(self._pending)]
             self.given_up += 1
 
-    def _add_gpu(self, rank: int, samples: list[tuple[int, float]]) -> None:
+    def _add_gpu(self, rank: int, samples: Iterable[tuple[int, float]]) -> None:
         for step, seconds in samples:
             if step <= WARMUP_STEPS:  # numbered as the collector counts steps (from 1)
+                continue
+            self._recent_gpu.setdefault(rank, deque(maxlen=RECENT_STEPS)).append((step, seconds))
+            if len(self._expected) < 2:
                 continue
             row = self._gpu_pending.setdefault(step, {})
             row[rank] = seconds
@@ -113,6 +136,24 @@ class StepAlignment:
                 _tally_step(self._gpu, self._gpu_pending.pop(step))
         while len(self._gpu_pending) > MAX_PENDING_STEPS:
             del self._gpu_pending[min(self._gpu_pending)]
+
+    def recent(self) -> tuple[RankSteps, ...]:
+        """Each rank's last ``RECENT_STEPS`` aligned steps, to the microsecond (what the node sends
+        the first node). A rank's steps are consecutive: after a lost batch it adds none."""
+        out = []
+        for rank in sorted(self._expected):
+            rows, gpu = self._recent.get(rank, ()), self._recent_gpu.get(rank, ())
+            if rows or gpu:
+                out.append(
+                    RankSteps(
+                        rank=rank,
+                        first=self._counts.get(rank, 0) - len(rows),
+                        step_s=tuple(round(s, 6) for s, _ in rows),
+                        work_s=tuple(round(w, 6) for _, w in rows),
+                        gpu=tuple((step, round(seconds, 6)) for step, seconds in gpu),
+                    )
+                )
+        return tuple(out)
 
     def _close(self, row: dict[int, tuple[float, float]]) -> None:
         import statistics  # not on the launcher's start path: the first full step imports it
@@ -180,6 +221,32 @@ def _tally_step(t: _Tally, works: dict[int, float]) -> None:
         excess = work - statistics.median(others)
         t.excess_sum_s[rank] = t.excess_sum_s.get(rank, 0.0) + excess
         t.excess_sq_s2[rank] = t.excess_sq_s2.get(rank, 0.0) + excess * excess
+
+
+@dataclass(frozen=True)
+class RankSteps:
+    """One rank's last aligned steps as its node sends them (``StepAlignment.recent``): ``first`` the
+    index of the first (steps counted from the attempt's first on every node), each step's time and
+    its work (the step outside the waiting phases); ``gpu``: sampled steps' GPU work (step, seconds)."""
+
+    rank: int
+    first: int
+    step_s: tuple[float, ...]
+    work_s: tuple[float, ...]
+    gpu: tuple[tuple[int, float], ...]
+
+
+def aligned(parts: Iterable[RankSteps], ranks: Iterable[int]) -> StepAlignment:
+    """Every node's ranks' recent steps side by side, by step number: the job's alignment (its
+    ``judge`` over the steps every rank of ``ranks`` sent)."""
+    alignment = StepAlignment(ranks)
+    for part in parts:
+        if part.rank not in alignment.ranks:
+            continue
+        alignment._add_gpu(part.rank, part.gpu)
+        for offset, (step_s, work_s) in enumerate(zip(part.step_s, part.work_s, strict=False)):
+            alignment._put(part.first + offset, part.rank, step_s, work_s)
+    return alignment
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from openclaw_launch.codec import doc
 from openclaw_launch.stats import imbalance
 from openclaw_launch.stats.collect import RankSummary
+from openclaw_launch.stats.imbalance import RankSteps
 from openclaw_launch.telemetry import wire
 
 # A rank whose peak GPU memory differs from the median of its role (in a role of two: the other rank)
@@ -360,3 +361,4 @@ class SessionResult:
     summaries: tuple[RankSummary, ...]  # per rank, of the last attempt
     gpus: dict[str, GpuStats]  # per sampled GPU, by UUID
     imbalance: StepImbalance | None = None  # per-step imbalance, once enough steps aligned (stats/imbalance.py)
+    recent_steps: tuple[RankSteps, ...] = ()  # each rank's last steps, for the job's alignment

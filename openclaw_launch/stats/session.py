@@ -281,6 +281,7 @@ class StatsSession(Participant):
             summaries=tuple(summaries),
             gpus=self._gpu_summaries(),
             imbalance=StepImbalance.of(judged) if (judged := self.alignment.judge()) is not None else None,
+            recent_steps=self.alignment.recent(),
         )
 
     def close(self) -> None:
@@ -291,16 +292,10 @@ class StatsSession(Participant):
         self.inbox.close()
 
     def _fixed(self, found: list[Straggler]) -> list[Straggler]:
-        """The verdict's stragglers less those the aligned steps show are per-batch variance, not a fixed
-        rank (stats/imbalance.moving_stragglers, by the verdict's own floor and significance)."""
-        from openclaw_launch.stats import imbalance, verdict
+        """The verdict's stragglers less those the aligned steps show are per-batch variance."""
+        from openclaw_launch.stats import verdict
 
-        def floor_s(step_s: float) -> float:
-            return verdict.slowdown_floor_s(self.threshold_pct, step_s)
-
-        judged = self.alignment.judge()
-        moving = imbalance.moving_stragglers((s.rank for s in found), judged, floor_s, verdict.Z_SIGNIFICANT)
-        return [s for s in found if s.rank not in moving]
+        return verdict.fixed_only(found, self.alignment.judge(), self.threshold_pct)
 
     def _gpu_summaries(self) -> dict[str, GpuStats]:
         return self.helper.summaries if self.helper is not None else {}

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 from openclaw_launch.config.defaults import STRAGGLER_THRESHOLD_MARGIN as THRESHOLD_MARGIN
 from openclaw_launch.config.defaults import STRAGGLER_THRESHOLD_PCT
-from openclaw_launch.stats import phases
+from openclaw_launch.stats import imbalance, phases
 from openclaw_launch.stats.collect import GPU_BUSY, INPUT_STAGE, OWN, STEP, RankSummary
 from openclaw_launch.stats.phases import GPU_WORK, INPUT_PHASES
 from openclaw_launch.stats.result import MEMORY_ASYMMETRY_SHARE, DroppedDatagrams, GpuStats, RunStatistics, Straggler
@@ -154,6 +154,18 @@ def find_stragglers(
             ),
         )
     ]
+
+
+def fixed_only(found: Sequence[Straggler], judged: imbalance.Judged | None, threshold_pct: float) -> list[Straggler]:
+    """The stragglers less those the aligned steps (``judged``, stats/imbalance.py) show are per-batch
+    variance, not a fixed rank (``imbalance.moving_stragglers``, by this verdict's floor and
+    significance): a node's verdict and the job report's alike."""
+
+    def floor_s(step_s: float) -> float:
+        return slowdown_floor_s(threshold_pct, step_s)
+
+    moving = imbalance.moving_stragglers((s.rank for s in found), judged, floor_s, Z_SIGNIFICANT)
+    return [s for s in found if s.rank not in moving]
 
 
 def slowdown_floor_s(threshold_pct: float, step_s: float) -> float:
