@@ -72,3 +72,27 @@ def next_world(
 def wants_growth(world: Sequence[int], waiting: Sequence[Member], spec: ElasticSpec) -> bool:
     """A member waiting to run ranks (not a standby) and room for it: re-form to take it in."""
     return len(world) < spec.max_nodes and any(not m.standby for m in waiting)
+
+
+def exclusion_refusal(
+    world: Sequence[int],
+    node_rank: int,
+    gone: Collection[int],
+    waiting: Sequence[Member],
+    spec: ElasticSpec,
+    restarts_left: int,
+) -> str | None:
+    """Why node rank ``node_rank`` of the running ``world`` may not be taken out (the straggler
+    policy, agents/straggler_policy.py), or None: the world after it (a standby in its place, else
+    one node fewer) keeps MIN nodes, a restart is left for the re-forming, and it is not the first
+    node (it hosts the rendezvous)."""
+    if not 0 < node_rank < len(world):
+        return f"node rank {node_rank} is not a node the first node can take out of a world of {len(world)}"
+    if restarts_left < 1:
+        return "no restart is left for the re-forming (--max-restarts)"
+    after = next_world(world, {*gone, world[node_rank]}, waiting, spec)
+    if len(after) < spec.min_nodes:
+        return (
+            f"{len(after)} node(s) would be left and no standby takes its place: fewer than MIN (--nnodes {spec.text})"
+        )
+    return None

@@ -33,6 +33,15 @@ LIVE_CADENCE_S: tuple[tuple[float, float], ...] = ((60.0, 10.0), (math.inf, 60.0
 LIVE_TICK_S = LIVE_CADENCE_S[0][1]  # how often the default cadence looks for steps
 STRAGGLER_THRESHOLD_PCT = 5.0  # of the median step
 STRAGGLER_THRESHOLD_MARGIN = 0.1  # a rank is named from 90 % of the threshold: a slowdown at it is never missed
+#: --on-straggler (runtime.straggler_policy): what the job-wide live verdict's straggler costs its node
+#: (agents/straggler_policy.py): none (not even the job's line), report (the line: today's), exclude (elastic).
+STRAGGLER_POLICIES: tuple[str, ...] = ("none", "report", "exclude")
+STRAGGLER_POLICY = "report"
+STRAGGLER_INTERVALS = 3  # exclude: live intervals in a row one node must be named the job's straggler
+STRAGGLER_EXCLUDE_PCT = 10.0  # exclude: ... each time with an excess of at least this % of the job's step
+STRAGGLER_GRACE_S = 30.0  # exclude: from the checkpoint request to the world's stop
+STRAGGLER_COOLDOWN_INTERVALS = 10  # exclude: at most one exclusion per this many live intervals
+CHECKPOINT_SIGNAL = "SIGUSR1"  # exclude: the workers' checkpoint request (Slurm's --signal=B:USR1@90)
 # With --hang-timeout-s, a rank's first step may take this long at least (imports, data loading, the
 # rendezvous, NCCL init, torch.compile of the first step): the start-up allowance's floor.
 STARTUP_TIMEOUT_FLOOR_S = 600.0
@@ -132,6 +141,38 @@ DEFAULTS: tuple[Default, ...] = (
         "a straggler makes the step this much longer than the others' pace (its excess: 5/105 of the step);"
         f" named from {100 * (1 - STRAGGLER_THRESHOLD_MARGIN):g} % of it",
     ),
+    Default(
+        "--on-straggler",
+        STRAGGLER_POLICY,
+        "-",
+        "the job-wide live verdict's straggler: none, report (named on node 0's line) or exclude (an elastic "
+        "job takes its node out; docs/elastic.md; config runtime.straggler_policy)",
+    ),
+    Default(
+        "--straggler-intervals",
+        str(STRAGGLER_INTERVALS),
+        "-",
+        "exclude: live intervals in a row one node must be named the job's straggler (at least 2)",
+    ),
+    Default(
+        "--straggler-exclude-pct",
+        f"{STRAGGLER_EXCLUDE_PCT:g} %",
+        "-",
+        "exclude: the straggler's excess, as % of the job's step, in each of those intervals",
+    ),
+    Default(
+        "--straggler-grace-s",
+        _s(STRAGGLER_GRACE_S),
+        "-",
+        "exclude: from the checkpoint request (--checkpoint-signal) to the stop of the world's workers",
+    ),
+    Default(
+        "--straggler-cooldown-intervals",
+        str(STRAGGLER_COOLDOWN_INTERVALS),
+        "-",
+        "exclude: at most one exclusion per this many live intervals",
+    ),
+    Default("--checkpoint-signal", CHECKPOINT_SIGNAL, "-", "exclude: sent to every worker before the world re-forms"),
     Default("--hang-timeout-s", "off", "-", "no step for this long is a hang (config runtime.hang_timeout_s)"),
     Default(
         "--startup-timeout-s",

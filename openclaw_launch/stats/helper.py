@@ -12,7 +12,8 @@ Its messages (``VOCABULARY``, run/helper.py's typed link):
   summary per GPU, a ``GpuStats`` in the codec's JSON, the NVML events seen so far: XID,
   uncorrectable ECC), ``GpuError`` (NVML did not start), ``StatsFileError`` (the first line that
   could not be written: a full disk), ``JobLine`` (node 0 of a multi-node job: the job's live line),
-  ``Finished`` (the final round and errors).
+  ``JobJudged`` (node 0: every interval's verdict, for the straggler policy), ``Finished`` (the final
+  round and errors).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from openclaw_launch.run.failure_class import GpuEvent
 from openclaw_launch.run.helper import Helper, Link, Message, Vocabulary
+from openclaw_launch.stats.judged import Judged
 
 if TYPE_CHECKING:
     from openclaw_launch.stats.gpu import GpuSampler, Sample, SampleSource
@@ -64,6 +66,11 @@ class JobLine(Message):
 
 
 @dataclass(frozen=True)
+class JobJudged(Message):
+    verdict: Judged  # node 0: this interval's job-wide verdict (stats/job_live.py)
+
+
+@dataclass(frozen=True)
 class GpuRound(Message):
     latest: dict[str, dict[str, Any]]  # the last sample per GPU (stats/gpu.py's Sample)
     summaries: dict[str, Any]  # the running summary per GPU: a GpuStats in the codec's JSON, decoded when asked
@@ -90,7 +97,7 @@ class Finished(Message):
 
 VOCABULARY = Vocabulary(
     to_helper=(Publish, Append, LiveInterval, Finish),
-    to_launcher=(GpuRound, GpuError, StatsFileError, JobLine, Finished),
+    to_launcher=(GpuRound, GpuError, StatsFileError, JobLine, JobJudged, Finished),
 )
 
 
@@ -100,11 +107,16 @@ class StatsHelper:
     file could not be written."""
 
     def __init__(
-        self, helper: Helper, on_warning: Callable[[str], None], on_job_line: Callable[[str], None] | None = None
+        self,
+        helper: Helper,
+        on_warning: Callable[[str], None],
+        on_job_line: Callable[[str], None] | None = None,
+        on_judged: Callable[[Judged], None] | None = None,
     ) -> None:
         self._helper = helper
         self._on_warning = on_warning
         self._on_job_line = on_job_line  # node 0 of a multi-node job: the job's live line (printed)
+        self._on_judged = on_judged  # node 0: every interval's verdict (the straggler policy)
         self.latest: dict[str, Sample] = {}  # the last sample per GPU
         self._summaries: dict[str, Any] = {}  # the running summary per GPU, as sent (decoded when asked)
         self.gpu_events: list[GpuEvent] = []  # NVML events (XID, ECC), oldest first (bounded by the sampler)
@@ -123,6 +135,7 @@ class StatsHelper:
         on_warning: Callable[[str], None],
         job_live: JobLiveTarget | None = None,
         on_job_line: Callable[[str], None] | None = None,
+        on_judged: Callable[[Judged], None] | None = None,
     ) -> StatsHelper:
         """Fork the helper (the launcher closes its copy of ``metrics_socket``). ``job_live``: a
         multi-node job's store, where the helper sends this node's intervals (stats/job_live.py)."""
@@ -134,7 +147,7 @@ class StatsHelper:
         helper = Helper.fork("openclaw-stats", main, VOCABULARY, keep_fds=keep)
         if metrics_socket is not None:
             metrics_socket.close()
-        return cls(helper, on_warning, on_job_line)
+        return cls(helper, on_warning, on_job_line, on_judged)
 
     @property
     def pid(self) -> int:
@@ -195,6 +208,8 @@ class StatsHelper:
                 self._on_warning(text)
             case JobLine(text=text) if self._on_job_line is not None:
                 self._on_job_line(text)
+            case JobJudged(verdict=verdict) if self._on_judged is not None:
+                self._on_judged(verdict)
             case StatsFileError(text=text) if self.stats_file_error is None:
                 self.stats_file_error = text
                 self._on_warning(f"{text}; the job goes on, later lines may be lost (in the report)")
@@ -230,7 +245,10 @@ def _serve(
         def job_line(text: str) -> None:
             link.send(JobLine(text))
 
-        live = JobLive(job_live, job_line, server.publish_job if server is not None else None)
+        def judged(verdict: Judged) -> None:
+            link.send(JobJudged(verdict))
+
+        live = JobLive(job_live, job_line, server.publish_job if server is not None else None, judged)
 
     def file_error(text: str) -> None:  # from the writer's thread (the link's sends are serialised)
         link.send(StatsFileError(text))

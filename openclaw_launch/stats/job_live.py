@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from openclaw_launch.codec import from_json, to_json
 from openclaw_launch.stats.collect import RankSummary
+from openclaw_launch.stats.judged import Judged
 
 if TYPE_CHECKING:
     from openclaw_launch.stats.result import Straggler
@@ -91,6 +92,19 @@ class JobVerdict:
     nodes: tuple[NodeInterval, ...]  # those judged
     found: tuple[Straggler, ...]
     silent: tuple[int, ...]  # node ranks with no fresh summary
+    step_p50_s: float | None = None  # the median of the ranks' median steps (None: no measured step)
+    judged: bool = False  # every rank had LIVE_MIN_STEPS: the verdict judged (found may still be empty)
+
+
+def judged_of(attempt: int, verdict: JobVerdict) -> Judged:
+    """The verdict's first straggler (the one the line names) with its node's rank, or none."""
+    if not verdict.found:
+        return Judged(attempt, verdict.judged, verdict.step_p50_s)
+    s = verdict.found[0]
+    node_rank = next((n.node_rank for n in verdict.nodes if any(r.rank == s.rank for r in n.ranks)), -1)
+    return Judged(
+        attempt, verdict.judged, verdict.step_p50_s, s.node, node_rank, s.rank, s.excess_pct, s.phase, s.section
+    )
 
 
 def node_key(run_id: str, attempt: int, node_rank: int) -> str:
@@ -141,7 +155,7 @@ def judge(nodes: Sequence[NodeInterval], nnodes: int, silent: Sequence[int], thr
     text = f"{head}, step p50 {1000 * p50:.1f} ms"
     if min(r.measured_steps for r in measured) < LIVE_MIN_STEPS:
         text += f"; too few steps to judge (fewer than {LIVE_MIN_STEPS} on a rank)"
-        return JobVerdict(text, tuple(nodes), (), tuple(silent))
+        return JobVerdict(text, tuple(nodes), (), tuple(silent), p50)
     judged = judged_ranks(measured)
     found = tuple(verdict.find_stragglers(judged, facts, threshold_pct))
     if len(judged) < len(measured):
@@ -154,7 +168,7 @@ def judge(nodes: Sequence[NodeInterval], nnodes: int, silent: Sequence[int], thr
             text += ", the stage that bounds the pipeline"
     else:
         text += "; no straggler"
-    return JobVerdict(text, tuple(nodes), found, tuple(silent))
+    return JobVerdict(text, tuple(nodes), found, tuple(silent), p50, judged=True)
 
 
 def judged_ranks(ranks: Sequence[RankSummary]) -> list[RankSummary]:
@@ -227,10 +241,14 @@ class JobLive:
         target: JobLiveTarget,
         on_line: Callable[[str], None],
         on_snapshot: Callable[[dict[str, Any]], None] | None,
+        on_judged: Callable[[Judged], None] | None = None,
     ) -> None:
+        """Node 0: ``on_line`` gets the job's line when it is shown, ``on_snapshot`` the metrics and
+        ``on_judged`` the verdict (its straggler policy, agents/straggler_policy.py) every interval."""
         self.target = target
         self._on_line = on_line
         self._on_snapshot = on_snapshot
+        self._on_judged = on_judged
         self._queue: queue.Queue[Interval | None] = queue.Queue(maxsize=1)
         self._client: StoreClient | None = None
         self._seq: dict[int, int] = {}  # attempt -> this node's lines in it
@@ -298,5 +316,7 @@ class JobLive:
         judged = judge(nodes, interval.nnodes, sorted(silent), self.target.threshold_pct)
         if interval.show:
             self._on_line(judged.text)
+        if self._on_judged is not None:
+            self._on_judged(judged_of(interval.attempt, judged))
         if self._on_snapshot is not None:
             self._on_snapshot(job_snapshot(run_id, interval.attempt, judged))

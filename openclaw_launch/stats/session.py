@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from openclaw_launch.stats.hang_monitor import HangMonitor
     from openclaw_launch.stats.helper import StatsHelper
     from openclaw_launch.stats.job_live import JobLiveTarget
+    from openclaw_launch.stats.judged import Judged
     from openclaw_launch.stats.result import GpuStats, SessionResult, Straggler
 
 
@@ -49,10 +50,13 @@ class StatsSession(Participant):
         stats_file: str | None = None,
         interval_s: float | None = 0.0,
         job_live: JobLiveTarget | None = None,
+        job_line: bool = True,
+        on_judged: Callable[[Judged], None] | None = None,
     ) -> None:
         """``gpu_source`` (called in the helper), ``metrics_port`` (0: a free one), ``stats_file`` and
         ``job_live`` (a multi-node job's live verdict, stats/job_live.py): the helper's parts; it is
-        started only when one of them is asked for."""
+        started only when one of them is asked for. Node 0: ``job_line`` prints the job's line,
+        ``on_judged`` gets every interval's verdict."""
         self.plan = plan
         self.threshold_pct = threshold_pct
         self._say = say
@@ -86,7 +90,8 @@ class StatsSession(Participant):
                 stats_file,
                 lambda text: say(f"openclaw-launch: warning: {text}"),
                 job_live,
-                lambda text: say(f"openclaw-launch: job stats: {text}"),
+                (lambda text: say(f"openclaw-launch: job stats: {text}")) if job_line else None,
+                on_judged,
             )
 
     @property

@@ -20,6 +20,7 @@ from openclaw_launch.run.supervise import SuperviseOptions
 
 if TYPE_CHECKING:
     from openclaw_launch.stats.job_live import JobLiveTarget
+    from openclaw_launch.stats.judged import Judged
     from openclaw_launch.stats.session import StatsSession
 
 
@@ -35,6 +36,8 @@ class StatsOptions:
     metrics_port: int | None = None  # --metrics-port (openclaw_launch/stats/metrics.py); 0 = any free port
     stats_file: str | None = None  # --stats-file: JSON lines, one per interval
     job_live: JobLiveTarget | None = None  # several nodes: the agents' store for the job's live verdict (job/agents.py)
+    job_line: bool = True  # node 0 prints the job's live line (--on-straggler none: it does not)
+    on_judged: Callable[[Judged], None] | None = None  # node 0: each interval's verdict (the straggler policy)
 
 
 def start_statistics(
@@ -100,4 +103,6 @@ def _start_stats(plan: LaunchPlan, socket_path: str, stats: StatsOptions, say: C
         stats.stats_file,
         stats.interval_s,
         stats.job_live,
+        stats.job_line,
+        stats.on_judged,
     )

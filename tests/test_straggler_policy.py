@@ -1,0 +1,109 @@
+"""The straggler policy (``--on-straggler``, issue 28), pure: the decision (agents/straggler_policy.py)
+and the rendezvous's guard (agents/membership.exclusion_refusal). tests/test_straggler_exclude.py runs it."""
+
+from __future__ import annotations
+
+import pytest
+
+from openclaw_launch.agents.membership import ElasticSpec, Member, exclusion_refusal
+from openclaw_launch.agents.straggler_policy import Exclude, Note, StragglerSettings, StragglerWatch, Verified
+from openclaw_launch.config import defaults
+from openclaw_launch.stats.judged import Judged
+
+EXCLUDE = StragglerSettings(policy="exclude", intervals=3, exclude_pct=10.0, cooldown_intervals=5)
+
+
+def slow(node_rank: int = 1, pct: float = 30.0, attempt: int = 0, step_s: float = 0.12) -> Judged:
+    return Judged(attempt, True, step_s, f"node{node_rank}", node_rank, node_rank, pct, "input", "host")
+
+
+def balanced(attempt: int = 0, step_s: float = 0.09) -> Judged:
+    return Judged(attempt, True, step_s)
+
+
+def test_the_documented_defaults_are_the_settings_defaults() -> None:
+    s = StragglerSettings()
+    assert (s.policy, s.intervals, s.exclude_pct, s.grace_s, s.cooldown_intervals, s.checkpoint_signal) == (
+        defaults.STRAGGLER_POLICY,
+        defaults.STRAGGLER_INTERVALS,
+        defaults.STRAGGLER_EXCLUDE_PCT,
+        defaults.STRAGGLER_GRACE_S,
+        defaults.STRAGGLER_COOLDOWN_INTERVALS,
+        defaults.CHECKPOINT_SIGNAL,
+    )
+    assert s.policy == "report" and not s.excludes
+
+
+def test_report_and_none_never_act() -> None:
+    for policy in ("report", "none"):
+        watch = StragglerWatch(StragglerSettings(policy=policy))
+        assert all(watch.observe(slow()) is None for _ in range(20))
+
+
+def test_n_consecutive_intervals_above_the_threshold_exclude_the_node_with_the_evidence() -> None:
+    watch = StragglerWatch(EXCLUDE)
+    actions = [watch.observe(slow(step_s=0.1 + k / 100)) for k in range(3)]
+    assert actions[:2] == [None, None]
+    decided = actions[2]
+    assert isinstance(decided, Exclude) and (decided.node, decided.node_rank, decided.attempt) == ("node1", 1, 0)
+    assert len(decided.evidence) == 3 and decided.step_before_s == pytest.approx(0.11)
+    assert "3 live intervals in a row" in decided.why and "+30 %" in decided.why
+
+
+@pytest.mark.parametrize(
+    "breaker",
+    [balanced(), slow(pct=5.0), slow(node_rank=2), Judged(0, False, 0.1)],
+    ids=["balanced", "below-threshold", "another-node", "too-few-steps"],
+)
+def test_a_flapping_node_is_never_excluded_the_run_must_be_unbroken(breaker: Judged) -> None:
+    watch = StragglerWatch(EXCLUDE)
+    seen = [watch.observe(j) for j in (slow(), slow(), breaker, slow(), slow(), breaker) * 3]
+    assert not any(isinstance(a, Exclude) for a in seen)
+
+
+def test_a_balanced_job_is_never_touched() -> None:
+    watch = StragglerWatch(EXCLUDE)
+    assert all(watch.observe(balanced()) is None for _ in range(100))
+
+
+def test_at_most_one_exclusion_per_cooldown_and_node_0_never() -> None:
+    watch = StragglerWatch(EXCLUDE)
+    first = [watch.observe(slow()) for _ in range(3)][-1]
+    assert isinstance(first, Exclude)
+    watch.excluded(first, "node3")
+    assert isinstance(watch.observe(slow(node_rank=2, attempt=1)), Verified)  # the next world's first verdict
+    later = [watch.observe(slow(node_rank=2, attempt=1)) for _ in range(3)]
+    notes = [a for a in later if isinstance(a, Note)]
+    assert len(notes) == 1 and "at most one per 5" in notes[0].text  # said once, not every interval
+    assert isinstance(watch.observe(slow(node_rank=2, attempt=1)), Exclude)  # 5 intervals after the first
+    host = StragglerWatch(EXCLUDE)
+    said = [host.observe(slow(node_rank=0)) for _ in range(6)]
+    assert [type(a) for a in said if a is not None] == [Note] and "never excluded" in str(said)
+
+
+def test_the_next_worlds_verdict_verifies_the_replacement_or_warns() -> None:
+    watch = StragglerWatch(EXCLUDE)
+    decided = [watch.observe(slow()) for _ in range(3)][-1]
+    assert isinstance(decided, Exclude)
+    watch.excluded(decided, "node3")
+    assert watch.observe(slow()) is None  # the old world's last line
+    assert watch.observe(Judged(1, False, None)) is None  # too few steps yet
+    ok = watch.observe(balanced(attempt=1))
+    assert isinstance(ok, Verified) and not ok.named and ok.step_after_s == 0.09
+    assert "verified" in ok.text and "node node3 in its place" in ok.text
+    again = StragglerWatch(EXCLUDE)
+    decided = [again.observe(slow()) for _ in range(3)][-1]
+    assert isinstance(decided, Exclude)
+    again.excluded(decided, "node3")
+    named = again.observe(Judged(1, True, 0.12, "node3", 1, 1, 25.0, "input", "host"))
+    assert isinstance(named, Verified) and named.named and "warning" in named.text
+
+
+def test_the_rendezvous_refuses_below_min_and_takes_a_standby() -> None:
+    spec = ElasticSpec(2, 3, 0)
+    standby = [Member(9, "h pid 9", True)]
+    assert exclusion_refusal((0, 1, 2), 1, (), (), spec, 3) is None  # 3 -> 2 nodes: MIN kept
+    assert "fewer than MIN" in str(exclusion_refusal((0, 1), 1, (), (), spec, 3))
+    assert exclusion_refusal((0, 1), 1, (), standby, spec, 3) is None  # the standby keeps the size
+    assert "no restart" in str(exclusion_refusal((0, 1, 2), 1, (), (), spec, 0))
+    assert "not a node" in str(exclusion_refusal((0, 1, 2), 0, (), (), spec, 3))  # the first node hosts it
