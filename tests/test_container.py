@@ -132,7 +132,7 @@ def test_image_builds_on_a_plain_debian_base(tmp_path: Path) -> None:
         build(PLAIN_BASE, tag)
         info = json.loads(podman("image", "inspect", tag).stdout)[0]
         base = json.loads(podman("image", "inspect", PLAIN_BASE).stdout)[0]
-        assert info["Config"]["Entrypoint"] == ["openclaw-launch"]
+        assert info["Config"]["Entrypoint"] == ["python3", "-S", "/usr/local/bin/openclaw-launch-pid1"]
         assert not info["Config"].get("Healthcheck")
         assert info["Size"] - base["Size"] < 20e6, "the launcher should add a few MB, not more"
         assert "externally-managed" in podman("run", "--rm", *LIMITS, "--entrypoint", "sh", tag, "-c",
