@@ -25,12 +25,14 @@ from openclaw_launch.cli.common import (
     with_common,
 )
 from openclaw_launch.cli.elastic import arrive_elastic, elastic_job, world_planner
+from openclaw_launch.cli.replica_groups import check_before_meeting, replica_groups
 from openclaw_launch.cli.run_options import RunOptions, console_choices, startup_timeout_s, with_run_options
 from openclaw_launch.cli.torchrun_resolve import Resolved
 from openclaw_launch.config.model import Config
 from openclaw_launch.errors import OpenclawError
 from openclaw_launch.plan.format import format_plan_table
 from openclaw_launch.plan.model import LaunchPlan
+from openclaw_launch.plan.replica_groups import format_replica_groups
 
 if TYPE_CHECKING:
     from openclaw_launch.agents.elastic_agent import ElasticLink, World
@@ -59,6 +61,7 @@ def run(c: Common, r: RunOptions) -> None:
     want = inputs.want
     console = console_choices(r, c.tr.role, want.local_ranks_shown is not None, os.environ)
     job = elastic_job(c, inputs, r)
+    check_before_meeting(r, inputs, job is not None)  # --replica-groups: refused before any node meets
     elastic = arrive_elastic(job, inputs, r, c.tr.max_restarts) if job and not r.dry_run else None
     arrival = _arrive(want, r, c.tr.run_id) if want.by_arrival and not want.elastic and not r.dry_run else None
     try:
@@ -73,13 +76,14 @@ def run(c: Common, r: RunOptions) -> None:
             world_nodes=elastic[0].nnodes if elastic else None,
             world_names=elastic[0].nodes if elastic and c.config_path else None,
         )
+        groups = replica_groups(c, inputs, r, plan, config, at_run=not r.dry_run)
     except OpenclawError as e:
         fail(e)
     startup_allowance_s = startup_timeout_s(r, config.runtime.startup_timeout_s, plan.hang_timeout_s)
     for w in plan.warnings:
         warn(w)
     if r.dry_run:
-        click.echo(format_plan_table(plan, warnings=False))
+        click.echo(format_replica_groups(groups) if groups else format_plan_table(plan, warnings=False))
         return
     if c.tr.no_python:
         rank_env = plan.ranks[0].env if plan.ranks else {}
@@ -129,6 +133,10 @@ def run(c: Common, r: RunOptions) -> None:
             metrics_port=r.metrics_port,
             stats_file=r.stats_file,
         )
+        if groups is not None:  # one node: no agents (plan/replica_groups.py refuses several)
+            from openclaw_launch.job.replica_groups import launch_replica_groups
+
+            sys.exit(launch_replica_groups(groups, options, r.report_path, stats, r.exit_code_classes, level <= INFO))
         code = launch(
             plan,
             options,

@@ -48,6 +48,7 @@ class RunOptions:
     job_report_path: str | None
     preflight_first: bool
     exit_code_classes: bool
+    replica_groups: int | None  # None: runtime.replica_groups, else none (cli/replica_groups.py)
     dry_run: bool
 
     def agent_waits(self) -> AgentWaits:
@@ -216,6 +217,15 @@ _run_options: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
         help="A failed job exits 75 when a restart can help (a node, GPU or the fabric failed, a hang: requeue) "
         "and 70 when not (the script failed: do not requeue), by the failure class, instead of the worker's "
         "code; for a Slurm --requeue script (docs/failures.md).",
+    ),
+    click.option(
+        "--replica-groups",
+        type=int,
+        default=None,
+        help="torchft's replica groups as one command: start torchft's lighthouse and cut this node's ranks into "
+        "K worlds, each with its own MASTER_PORT, REPLICA_GROUP_ID, NUM_REPLICA_GROUPS and TORCHFT_LIGHTHOUSE, "
+        "each supervised and restarted (--max-restarts) on its own while the others keep stepping; the script "
+        "uses torchft's Manager (config runtime.replica_groups; needs torchft; docs/replica-groups.md).",
     ),
     click.option("--dry-run", is_flag=True, help="Print the plan and start nothing (`plan` never starts anything)."),
 ]

@@ -28,12 +28,14 @@ from openclaw_launch.cli.common import (
     with_common,
 )
 from openclaw_launch.cli.option_types import slow_percent
+from openclaw_launch.cli.replica_groups import replica_groups
 from openclaw_launch.cli.run_options import RunOptions, console_choices, startup_timeout_s, with_run_options
 from openclaw_launch.config.defaults import PREFLIGHT_ITERS, PREFLIGHT_SIZE_MIB, PREFLIGHT_SLOW_PCT
 from openclaw_launch.config.model import Config
 from openclaw_launch.config.reader import load_config
 from openclaw_launch.errors import OpenclawError
 from openclaw_launch.plan.format import format_plan_table
+from openclaw_launch.plan.replica_groups import format_replica_groups
 from openclaw_launch.preflight.tiers import RECORDED_MARGIN
 
 if TYPE_CHECKING:
@@ -70,6 +72,7 @@ def plan(c: Common, r: RunOptions, as_json: bool, suggest_parallel: bool) -> Non
             elastic=elastic.spec if elastic else None,
         )
         startup_timeout_s(r, config.runtime.startup_timeout_s, launch_plan.hang_timeout_s)  # exit 2 as run
+        groups = replica_groups(c, inputs, r, launch_plan, config, at_run=False)
         suggestions = suggest_layouts(config) if suggest_parallel else None
     except OpenclawError as e:
         fail(e)
@@ -80,14 +83,14 @@ def plan(c: Common, r: RunOptions, as_json: bool, suggest_parallel: bool) -> Non
             "(RANK with them) follow the membership"
         )
     if as_json:
-        doc = launch_plan.to_json()
+        doc = groups.to_json() if groups is not None else launch_plan.to_json()
         if suggestions is not None:
             doc["parallel_suggestions"] = [s.to_json() for s in suggestions]
         click.echo(json.dumps(doc, indent=2))
     else:
         for w in launch_plan.warnings:
             warn(w)
-        click.echo(format_plan_table(launch_plan, warnings=False))
+        click.echo(format_replica_groups(groups) if groups else format_plan_table(launch_plan, warnings=False))
         if suggestions is not None:
             click.echo(format_suggestions(suggestions))
 

@@ -61,6 +61,9 @@ Reference (every key; ``*`` = required)::
       max_nodes:                integer, with min_nodes: the most nodes of one world
       standby_nodes:            list of node names (elastic only): they run no ranks until a node is
                                 lost, then take its node rank (as ``--standby``)
+      replica_groups:           integer >= 1 (one node): torchft's replica groups, K worlds of the
+                                node's ranks and their lighthouse (``--replica-groups`` overrides it;
+                                docs/replica-groups.md)
     parallel:                   tensor / pipeline / data parallel layout (``--tp/--pp/--dp`` override
                                 each); workers get OPENCLAW_{TP,PP,DP}_{RANK,SIZE} and the groups
       tp:                       integer >= 1 (default 1): TP group size; divides every node's ranks
@@ -164,6 +167,7 @@ class Runtime:
     min_nodes: int | None = None  # elastic (agents/elastic.py): with max_nodes
     max_nodes: int | None = None
     standby_nodes: tuple[str, ...] = ()  # elastic: nodes that wait to replace a lost one
+    replica_groups: int | None = None  # --replica-groups: torchft's replica groups (plan/replica_groups.py)
 
 
 #: The ``runtime:`` keys: the fields of ``Runtime``, the one definition. Config loading reads

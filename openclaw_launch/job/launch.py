@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from openclaw_launch.agents.fate import Agent
+    from openclaw_launch.job.group_progress import GroupProgress
     from openclaw_launch.report.model import PreflightVerdict
     from openclaw_launch.run.failure_class import Failure
     from openclaw_launch.stats.result import SessionResult
@@ -70,13 +71,15 @@ def launch(
     preflight: Callable[[int], PreflightVerdict] | None = None,
     exit_code_classes: bool = False,
     info: bool = False,
+    progress: GroupProgress | None = None,
 ) -> int:
     """Run the plan; return the launcher's exit code. ``parent_error_file``: the launcher's own
     TORCHELASTIC_ERROR_FILE, which receives a failed job's root cause as torchrun writes it.
     ``agents``: a multi-node job (openclaw_launch/agents): meet the other nodes first, share their fate.
     ``preflight``: judges the workers' measurements once they ended (given the exit code); its verdict
     goes into the report. ``exit_code_classes``: a failed job exits 70 or 75 by its failure class
-    (exit_codes.py), not with the worker's code. ``info``: LOGLEVEL INFO or lower (job/info_log.py)."""
+    (exit_codes.py), not with the worker's code. ``info``: LOGLEVEL INFO or lower (job/info_log.py).
+    ``progress``: a replica group's account of its attempts (job/replica_groups.py), one more participant."""
     hint = str(LogDir.of(options.log_dir, plan.run_id).path) if options.log_dir else None
     out, err = console.wrap(options.stdout or sys.stdout, hint), console.wrap(options.stderr or sys.stderr, hint)
     options = dataclasses.replace(options, stdout=out, stderr=err)  # never blocks supervision
@@ -95,7 +98,16 @@ def launch(
             stats = stats or StatsOptions()  # the job's live verdict: every node's helper to the agents' store
             stats = dataclasses.replace(stats, job_live=job_live_target(agents, plan.run_id, stats.threshold_pct))
         result, statistics, failures = _run(
-            plan, options, os_layer, parent_error_file, stats or StatsOptions(), agent, exit_code_classes, store, info
+            plan,
+            options,
+            os_layer,
+            parent_error_file,
+            stats or StatsOptions(),
+            agent,
+            exit_code_classes,
+            store,
+            info,
+            progress,
         )
         result = with_late_signal(result, forwarded(os_layer.drain_signals(), options), options)
         code = result.exit_code  # with agents: the job's fate, the same on every node (supervise.py)
@@ -153,6 +165,7 @@ def _run(
     exit_code_classes: bool = False,
     store: WorkerStore | None = None,
     info: bool = False,
+    progress: GroupProgress | None = None,
 ) -> tuple[JobResult, SessionResult | None, dict[int, Failure]]:
     """Set everything up, supervise, tear everything down (in reverse order, whatever happens).
     Returns the job's result, its statistics and each attempt's classified failure."""
@@ -190,6 +203,9 @@ def _run(
             participants = participants_of(len(plan.ranks), policy, daemon, job_cgroup, session, agent, store)
             if info:
                 participants.append(InfoLog(functools.partial(say, options)))
+            if progress is not None:
+                progress.attach(session.steps_of if session is not None else None)
+                participants.append(progress)
             result = supervise(plan, options, os_layer, participants, guardian=guardian)
         from openclaw_launch.report.build import CONTAINMENT  # the report's types load after the spawn
 
