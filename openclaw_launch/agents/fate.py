@@ -2,13 +2,15 @@
 
 Keys in the store (``store.PREFIX`` + ...), ``r`` a node rank, ``a`` an attempt:
 
-- ``hb/r``      keep-alive counter, bumped every tick by node r's store loop
+- ``hb/r``      keep-alive counter, bumped (``add``) by node r's store loop when its launcher ticked;
+                node rank 0 watches every node's, every other node only node 0's (agents/keepalive.py)
 - ``fp/r``      node r's fingerprint (JSON); ``ack/r``: node r has compared them
 - ``fate/a``    the first stop of attempt a anywhere (first writer wins: compare-and-set):
                 ``{"kind": "failure"|"signal"|"hang"|"lost", "node", "rank", "code", "text"}``
 - ``end/a/r``   node r's workers of attempt a are gone, with its own outcome: ``ok``, ``stopped``
                 (by the fate), or the kind of its own first reason that vetoes a restart
-                (``signal``/``hang``), else of its first (``failure``)
+                (``signal``/``hang``), else of its first (``failure``); ``lost``: node 0 found it lost
+- ``outcomes/a`` the distinct outcomes of every node's end, published by node rank 0 once all are in
 - ``report/r``  node r's report and statistics, for the first node's job report
 
 The store traffic runs in a helper process (agents/store_loop.py: the launcher forks with one
@@ -19,10 +21,10 @@ publishes the first as the fate; another node's fate is its ``stop_reason``; it 
 until every node is done with it; its ``vote_restart`` is the job's decision.
 
 Restarts are decided once, the same on every node: after attempt a every node waits until each
-node's ``end/a/r`` is there (or a node is lost); the job restarts iff this node wishes it, ``fate/a``
-is a worker failure, and no node's outcome vetoes it (a signal or a hang anywhere, even one that
-came second). Then every node restarts (same backoff), or none does. A hang is the job's fate like
-a failure: every node stops and exits 124.
+node's ``end/a/r`` is there (``outcomes/a``; or the first node is lost); the job restarts iff this
+node wishes it, ``fate/a`` is a worker failure, and no node's outcome vetoes it (a signal or a hang
+anywhere, even one that came second). Then every node restarts (same backoff), or none does. A
+hang is the job's fate like a failure: every node stops and exits 124.
 """
 
 from __future__ import annotations
@@ -95,6 +97,8 @@ class Fate:
     rank: int | None
     code: int
     text: str  # what every node prints
+    grace_s: float = 0.0  # exclude (agents/straggler_actions.py): from the checkpoint request to the stop
+    signal: int = 0  # exclude: the checkpoint request every node sends its workers (0: none)
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__)

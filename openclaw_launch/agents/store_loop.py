@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from openclaw_launch.agents.keepalive import WATCHER, KeepAlive, end_key
 from openclaw_launch.agents.meeting import admit, arrive, meet
 from openclaw_launch.agents.store import AgentError, AgentStore, import_tcpstore, open_store
 from openclaw_launch.agents.store_messages import (
@@ -62,6 +63,7 @@ class LoopOptions(Protocol):
 
 
 LostFate = Callable[[str, str], str]  # (lost node, text) -> the fate's JSON
+_REPORTS_PER_READ = 64  # the first node reads the reports this many at a time (each may be tens of kB)
 
 
 class StoreLoop:
@@ -203,10 +205,8 @@ class StoreLoop:
 
     def _run(self) -> None:
         tick = max(min(0.2, self.opt.keepalive_s / 10), 0.02)
-        beats = 0
         counted = -1  # the launcher's tick the last beat counted
-        peers = [r for r in range(len(self.nodes)) if r != self.me]
-        last_seen: dict[int, tuple[str, float]] = {}
+        watch = KeepAlive(self.me, len(self.nodes), self.opt.keepalive_s)
         posted_end = -1
         try:
             while not self._stop.is_set():
@@ -215,23 +215,21 @@ class StoreLoop:
                 self._do_commands(store)
                 if not self._armed or self._ticks != counted:  # the launcher's loop ran since the last beat
                     counted = self._ticks
-                    beats += 1
-                store.set(f"hb/{self.me}", str(beats))
+                    watch.beat(store)
                 attempt = self.attempt
                 self._watch_fate(store, attempt)
-                ends = [f"end/{attempt}/{r}" for r in range(len(self.nodes))]
-                if store.has(ends) and attempt in self._end_sent and posted_end != attempt:
-                    self._watch_fate(store, attempt)  # a fate is always written before its node's end
-                    # every node's outcome: one that vetoes a restart (a hang, a signal) stops it everywhere
-                    self._post(Ended(attempt, tuple(store.get_many(ends))))
-                    posted_end = attempt
-                now = time.monotonic()
-                for r, beat in zip(peers, store.get_many([f"hb/{r}" for r in peers]), strict=True):
-                    seen = last_seen.get(r)
-                    if seen is None or seen[0] != beat:
-                        last_seen[r] = (beat, now)
-                    elif now - seen[1] > self.opt.keepalive_s and not store.has([f"end/{attempt}/{r}"]):
-                        self._lost(store, attempt, self.nodes[r], f"no keep-alive for {now - seen[1]:.1f} s")
+                if attempt in self._end_sent and posted_end != attempt:
+                    outcomes = watch.outcomes(store, attempt)
+                    if outcomes is not None:
+                        self._watch_fate(store, attempt)  # a fate is always written before its node's end
+                        # every node's outcome: one that vetoes a restart (a hang, a signal) stops it everywhere
+                        self._post(Ended(attempt, outcomes))
+                        posted_end = attempt
+                for rank, silent_s in watch.silent(store, time.monotonic()):
+                    if store.has([end_key(attempt, rank)]):  # done with this attempt (teardown, backoff)
+                        continue
+                    self._lost(store, attempt, rank, f"no keep-alive for {silent_s:.1f} s")
+                    if rank == WATCHER:  # this node's store loop is on its own
                         self._post(LoopEnded())
                         return
                 self._last_ok = time.monotonic()
@@ -255,17 +253,24 @@ class StoreLoop:
                 case PublishFate(attempt=attempt, fate=fate):
                     self._post_fate(attempt, store.first(f"fate/{attempt}", fate))
                 case SendEnd(attempt=attempt, outcome=outcome):
-                    store.set(f"end/{attempt}/{self.me}", outcome)
+                    store.set(end_key(attempt, self.me), outcome)
 
     def _watch_fate(self, store: AgentStore, attempt: int) -> None:
         if attempt not in self._posted_fates and store.has([f"fate/{attempt}"]):
             self._post_fate(attempt, store.get(f"fate/{attempt}"))
 
-    def _lost(self, store: AgentStore, attempt: int, node: str, why: str) -> None:
+    def _lost(self, store: AgentStore, attempt: int, rank: int, why: str) -> None:
+        """Node ``rank`` is lost: the attempt's fate (unless one came first). The first node, which
+        watches every node, also writes the lost node's end (no end will come from it), so that every
+        node's end is in once the others are done; a node that finds the first node lost has no end
+        to wait for."""
+        node = self.nodes[rank]
         text = f"node {node} is lost ({why}, --keepalive-s {self.opt.keepalive_s:g})"
         won = store.first(f"fate/{attempt}", self.lost_fate(node, text))
         self._post_fate(attempt, won)
-        if json.loads(won)["kind"] == "lost":  # no end will come from a lost node
+        if rank != WATCHER:
+            store.set(end_key(attempt, rank), "lost")
+        elif json.loads(won)["kind"] == "lost":
             self._post(Ended(attempt))
 
     # ---- after the job ---------------------------------------------------------------------------
@@ -288,11 +293,14 @@ class StoreLoop:
                 self._say(f"warning: could not send this node's report to the first node: {e}")
             return None
         got: dict[int, dict[str, Any]] = {0: dict(payload)}
-        wanted = [r for r in range(1, len(self.nodes)) if self.nodes[r] not in lost_nodes]
+        keys = {r: f"report/{r}" for r in range(1, len(self.nodes)) if self.nodes[r] not in lost_nodes}
         deadline = time.monotonic() + max(10.0, 2 * self.opt.keepalive_s)
-        while wanted and time.monotonic() < deadline:
-            for r in [r for r in wanted if store.has([f"report/{r}"])]:
-                got[r] = json.loads(store.get(f"report/{r}"))
-                wanted.remove(r)
+        while keys and not store.has(list(keys.values())) and time.monotonic() < deadline:  # one call a poll
             time.sleep(0.05)
+        every = bool(keys) and store.has(list(keys.values()))
+        sent = list(keys) if every else [r for r, key in keys.items() if store.has([key])]  # at the deadline
+        for i in range(0, len(sent), _REPORTS_PER_READ):
+            chunk = sent[i : i + _REPORTS_PER_READ]
+            for r, text in zip(chunk, store.get_many([keys[r] for r in chunk]), strict=True):
+                got[r] = json.loads(text)
         return tuple(got[r] for r in sorted(got))

@@ -114,7 +114,7 @@ class FateOf(Message):
 @dataclass(frozen=True)
 class Ended(Message):
     attempt: int
-    outcomes: tuple[str, ...] = ()  # every node's end outcome; none when a node is lost
+    outcomes: tuple[str, ...] = ()  # the nodes' distinct end outcomes; none when the first node is lost
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,100 @@
+"""The keep-alive and the attempt's end, at a cost per node and tick that does not grow with the job
+(issue 29: when every node read every node's counter, the store's load grew with the square of the
+nodes, and so did each launcher's idle CPU).
+
+One node watches every other: node rank 0, whose launcher hosts the store. Per tick
+(agents/store_loop.py):
+
+- every node bumps its own counter ``hb/r`` with one ``add`` when its launcher's loop ticked since
+  the last beat;
+- node 0 reads every other node's counter with one ``multi_get``; any other node reads only node 0's
+  (``add`` of 0: one call, no wait). A counter that stood still for ``--keepalive-s`` is a lost node,
+  unless that node's end of the attempt is in (teardown, backoff);
+- once this node's own end is sent, node 0 looks for every node's ``end/a/r`` (one ``check``) and,
+  when all are in, publishes their distinct outcomes as ``outcomes/a``; any other node looks for
+  that one key (its store loop reads ``fate/a`` too: one ``check``).
+
+So a node other than the first makes at most four calls per tick, each of a few dozen bytes, however
+many nodes there are; node 0 makes the same plus one read of every node's counter (about 20 bytes a
+node), and the store answers about 4 calls per node per tick in all. A lost node is found by node 0,
+which writes the attempt's fate ``lost`` and the lost node's end (no end will come from it): every
+other node reads the fate at its next tick. A lost node 0 is found by every other node, by its
+counter or by its store not answering (agents/store_loop.py's watchdog).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Protocol
+
+WATCHER = 0  # the node rank that watches every other node's keep-alive (it hosts the store)
+
+
+class KeepAliveStore(Protocol):
+    """The calls of agents/store.py's ``AgentStore`` made here."""
+
+    def set(self, key: str, value: str) -> None: ...
+    def get(self, key: str) -> str: ...
+    def has(self, keys: Sequence[str]) -> bool: ...
+    def add(self, key: str, amount: int) -> int: ...
+    def get_many(self, keys: Sequence[str]) -> list[str]: ...
+
+
+def beat_key(rank: int) -> str:
+    return f"hb/{rank}"
+
+
+def end_key(attempt: int, rank: int) -> str:
+    return f"end/{attempt}/{rank}"
+
+
+def outcomes_key(attempt: int) -> str:
+    return f"outcomes/{attempt}"
+
+
+class KeepAlive:
+    """One node's side, for one world (``nnodes`` nodes; this node is ``me``)."""
+
+    def __init__(self, me: int, nnodes: int, keepalive_s: float) -> None:
+        self.me, self.nnodes, self.keepalive_s = me, nnodes, keepalive_s
+        self.watched = [r for r in range(nnodes) if r != me] if me == WATCHER else [WATCHER]
+        self._seen: dict[int, tuple[str, float]] = {}  # rank -> (its counter, when it last moved)
+
+    @property
+    def is_watcher(self) -> bool:
+        return self.me == WATCHER
+
+    def beat(self, store: KeepAliveStore) -> None:
+        store.add(beat_key(self.me), 1)
+
+    def silent(self, store: KeepAliveStore, now: float) -> list[tuple[int, float]]:
+        """The watched nodes whose counter has not moved for longer than ``--keepalive-s``, each with
+        how long (seconds)."""
+        if not self.watched:
+            return []
+        if self.is_watcher:
+            counters = store.get_many([beat_key(r) for r in self.watched])
+        else:
+            counters = [str(store.add(beat_key(WATCHER), 0))]
+        found = []
+        for rank, counter in zip(self.watched, counters, strict=True):
+            seen = self._seen.get(rank)
+            if seen is None or seen[0] != counter:
+                self._seen[rank] = (counter, now)
+            elif now - seen[1] > self.keepalive_s:
+                found.append((rank, now - seen[1]))
+        return found
+
+    def outcomes(self, store: KeepAliveStore, attempt: int) -> tuple[str, ...] | None:
+        """Every node's end of ``attempt`` is in: their distinct outcomes (node 0 reads them and
+        publishes them; the others read what it published), else None."""
+        if self.is_watcher:
+            ends = [end_key(attempt, r) for r in range(self.nnodes)]
+            if not store.has(ends):
+                return None
+            distinct = sorted(set(store.get_many(ends)))
+            store.set(outcomes_key(attempt), json.dumps(distinct))
+            return tuple(distinct)
+        key = outcomes_key(attempt)
+        return tuple(json.loads(store.get(key))) if store.has([key]) else None
