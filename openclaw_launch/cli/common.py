@@ -172,6 +172,7 @@ def plan_and_config(
         parallel=ParallelSpec(c.tp, c.pp, c.dp, where={d: f"--{d}" for d in PARALLEL_DIMS if getattr(c, d)}),
         fallback_master_addr=_slurm_first_host() if len(config.nodes) > 1 else None,
         elastic=ElasticRange(elastic.min_nodes, elastic.max_nodes) if elastic else None,
+        prewarm=c.prewarm,
     )
     if context is None:  # elastic: the job's id is a several-node job's at every size (every node has the same)
         nodes_for_id = elastic.max_nodes if elastic else len(config.nodes)
@@ -241,6 +242,7 @@ class Common:
     dp: int | None
     script: tuple[str, ...]
     tr: TorchrunArgs  # every torchrun flag (torchrun_compat.FLAGS)
+    prewarm: tuple[str, ...] = ()  # --prewarm: the zygote's modules (plan/prewarm.py)
 
 
 _common_options: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
@@ -275,9 +277,24 @@ _common_options: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
             ("dp", "Data-parallel size (default: world size / (tp * pp))."),
         )
     ),
+    click.option(
+        "--prewarm",
+        callback=lambda _ctx, _param, value: _prewarm_modules(value),
+        help="Import these modules (e.g. torch, or torch,numpy) once in a zygote process and fork every worker of "
+        "every attempt from it: a restart's workers skip the imports. Python entries only; docs/plan-format.md.",
+    ),
     *(flag.option() for flag in FLAGS),
     click.argument("script", nargs=-1, type=click.UNPROCESSED),
 ]
+
+
+def _prewarm_modules(value: str | None) -> tuple[str, ...]:
+    from openclaw_launch.plan.prewarm import prewarm_modules
+
+    try:
+        return prewarm_modules(value) if value is not None else ()
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--prewarm") from None
 
 
 def with_common(f: Callable[..., None]) -> Callable[..., None]:

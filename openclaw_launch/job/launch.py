@@ -42,6 +42,7 @@ from openclaw_launch.run.setup import (
     open_files_for,
     say,
     start_mps,
+    start_zygote,
     with_late_signal,
 )
 from openclaw_launch.run.supervise import JobResult, SuperviseOptions, supervise
@@ -176,6 +177,7 @@ def _run(
         # to an init that never reaps stays <defunct> (seen on the H200 host). Ours are reaped here.
         undo.callback(os_layer.set_child_subreaper, os_layer.set_child_subreaper(True))
         undo.callback(os_layer.reap)
+        start_zygote(plan, os_layer, undo, options)  # --prewarm: its imports run while the rest is set up
         undo.callback(shutil.rmtree, run_dir, ignore_errors=True)
         guardian = Guardian.start()
         undo.callback(guardian.close)

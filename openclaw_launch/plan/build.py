@@ -32,6 +32,7 @@ from openclaw_launch.plan.env import JobEnv, RankSlot, overridden_user_vars, ran
 from openclaw_launch.plan.model import Entry, LaunchPlan, MpsPlan, PlanOptions, RankPlan
 from openclaw_launch.plan.nics import plan_nics
 from openclaw_launch.plan.parallel import ParallelLayout, layout_warnings, plan_parallel
+from openclaw_launch.plan.prewarm import prewarm_plan
 from openclaw_launch.topology.model import GpuInfo, Topology
 from openclaw_launch.topology.nic import NicChoice
 
@@ -93,6 +94,8 @@ def build_plan(config: Config, topology: Topology, context: RunContext, options:
         parallel=layout,
     )
     warnings += _shell_rendezvous_warnings(options.base_env, job.master_addr, job.master_port)
+    entry = _entry_argv(options.entry, options.python, job)
+    prewarm = prewarm_plan(options.prewarm, options.entry.kind, entry) if options.prewarm else None
     if context.by_arrival and context.free_master_port is None:
         warnings.append(
             f"node rank {NODE_RANK_PLACEHOLDER} (c10d without --node-rank): this is node rank 0's plan; run takes "
@@ -108,13 +111,14 @@ def build_plan(config: Config, topology: Topology, context: RunContext, options:
         master_addr=job.master_addr,
         master_port=job.master_port,
         backend="gloo" if node.is_cpu else "nccl",
-        ranks=_ranks(config, node_rank, topology, options, job, resolved, result, nics),
+        ranks=_ranks(config, node_rank, topology, options, entry, job, resolved, result, nics),
         mps=mps,
         warnings=tuple(dict.fromkeys(warnings)),
         telemetry_socket=socket,
         parallel=layout,
         hang_timeout_s=hang_timeout_s if job.hang_detection else None,
         elastic=options.elastic,
+        prewarm=prewarm,
         run_dir=context.run_dir,
     )
 
@@ -302,6 +306,7 @@ def _ranks(
     node_rank: int,
     topology: Topology,
     options: PlanOptions,
+    entry: Sequence[str],
     job: JobEnv,
     resolved: Sequence[_ResolvedGpu],
     result: BindingResult,
@@ -312,7 +317,6 @@ def _ranks(
     offset = sum(_workers(config, n) for n in config.nodes[:node_rank])
     k = rt.procs_per_gpu
     uuids = [r.gpu.uuid or r.spec.uuid for r in resolved]
-    entry = _entry_argv(options.entry, options.python, job)
     out: list[RankPlan] = []
     # Ranks bound to the same CPUs split their cores for OMP_NUM_THREADS, or N ranks would each
     # start a thread per core and oversubscribe the node N times.
@@ -358,7 +362,7 @@ def _ranks(
                 cpus=binding.cpus,
                 mem_policy=mem_policy,
                 mem_nodes=binding.mem_nodes if mem_policy != "none" else (),
-                argv=tuple(_prefix(binding, mem_policy, options.numactl) + entry),
+                argv=(*_prefix(binding, mem_policy, options.numactl), *entry),
                 env=env,
                 gpu_model=gpu.gpu.name if gpu else None,
                 nic=nic.nic.name if nic else None,

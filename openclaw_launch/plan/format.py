@@ -37,6 +37,12 @@ def format_plan_table(plan: LaunchPlan, *, warnings: bool = True) -> str:
         + ("  MPS on" if plan.mps else "")
         + (f"  hang timeout {plan.hang_timeout_s:g} s" if plan.hang_timeout_s else "")
     ]
+    if plan.prewarm is not None:  # docs/plan-format.md, "prewarm"
+        lines.append(
+            f"prewarm {','.join(plan.prewarm.modules)}: every worker is forked from the zygote "
+            f"{shlex.join(plan.prewarm.argv)}, which applies each argv's numactl flags and runs what follows "
+            "its python -u"
+        )
     lines += ["  ".join([*(c.ljust(w) for c, w in zip(row, widths, strict=False)), row[-1]]).rstrip() for row in rows]
     if warnings:
         lines += [f"warning: {w}" for w in plan.warnings]

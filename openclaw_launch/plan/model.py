@@ -16,6 +16,7 @@ from openclaw_launch.config.defaults import HANDLED_SIGNALS
 from openclaw_launch.config.parallel import ParallelSpec
 from openclaw_launch.plan.context import RunDir
 from openclaw_launch.plan.parallel import ParallelLayout
+from openclaw_launch.plan.prewarm import PrewarmPlan
 
 PLAN_SCHEMA = 1
 
@@ -61,6 +62,7 @@ class PlanOptions:
     parallel: ParallelSpec = field(default_factory=ParallelSpec)  # --tp/--pp/--dp (override the config's)
     fallback_master_addr: str | None = None  # several nodes, no address anywhere: Slurm's first host
     elastic: ElasticRange | None = None  # an elastic job: the plan is one world's
+    prewarm: tuple[str, ...] = ()  # --prewarm: modules a zygote imports once, forking the workers (plan/prewarm.py)
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,7 @@ class LaunchPlan:
     parallel: ParallelLayout | None = None  # TP/PP/DP groups (config parallel / --tp --pp --dp)
     hang_timeout_s: float | None = None  # hang detection (stats/hang.py); None = off
     elastic: ElasticRange | None = None  # an elastic job: this is one world's plan; None: the run's
+    prewarm: PrewarmPlan | None = None  # the zygote that forks every worker (--prewarm); None: each is exec'd
     run_dir: RunDir = field(kw_only=True)  # the run's private directory and the paths in it
 
     def attempt_ranks(self, attempt: int) -> tuple[RankPlan, ...]:
@@ -143,5 +146,6 @@ class LaunchPlan:
             "hang_timeout_s": self.hang_timeout_s,
             "parallel": self.parallel.to_json() if self.parallel is not None else None,
             "elastic": to_json(self.elastic),
+            "prewarm": to_json(self.prewarm),
             "ranks": to_json(self.ranks),
         }

@@ -20,6 +20,7 @@ from typing import BinaryIO, Protocol
 from openclaw_launch.limits import MAX_ERROR_FILE_BYTES
 from openclaw_launch.run import terminal
 from openclaw_launch.run.cgroup import join as join_cgroup
+from openclaw_launch.run.prewarm import Zygote, ZygoteUnusable
 from openclaw_launch.run.terminal import Terminal
 from openclaw_launch.safe_read import read_untrusted
 from openclaw_launch.single_thread import assert_single_threaded
@@ -109,6 +110,7 @@ class RealOs:
         self._wake_w: int | None = None
         self._installs = 0
         self.cgroup_procs: str | None = None  # the job cgroup's cgroup.procs: workers join it (cgroup.py)
+        self.zygote: Zygote | None = None  # --prewarm: workers are forked by it (run/prewarm.py)
 
     def pid(self) -> int:
         return self._pid
@@ -232,15 +234,20 @@ class RealOs:
                 pair = terminal.open_pty(size) if wanted else None
                 ptys += [pair[0]] if pair is not None else []
                 ends.append(pair or os.pipe())
-            proc = subprocess.Popen(
-                list(argv),
-                env={**os.environ, **env, **(terminal.size_env(size, {**os.environ, **env}) if ptys else {})},
-                stdout=ends[0][1],
-                stderr=ends[1][1],
-                start_new_session=True,
-                close_fds=True,
-                preexec_fn=self._child_setup,
-            )
+            full_env = {**os.environ, **env, **(terminal.size_env(size, {**os.environ, **env}) if ptys else {})}
+            pid = self._prewarmed(argv, full_env, ends[0][1], ends[1][1])
+            if pid is None:
+                proc = subprocess.Popen(
+                    list(argv),
+                    env=full_env,
+                    stdout=ends[0][1],
+                    stderr=ends[1][1],
+                    start_new_session=True,
+                    close_fds=True,
+                    preexec_fn=self._child_setup,
+                )
+                self._popens[proc.pid] = proc
+                pid = proc.pid
         except BaseException:
             for ours, _ in ends:
                 os.close(ours)
@@ -252,8 +259,17 @@ class RealOs:
         os.set_blocking(out_r, False)
         os.set_blocking(err_r, False)
         self._ptys.update(dict.fromkeys(ptys, tty.margin_columns if tty is not None else 0))
-        self._popens[proc.pid] = proc
-        return Spawned(proc.pid, out_r, err_r)
+        return Spawned(pid, out_r, err_r)
+
+    def _prewarmed(self, argv: Sequence[str], env: Mapping[str, str], out_fd: int, err_fd: int) -> int | None:
+        """The worker forked by the prewarm zygote (run/prewarm.py); None: spawn it directly (no
+        zygote, or one that cannot serve: it said why once)."""
+        if self.zygote is None or self.zygote.problem is not None:
+            return None
+        try:
+            return self.zygote.spawn(argv, env, out_fd, err_fd, self.cgroup_procs)
+        except ZygoteUnusable:
+            return None
 
     def killpg(self, pgid: int, sig: int) -> bool:
         try:
@@ -282,6 +298,8 @@ class RealOs:
             proc = self._popens.pop(pid, None)
             if proc is not None:  # we reaped it: tell Popen so it never waits on a recycled pid
                 proc.returncode = os.waitstatus_to_exitcode(status)
+            if self.zygote is not None and pid == self.zygote.pid:
+                self.zygote.died(status)
             reaped.append(Reaped(pid, status, usage.ru_utime + usage.ru_stime, usage.ru_maxrss))
         return reaped
 
@@ -326,6 +344,7 @@ class RealOs:
             children.setdefault(int(fields[1]), []).append(int(name))
             groups[int(name)] = int(fields[2])
         found: dict[int, int] = {}
+        exempt = {*exempt, self.zygote.pid} if self.zygote is not None else exempt  # it forks, never a leftover
         todo = [self._pid]
         while todo:
             for child in children.get(todo.pop(), ()):

@@ -61,6 +61,20 @@ def job_cgroup_for(
     return job
 
 
+def start_zygote(plan: LaunchPlan, os_layer: RealOs, undo: contextlib.ExitStack, options: SuperviseOptions) -> None:
+    """``--prewarm``: the zygote that forks the workers (run/prewarm.py), started now so that its
+    imports run while the launcher sets up the rest; closed (and collected) at the end."""
+    if plan.prewarm is None:
+        return
+    from openclaw_launch.run.prewarm import Zygote, zygote_env
+
+    env = zygote_env(os.environ, [rank.env for rank in plan.ranks])
+    zygote = Zygote.start(plan.prewarm, env, lambda line: say(options, line))
+    undo.callback(zygote.close)
+    os_layer.zygote = zygote
+    undo.callback(setattr, os_layer, "zygote", None)
+
+
 class MpsParticipant(Participant):
     """The MPS daemon lives for the whole job (restarts keep it); it may be our descendant (we are a
     child subreaper): never killed as a leftover. Nothing per attempt."""

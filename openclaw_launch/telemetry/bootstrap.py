@@ -83,12 +83,15 @@ def arm_sigterm_flush() -> None:
         recorder.get(watch_sigterm=True)
 
 
-def main(argv: list[str]) -> None:
+def main(argv: list[str], hooks: bool = True) -> None:
+    """Run ``argv`` as python runs it; ``hooks``: arm the telemetry (the prewarm zygote's worker
+    runs a plan's ``python -u SCRIPT`` through here too, without them: run/zygote.py)."""
     if not argv or argv[:1] == ["-m"] and len(argv) < 2:
         sys.exit("usage: python -m openclaw_launch.telemetry.bootstrap (SCRIPT | -m MODULE) [ARGS...]")
-    arm_stack_dump()
-    arm_sigterm_flush()
-    arm()
+    if hooks:
+        arm_stack_dump()
+        arm_sigterm_flush()
+        arm()
     try:
         _run(argv)
         return

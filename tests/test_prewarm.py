@@ -1,0 +1,231 @@
+"""``--prewarm``: workers forked by a zygote that imported the modules once (run/zygote.py), with
+real launchers and real processes: each worker is what the plan's argv makes it (binding, memory
+policy, session, environment, argv), the launcher's child, stopped and restarted as any worker, and
+nothing outlives the launcher, the zygote included."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from guards import GUARD_S, wait_for
+
+from openclaw_launch.plan.binding import numactl_argv
+from openclaw_launch.plan.prewarm import NumactlFlags, prewarm_modules, read_numactl
+from openclaw_launch.run import zygote
+
+ROOT = Path(__file__).resolve().parent.parent
+ZYGOTE_ARGV = "-m openclaw_launch.run.zygote"
+
+# What a worker is, as it sees itself: written to OUT/<rank>-<attempt>.json, then the failure asked for.
+PROBE = r"""
+import ctypes, json, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+mode, mask = ctypes.c_int(-1), (ctypes.c_ulong * 16)()
+nr = {"x86_64": 239, "aarch64": 236}[os.uname().machine]  # get_mempolicy
+libc.syscall(nr, ctypes.byref(mode), mask, 16 * 64 + 1, None, 0)
+torch = sys.modules.get("torch")
+if os.environ.get("PROBE_TORCH"):
+    import torch
+    import torch.distributed as dist
+    dist.init_process_group("gloo")
+    x = torch.ones(2) * (dist.get_rank() + 1)
+    dist.all_reduce(x)
+    dist.destroy_process_group()
+rank, attempt = os.environ["RANK"], os.environ["TORCHELASTIC_RESTART_COUNT"]
+me = {
+    "pid": os.getpid(), "ppid": os.getppid(), "pgid": os.getpgid(0), "sid": os.getsid(0),
+    "cpus": sorted(os.sched_getaffinity(0)), "mempolicy": [mode.value, mask[0]],
+    "argv": sys.argv, "file": __file__, "path0": sys.path[0], "cwd": os.getcwd(),
+    "rank_env": {k: v for k, v in os.environ.items() if k.startswith(("RANK", "LOCAL_RANK", "OPENCLAW_CPUS", "PROBE"))},
+    "environ_keys": sorted(os.environ), "cmdline": open("/proc/self/cmdline").read().split("\0"),
+    "threads": torch.get_num_threads() if torch is not None else None,
+    "sum": x.tolist() if os.environ.get("PROBE_TORCH") else None,
+}
+with open(os.path.join(os.environ["PROBE_OUT"], f"{rank}-{attempt}.json"), "w") as f:
+    json.dump(me, f)
+print(f"probe says hello", flush=True)
+if rank == os.environ.get("PROBE_FAIL_RANK") and attempt == "0":
+    sys.exit(int(os.environ.get("PROBE_FAIL_CODE", "3")))
+if os.environ.get("PROBE_SLEEP"):
+    time.sleep(float(os.environ["PROBE_SLEEP"]))
+"""
+
+
+def _probe(tmp_path: Path) -> Path:
+    script = tmp_path / "probe.py"
+    script.write_text(PROBE)
+    (tmp_path / "out").mkdir(exist_ok=True)
+    return script
+
+
+def _launch(args: list[str], tmp_path: Path, **env: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "openclaw_launch", *args],
+        cwd=tmp_path,
+        env={**os.environ, "PROBE_OUT": str(tmp_path / "out"), **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _finish(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
+    try:
+        out, err = proc.communicate(timeout=GUARD_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        pytest.fail("the launcher hung")
+    return proc.returncode, out, err
+
+
+def _seen(tmp_path: Path, rank: int, attempt: int = 0) -> dict[str, object]:
+    return json.loads((tmp_path / "out" / f"{rank}-{attempt}.json").read_text())  # type: ignore[no-any-return]
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every live process under ``pid`` (its tasks' children files)."""
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                children = {int(c) for c in Path(f"/proc/{parent}/task/{task}/children").read_text().split()}
+            except OSError:
+                continue
+            todo += list(children - found)
+            found |= children
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
+    except OSError:
+        return ""
+
+
+def test_a_prewarmed_worker_is_what_the_plan_argv_makes_it(tmp_path: Path) -> None:
+    """The same ranks with and without --prewarm: binding, memory policy, argv, paths and environment
+    alike; the prewarmed ones are the launcher's children in their own sessions, forked (cmdline)."""
+    script = _probe(tmp_path)
+    line = ["--nproc-per-node", "2", "--max-restarts", "1", str(script), "a", "b"]
+    code, _, err = _finish(_launch(line, tmp_path, PROBE_FAIL_RANK="1"))
+    assert code == 0, err
+    plain = [_seen(tmp_path, r) for r in (0, 1)]
+    proc = _launch(["--prewarm", "json", *line], tmp_path, PROBE_FAIL_RANK="1")
+    code, out, err = _finish(proc)
+    assert code == 0, err
+    assert "attempt 2/2 after rank 1 exited 3" in err and "--prewarm off" not in err
+    assert out.count("probe says hello") == 4 and "[rank 1]" in out  # prefixed as any worker's output
+    for rank, before in enumerate(plain):
+        for attempt in (0, 1):
+            seen = _seen(tmp_path, rank, attempt)
+            assert ZYGOTE_ARGV in " ".join(seen["cmdline"])  # type: ignore[arg-type]
+            assert seen["ppid"] == proc.pid and seen["pgid"] == seen["pid"] == seen["sid"]
+            for key in ("cpus", "mempolicy", "argv", "file", "path0", "cwd", "rank_env", "environ_keys"):
+                assert seen[key] == before[key], key
+    assert _seen(tmp_path, 0, 0)["pid"] != _seen(tmp_path, 0, 1)["pid"]
+
+
+def test_a_failed_rank_exit_code_and_sigterm_reach_the_launcher_and_nothing_outlives_it(tmp_path: Path) -> None:
+    script = _probe(tmp_path)
+    code, _, err = _finish(
+        _launch(["--prewarm", "json", "--nproc-per-node", "2", str(script)], tmp_path, PROBE_FAIL_RANK="0")
+    )
+    assert code == 3 and "rank 0" in err, err
+    for old in (tmp_path / "out").iterdir():
+        old.unlink()
+    proc = _launch(["--prewarm", "json", "--nproc-per-node", "2", str(script)], tmp_path, PROBE_SLEEP="60")
+    wait_for(lambda: len(list((tmp_path / "out").glob("*-0.json"))) == 2, "both ranks never started")
+    family = _descendants(proc.pid)
+    assert any(ZYGOTE_ARGV in _cmdline(p) for p in family), [_cmdline(p) for p in family]
+    proc.send_signal(signal.SIGTERM)
+    code, _, err = _finish(proc)
+    assert code == 128 + signal.SIGTERM, err
+    left = [(p, _cmdline(p)) for p in family if Path(f"/proc/{p}").exists()]
+    assert not left
+
+
+def test_gloo_ranks_restart_from_the_torch_zygote(tmp_path: Path) -> None:
+    """Real torch: the zygote imported it once; the restarted ranks all-reduce, with the thread
+    count OMP_NUM_THREADS gives a fresh process, and the report reads back each rank's CPUs."""
+    script = _probe(tmp_path)
+    report = tmp_path / "report.json"
+    line = ["--prewarm", "torch", "--report", str(report), "--nproc-per-node", "2", "--max-restarts", "1"]
+    code, _, err = _finish(_launch([*line, str(script)], tmp_path, PROBE_TORCH="1", PROBE_FAIL_RANK="1"))
+    assert code == 0, err
+    for rank in (0, 1):
+        seen = _seen(tmp_path, rank, 1)
+        assert seen["sum"] == [3.0, 3.0] and seen["threads"] == 1  # torch was there before the script
+    ranks = json.loads(report.read_text())["ranks"]
+    assert [r["bound_cpus"] for r in ranks] == [r["planned_cpus"] for r in ranks]
+
+
+def test_an_import_that_fails_in_the_zygote_is_one_line_and_the_workers_start_exec_d(tmp_path: Path) -> None:
+    script = _probe(tmp_path)
+    code, _, err = _finish(
+        _launch(["--prewarm", "no_such_module_here", "--nproc-per-node", "2", str(script)], tmp_path)
+    )
+    assert code == 0, err
+    assert err.count("--prewarm off: import no_such_module_here failed in the zygote") == 1, err
+    assert ZYGOTE_ARGV not in " ".join(_seen(tmp_path, 1)["cmdline"])  # type: ignore[arg-type]
+
+
+def test_prewarm_is_refused_where_no_zygote_can_stand_for_the_command(tmp_path: Path) -> None:
+    for args, words in (
+        (["--prewarm", "torch", "--no-python", "true"], "--prewarm needs a Python entry"),
+        (["--prewarm", "torch;rm", "x.py"], "not a module name: torch;rm"),
+    ):
+        proc = _launch(["plan", "--nproc-per-node", "1", *args], tmp_path)
+        code, _, err = _finish(proc)
+        assert code == 2 and words in err, err
+    code, out, err = _finish(
+        _launch(["plan", "--json", "--prewarm", "torch", "--nproc-per-node", "1", "x.py"], tmp_path)
+    )
+    prewarm = json.loads(out)["prewarm"]
+    assert prewarm["modules"] == ["torch"] and prewarm["argv"][1:] == [
+        "-u",
+        "-m",
+        "openclaw_launch.run.zygote",
+        "torch",
+    ]
+    assert json.loads(out)["ranks"][0]["argv"][-len(prewarm["entry"]) :] == prewarm["entry"]
+
+
+def test_the_numactl_flags_the_plan_writes_are_read_back_whole() -> None:
+    assert read_numactl(numactl_argv((0, 1, 4), "bind", (0, 1), "numactl")) == NumactlFlags(
+        (0, 1, 4), (), "bind", (0, 1)
+    )
+    assert read_numactl(numactl_argv((), "preferred", (1,), "numactl", (1,))) == NumactlFlags(
+        (), (1,), "preferred", (1,)
+    )
+    assert read_numactl(numactl_argv((2,), "local", (), "numactl")) == NumactlFlags((2,), (), "local", ())
+    assert read_numactl(["numactl", "--interleave=all"]) is None
+    assert prewarm_modules(" torch, numpy,torch ") == ("torch", "numpy")
+    with pytest.raises(ValueError, match="module names"):
+        prewarm_modules(",")
+
+
+def test_the_zygote_refuses_to_fork_with_a_second_thread() -> None:
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    try:
+        problem = zygote.unsafe_to_fork()
+    finally:
+        stop.set()
+        thread.join()
+    assert problem is not None and "threads after its imports" in problem
