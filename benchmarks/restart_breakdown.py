@@ -23,9 +23,11 @@ step done, and rank 1's raise. A monitor thread here polls every worker's ``/pro
 - ``first_step_s``: -> the last rank's first step done;
 - ``total_s``: the raise -> every rank's first step of attempt 1.
 
-``python benchmarks/restart_breakdown.py [--reps 3] [--launchers ours,torchrun] [--timeout-s 120]
+``python benchmarks/restart_breakdown.py [--reps 3] [--launchers ours,prewarm,torchrun] [--timeout-s 120]
 [--ours NAME=DIR ...] [--json OUT]``; ``--ours before=DIR`` also runs the openclaw_launch package of
-another checkout (``git worktree add --detach DIR <commit>``) as launcher ``before``. One line per
+another checkout (``git worktree add --detach DIR <commit>``) as launcher ``before``. ``prewarm`` is
+ours with ``--prewarm torch`` (a zygote that imported torch once forks every worker; an ``--ours``
+tree named ``NAME-prewarm`` runs so too). One line per
 run, then the medians per launcher and each part's ratio to torchrun's (the parts torchrun reached:
 torch 2.13's own restart of this gloo job fails in the new attempt's ``init_process_group``).
 
@@ -140,6 +142,7 @@ class Monitor(threading.Thread):
 
 
 PEERS = ("ft_launcher",)  # the peers' launchers, from --peers-venv's bin/
+PREWARMED = ("prewarm",)  # ours with --prewarm torch (also NAME-prewarm for an --ours tree NAME)
 
 
 def command(launcher: str, peers_venv: str | None) -> list[str]:
@@ -149,6 +152,8 @@ def command(launcher: str, peers_venv: str | None) -> list[str]:
             raise SystemExit(f"{launcher}: give --peers-venv (see the module docstring)")
         return [str(Path(peers_venv) / "bin" / launcher), *line]
     head = ["torchrun"] if launcher == "torchrun" else [sys.executable, "-m", "openclaw_launch"]
+    if launcher in PREWARMED or launcher.endswith("-prewarm"):  # a zygote holding torch forks the workers
+        head += ["--prewarm", "torch"]
     return [*head, *line]
 
 
