@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from openclaw_launch.config.model import Runtime
 from openclaw_launch.plan.context import run_context
 from openclaw_launch.plan.env import JobEnv, RankSlot, common_user_env, overridden_user_vars, rank_env, visible_devices
@@ -133,7 +135,11 @@ def test_the_runs_channels_are_in_the_plan() -> None:
     env = rank_env(
         job(telemetry_socket=str(RUN_DIR.socket), telemetry_mode="full", hang_detection=True, mps=True), gpu_slot()
     )
-    assert env[wire.SOCKET_ENV] == "@openclaw-r1-42" and wire.HOOKS_ENV not in env  # abstract: no path limit
+    assert env[wire.SOCKET_ENV] == RUN_DIR.socket and wire.HOOKS_ENV not in env  # abstract: no path limit
+    # the name's nonce and the token: random per launcher (16 and 32 hex digits)
+    assert re.fullmatch(r"@openclaw-r1-42-[0-9a-f]{16}", env[wire.SOCKET_ENV]), env[wire.SOCKET_ENV]
+    assert re.fullmatch(r"[0-9a-f]{32}", env[wire.TOKEN_ENV]) and env[wire.TOKEN_ENV] == RUN_DIR.token
+    assert run_context("r1", "/tmp", 42).run_dir.token != RUN_DIR.token
     assert env["TORCH_FR_BUFFER_SIZE"] == "1000" and env["TORCH_NCCL_ENABLE_TIMING"] == "1"
     assert env[wire.PROGRESS_ENV] == str(wire.PROGRESS_INTERVAL_S)
     assert env[wire.STACKS_ENV] == "/tmp/openclaw-r1-42/stacks-rank-5.txt"

@@ -27,7 +27,7 @@ WORKER = "tests/dump_worker.py"
 FAKE_MPS = ROOT / "tests" / "fake_mps"
 SNAPSHOT = "configs/h200x2.snapshot.json"
 BOOTSTRAP = "openclaw_launch.telemetry.bootstrap"
-DOCUMENTED_PLACEHOLDERS = {"<pid>", "<run-id>", "<free-port>"}
+DOCUMENTED_PLACEHOLDERS = {"<pid>", "<run-id>", "<free-port>", "<nonce>", "<token>"}
 
 pytestmark = pytest.mark.skipif(shutil.which("numactl") is None, reason="numactl not installed")
 
@@ -94,7 +94,12 @@ def assert_worker_ran_the_plan(
         "<pid>": str(launcher_pid),
         "<run-id>": environ["TORCHELASTIC_RUN_ID"],
         "<free-port>": environ["MASTER_PORT"],
+        # the statistics channel's: its name's last part, the token as the rank got it
+        "<nonce>": environ.get("OPENCLAW_TELEMETRY_SOCKET", "-").rsplit("-", 1)[1],
+        "<token>": environ.get("OPENCLAW_TELEMETRY_TOKEN", ""),
     }
+    if "<token>" in placeholders:
+        assert re.fullmatch(r"[0-9a-f]{16}", actual["<nonce>"]) and re.fullmatch(r"[0-9a-f]{32}", actual["<token>"])
     if "<run-id>" in placeholders:
         assert re.fullmatch(r"[0-9a-f]{12}", actual["<run-id>"]), actual
     if "<free-port>" in placeholders:

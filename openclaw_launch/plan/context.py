@@ -8,6 +8,7 @@ launcher knows, which they show as a placeholder (docs/plan-format.md, "Placehol
 
 from __future__ import annotations
 
+import os
 import socket
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -17,6 +18,10 @@ from openclaw_launch.plan.parallel import PARALLEL_FILE_NAME
 
 #: The launcher's process id, part of the run directory's name (unique per launcher on a host).
 PID_PLACEHOLDER = "<pid>"
+#: 16 random hex digits a running launcher draws for its statistics channel's name (``telemetry_socket_name``).
+NONCE_PLACEHOLDER = "<nonce>"
+#: 32 random hex digits a running launcher draws and hands its ranks, prefixed to their datagrams.
+TOKEN_PLACEHOLDER = "<token>"
 #: The id ``run`` draws (12 hex digits) when neither --run-id nor Slurm gives one (one node only).
 RUN_ID_PLACEHOLDER = "<run-id>"
 #: The TCP port ``run`` finds free on this host when it starts (a one-node job with no port given).
@@ -75,6 +80,9 @@ class RunDir:
     path: PurePosixPath
     errors_dir: PurePosixPath
     socket: str  # the statistics channel's abstract address (``telemetry_socket_name``)
+    # The statistics channel's secret (``wire.TOKEN_ENV``): what the kernel's SCM_CREDENTIALS do not
+    # prove to a sender that can forge them (stats/inbox.py says what each defends).
+    token: str = TOKEN_PLACEHOLDER
 
     @property
     def mps_dir(self) -> PurePosixPath:
@@ -135,12 +143,17 @@ def run_context(
     by_arrival: bool = False,
 ) -> RunContext:
     """The context of a run with this id. ``pid`` None: not a running launcher (``plan``,
-    ``--dry-run``), shown as ``PID_PLACEHOLDER``. ``tmp_dir``: the launcher's temporary directory."""
+    ``--dry-run``), shown as ``PID_PLACEHOLDER``, with the channel's nonce and token as theirs; a
+    running launcher draws those two here (no one can guess its socket's name to take it first, nor
+    the token). ``tmp_dir``: the launcher's temporary directory."""
     _check_run_id(run_id)
     shown_pid = PID_PLACEHOLDER if pid is None else str(pid)
+    nonce, token = (
+        (NONCE_PLACEHOLDER, TOKEN_PLACEHOLDER) if pid is None else (os.urandom(8).hex(), os.urandom(16).hex())
+    )
     path = PurePosixPath(tmp_dir) / f"openclaw-{run_id}-{shown_pid}"
     errors = LogDir.of(log_dir, run_id).errors_dir if log_dir else path / "errors"
-    run_dir = RunDir(path=path, errors_dir=errors, socket=telemetry_socket_name(run_id, shown_pid))
+    run_dir = RunDir(path=path, errors_dir=errors, socket=telemetry_socket_name(run_id, shown_pid, nonce), token=token)
     return RunContext(run_id=run_id, run_dir=run_dir, free_master_port=free_master_port, by_arrival=by_arrival)
 
 
@@ -163,19 +176,21 @@ def _check_run_id(run_id: str) -> None:
 MAX_SOCKET_RUN_ID_CHARS = 40
 
 
-def telemetry_socket_name(run_id: str, pid: str) -> str:
-    """Where the ranks send their statistics: ``@openclaw-RUNID-PID``, a Linux abstract socket
+def telemetry_socket_name(run_id: str, pid: str, nonce: str) -> str:
+    """Where the ranks send their statistics: ``@openclaw-RUNID-PID-NONCE``, a Linux abstract socket
     (``@`` stands for its leading NUL byte, telemetry/wire.py), so no TMPDIR or run id is too long
     for it (a path is limited to 107 bytes) and no worker cleaning TMPDIR can remove it. Each rank
-    has its own address under it (``wire.rank_address``). A long or unusual run id is shortened
-    to its first characters and a hash."""
+    has its own address under it (``wire.rank_address``). Abstract names have no owner: any local
+    user may bind one first, so the launcher's random ``nonce`` makes the name one nobody can know
+    before the launcher binds it. A long or unusual run id is shortened to its first characters and
+    a hash."""
     shown = run_id
     if len(run_id) > MAX_SOCKET_RUN_ID_CHARS or not run_id.isprintable() or "/" in run_id:
         import hashlib  # only for such a run id: not on every start
 
         digest = hashlib.sha256(run_id.encode(errors="surrogateescape")).hexdigest()[:16]
         shown = "".join(c if c.isalnum() or c in "-_." else "_" for c in run_id[:20]) + "~" + digest
-    return f"@openclaw-{shown}-{pid}"
+    return f"@openclaw-{shown}-{pid}-{nonce}"
 
 
 _held_ports: list[socket.socket] = []

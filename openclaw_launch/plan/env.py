@@ -38,7 +38,7 @@ TORCHRUN_ENV: frozenset[str] = frozenset(
 _OPENCLAW_RANK_ENV = frozenset(
     "OPENCLAW_NODE OPENCLAW_NODE_RANK OPENCLAW_GPU_UUID OPENCLAW_PCI_BUS_ID OPENCLAW_NUMA_NODE OPENCLAW_CPUS "
     "OPENCLAW_BACKEND OPENCLAW_CUDA_DEVICE_INDEX".split()
-) | {wire.SOCKET_ENV, wire.HOOKS_ENV, wire.SLOT_ENV}
+) | {wire.SOCKET_ENV, wire.HOOKS_ENV, wire.SLOT_ENV, wire.TOKEN_ENV}
 #: What ``runtime.nic_binding: nearest`` sets per rank: the RDMA device (``NCCL_IB_HCA``), or
 #: the Ethernet interface (``NCCL_SOCKET_IFNAME``), by kind of NIC; ``=`` asks NCCL for an exact
 #: match (``mlx5_1`` alone would also select mlx5_10 and mlx5_11).
@@ -185,7 +185,11 @@ _FLIGHT_RECORDER_USER_VARS = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_S
 def _telemetry_env(job: JobEnv, slot: RankSlot) -> dict[str, str]:
     if job.telemetry_socket is None:
         return {}
-    env = {wire.SOCKET_ENV: job.telemetry_socket, wire.SLOT_ENV: str(slot.local_rank)}
+    env = {
+        wire.SOCKET_ENV: job.telemetry_socket,
+        wire.SLOT_ENV: str(slot.local_rank),
+        wire.TOKEN_ENV: job.run_dir.token,
+    }
     if job.telemetry_mode == "api":
         env[wire.HOOKS_ENV] = "0"
     user_set = any(

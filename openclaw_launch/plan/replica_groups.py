@@ -166,7 +166,7 @@ def _group_plan(
         env["MASTER_PORT"] = FREE_PORT_PLACEHOLDER if master_port is None else str(master_port)
         env["TORCHELASTIC_ERROR_FILE"] = str(context.run_dir.error_file(index))
         if socket is not None:
-            env.update({wire.SOCKET_ENV: socket, wire.SLOT_ENV: str(index)})
+            env.update({wire.SOCKET_ENV: socket, wire.SLOT_ENV: str(index), wire.TOKEN_ENV: context.run_dir.token})
         if wire.STACKS_ENV in env:
             env[wire.STACKS_ENV] = str(context.run_dir.stacks_file(index))
         if rank.gpu_uuid is not None and "," in env.get("CUDA_VISIBLE_DEVICES", ""):  # ordered: the group's GPUs

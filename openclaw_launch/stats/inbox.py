@@ -5,6 +5,15 @@ that it comes from the very process the launcher spawned for that rank: not a fo
 must not report steps or ``final`` as the rank), not another rank, not a process outside the job.
 Each rank has its own socket, so a rank flooding it fills only its own kernel queue, and a token
 bucket per rank bounds what the launcher decodes; everything dropped is counted per rank.
+
+The kernel lets a process with CAP_SYS_ADMIN over the sender's PID namespace (root, or a
+container's root given that capability) put any pid in those credentials. So every datagram also
+starts with the run's token (``wire.TOKEN_ENV``, 128 random bits the launcher hands its ranks in
+their environment, ``RunDir.token``): a forger must also read a rank's environment, which the
+kernel allows only to the rank's own user or with CAP_SYS_PTRACE. Not defended: such a process
+(root on the host is one) can read the token, or act as the rank in any other way (ptrace it, kill
+it, or the launcher). Both checks hold every datagram; a failed one is counted as not the rank's.
+The socket's name holds a random nonce (``telemetry_socket_name``), so no one can bind it first.
 """
 
 from __future__ import annotations
@@ -54,7 +63,7 @@ class _RankSocket:
             raise LaunchError(
                 f"cannot open the statistics socket {shown} for rank {rank}: {exc.strerror or exc}"
                 + (
-                    " (another launcher with this run id and pid in this network namespace: pass another --run-id)"
+                    " (taken by another process: the name's nonce is new at every start, so start again)"
                     if exc.errno == errno.EADDRINUSE
                     else ""
                 )
@@ -73,11 +82,12 @@ class _RankSocket:
 class Inbox:
     """Every local rank's socket (``wire.rank_address``); ``receive`` gives the datagrams that came
     from each rank's own process, within its rate, and counts the rest in ``drops``. ``ranks``:
-    (local rank, global rank) pairs; ``assign`` follows an elastic job's new world, whose global ranks
-    differ while the sockets (by local rank) stay."""
+    (local rank, global rank) pairs; ``token``: what every datagram starts with. ``assign`` follows
+    an elastic job's new world, whose global ranks differ while the sockets (by local rank) stay."""
 
-    def __init__(self, socket_env: str, ranks: Iterable[tuple[int, int]]) -> None:
+    def __init__(self, socket_env: str, ranks: Iterable[tuple[int, int]], token: str) -> None:
         self.socket_env = socket_env
+        self._token = token.encode()  # every datagram's first bytes (``RunDir.token``)
         self._slots: dict[int, _RankSocket] = {}  # local rank -> its socket
         try:
             for local_rank, rank in ranks:
@@ -127,7 +137,8 @@ class Inbox:
         out: list[tuple[int, bytes]] = []
         for _ in range(_MAX_PER_DRAIN):
             try:
-                data, anc, _flags, _addr = s.sock.recvmsg(wire.MAX_DATAGRAM_BYTES + 1, socket.CMSG_SPACE(12))
+                size = len(self._token) + wire.MAX_DATAGRAM_BYTES + 1
+                data, anc, _flags, _addr = s.sock.recvmsg(size, socket.CMSG_SPACE(12))
             except (BlockingIOError, InterruptedError):
                 break
             except OSError:  # a pending socket error, read (and cleared) by this call: the channel goes on
@@ -135,18 +146,32 @@ class Inbox:
             pid = _sender_pid(anc)
             if pid is None or pid != s.pid:
                 s.not_rank_process += 1
-                if pid is not None and pid not in s.strangers and len(s.strangers) < 8:
-                    s.strangers.add(pid)
-                    self.warn.append(
-                        f"rank {s.rank}: statistics from pid {pid} ignored: only the rank's own process "
-                        f"(pid {s.pid}, the one the launcher started) reports for it, not its children "
-                        "(a --no-python wrapper must exec the program) nor another process"
-                    )
+                self._stranger(
+                    s,
+                    pid,
+                    f"rank {s.rank}: statistics from pid {pid} ignored: only the rank's own process "
+                    f"(pid {s.pid}, the one the launcher started) reports for it, not its children "
+                    "(a --no-python wrapper must exec the program) nor another process",
+                )
+            elif not data.startswith(self._token):
+                s.not_rank_process += 1
+                self._stranger(
+                    s,
+                    pid,
+                    f"rank {s.rank}: statistics in the name of pid {pid} (the rank) without the run's token "
+                    f"({wire.TOKEN_ENV}) ignored: forged credentials, or a rank that changed its environment",
+                )
             elif not s.take(max(1.0, len(data) / _COST_BYTES), now_s):
                 s.over_rate += 1
             else:
-                out.append((s.rank, data))
+                out.append((s.rank, data[len(self._token) :]))
         return out
+
+    def _stranger(self, s: _RankSocket, pid: int | None, text: str) -> None:
+        """Say ``text`` once per sender, for at most 8 senders per rank."""
+        if pid is not None and pid not in s.strangers and len(s.strangers) < 8:
+            s.strangers.add(pid)
+            self.warn.append(text)
 
     def invalid(self, rank: int) -> None:
         self._socks[rank].invalid += 1

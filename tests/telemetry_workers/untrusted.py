@@ -34,7 +34,10 @@ from openclaw_launch.telemetry import wire
 
 
 def _send(rank: int, payload: bytes | dict[str, object]) -> None:
-    data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    """As the rank's own process: with the run's token, which every datagram starts with."""
+    data = os.environ[wire.TOKEN_ENV].encode() + (
+        payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    )
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
         try:
             s.sendto(data, wire.rank_address(os.environ[wire.SOCKET_ENV], rank))
@@ -87,7 +90,7 @@ def _abuse(mode: str, rank: int, victim: int) -> None:
         os.wait()
         os.wait()
     elif mode == "flood":
-        small = json.dumps(_progress(rank)).encode()  # small and valid: cheap for the launcher to decode
+        small = os.environ[wire.TOKEN_ENV].encode() + json.dumps(_progress(rank)).encode()  # small and valid
         end = time.monotonic() + FLOOD_S
         address = wire.rank_address(os.environ[wire.SOCKET_ENV], rank)
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
