@@ -13,6 +13,7 @@ from dataclasses import dataclass
 OK = 0
 NODE_LOST = 1  # the nodes left, when a node of the job was lost (agents/fate.py)
 BAD_INPUT = 2  # usage, config or input error, nodes that disagree: nothing started
+TAKEN_OUT = 3  # elastic: this node was taken out of the job for good (agents/exclusions.py); the job goes on
 SCRIPT_FAILED = 70  # --exit-code-classes: the script's own failure (a restart may or cannot help): do not requeue
 REQUEUE = 75  # --exit-code-classes: a node, a GPU, the fabric failed, or a hang: requeue
 HANG = 124  # --hang-timeout-s fired, as timeout(1)
@@ -36,6 +37,12 @@ EXIT_CODES: tuple[ExitCode, ...] = (
     ),
     ExitCode(str(NODE_LOST), "a node of a multi-node job was lost: on the nodes left (`--exit-code-classes`: 75)"),
     ExitCode(str(BAD_INPUT), "bad usage, config or input, nodes that disagree: nothing started"),
+    ExitCode(
+        str(TAKEN_OUT),
+        "an elastic job took this node out for good (a failing node, GPU memory not freed, a straggler: "
+        "[`elastic.md`](elastic.md#nodes-taken-out-for-good)); the job went on without it: **do not requeue** "
+        "for it (with `--exclude-file`, it is in that file)",
+    ),
     ExitCode(
         str(SCRIPT_FAILED),
         "`--exit-code-classes`: the job failed and its failure class is the script's own (a restart may or "

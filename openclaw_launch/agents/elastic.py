@@ -36,6 +36,8 @@ from collections.abc import Callable
 from typing import Any
 
 from openclaw_launch.agents.admission import admission_print, refusal
+from openclaw_launch.agents.elastic_reform import WorldForming
+from openclaw_launch.agents.exclusions import Exclusions
 from openclaw_launch.agents.fate import EXIT_NODE_LOST, Fate
 from openclaw_launch.agents.liveness import BEAT, PING, PONG, JobKey, LivenessServer, connect
 from openclaw_launch.agents.meeting import WAIT_NOTE_S
@@ -45,7 +47,6 @@ from openclaw_launch.agents.membership import (
     Member,
     first_world,
     namespace,
-    next_world,
     wants_growth,
 )
 from openclaw_launch.agents.store import AgentError, AgentStore
@@ -62,7 +63,7 @@ def world_scope(round_number: int) -> str:
     return f"r{round_number}/"
 
 
-class Rendezvous:
+class Rendezvous(WorldForming):
     """One launcher's side of the membership; the first node's also watches and forms the worlds.
     ``store``: the unscoped store (the helper's main thread uses it; the liveness thread has its own
     client). ``say``: a line for the launcher's console. ``rdzv_id``: the job's ``--rdzv-id``
@@ -105,6 +106,8 @@ class Rendezvous:
         self._port: LivenessServer | None = None  # the first node's liveness port
         self._admission: dict[str, str] = {}
         self._pinged_at: float | None = None  # the waiting members were asked at this world's fate
+        self.exclusions = Exclusions()  # the first node: the nodes taken out for good
+        self._out: set[int] = set()  # their members
 
     def world_scope(self, round_number: int) -> str:
         """The keys of world ``round_number``'s fixed-size protocol (under this job's namespace)."""
@@ -228,6 +231,8 @@ class Rendezvous:
         store = self.store
         while True:
             self.beat(ticks())
+            if store.has([f"out/{self.member_id}"]):  # this node was taken out of the job
+                return {"out": json.loads(store.get(f"out/{self.member_id}"))}
             if store.has(["done"]):
                 store.set(f"bye/{self.member_id}", "1")
                 return {"done": True}
@@ -235,7 +240,7 @@ class Rendezvous:
             if newest > self.round:
                 world = json.loads(store.get(f"w/{newest}"))
                 if "closed" in world:
-                    return {"closed": world["closed"]}
+                    return {"closed": world["closed"], "excluded": world.get("excluded", [])}
                 if self.member_id in world["members"]:
                     self.round = newest
                     return {
@@ -245,61 +250,9 @@ class Rendezvous:
                         "round": newest,
                         "tokens": world["tokens"],
                         "nodes": world["nodes"],
+                        "excluded": world.get("excluded", []),
                     }
             time.sleep(_POLL_S)
-
-    def reform(self, lost_ranks: set[int]) -> None:
-        """The first node, after world ``round`` ended: publish the next from its survivors (less
-        ``lost_ranks``, the fate's lost node), the standbys and the members that arrived. A waiting
-        member the next world would take in is asked whether its launcher runs (agents/liveness.py's
-        PING) and must answer within ``--keepalive-s``; one that does not is skipped, and the world
-        forms with who is there."""
-        with self._lock:
-            asked, self._pinged_at = self._pinged_at, None
-            if asked is None:  # no loss or arrival asked them at the fate: ask now
-                asked = self._ping_waiting()
-            self._running = False
-            self._dead |= {self._world[r] for r in lost_ranks if r < len(self._world)}  # for good: a cut link
-        skipped: set[int] = set()
-        while True:
-            with self._lock:
-                gone = self._dead | skipped
-                waiting = [self._members[i] for i in sorted(self._members) if i not in self._world and i not in gone]
-                world = next_world(self._world, gone, waiting, self.spec)
-                silent = [m for m in waiting if m.member_id in world and not self._answered(m.member_id, asked)]
-            if not silent:
-                break
-            if time.monotonic() - asked < self.keepalive_s:
-                time.sleep(_POLL_S)
-                continue
-            for m in silent:
-                skipped.add(m.member_id)
-                kind = "standby" if m.standby else "waiting launcher"
-                self.say(
-                    f"{kind} {m.token.split(' #')[0]} did not answer within {self.keepalive_s:g} s (--keepalive-s): "
-                    "skipped; the world re-forms with the nodes that are there"
-                )
-        with self._lock:
-            if len(world) < self.spec.min_nodes:
-                self.store.set(
-                    f"w/{self.round + 1}",
-                    json.dumps({"closed": f"{len(world)} node(s) left, fewer than MIN (--nnodes {self.spec.text})"}),
-                )
-                self.store.set("round", str(self.round + 1))
-                return
-            self._publish(world)
-
-    def _ping_waiting(self) -> float:
-        """(Under the lock.) Ask every waiting member whether its launcher runs; when it was asked."""
-        at = time.monotonic()
-        if self._port is not None:
-            for i in self._members:
-                if i not in self._world and i not in self._dead:
-                    self._port.ask(i)
-        return at
-
-    def _answered(self, member_id: int, since: float) -> bool:
-        return self._port is None or self._port.answered_since(member_id, since)
 
     def running(self) -> None:
         """The newest world's workers start: from now on a loss or an arrival stops them."""
@@ -311,7 +264,7 @@ class Rendezvous:
         """The job ended: waiting members (standbys) stop waiting; the store stays up until each has
         seen it (at most ``_BYE_WAIT_S``)."""
         with self._lock:
-            waiting = [f"bye/{i}" for i in self._members if i not in self._world and i not in self._dead]
+            waiting = [f"bye/{m.member_id}" for m in self._idle()]
         if self._port is not None and (dropped := self._port.summary()):
             self.say(dropped)
         with contextlib.suppress(Exception):
@@ -319,14 +272,6 @@ class Rendezvous:
             until = time.monotonic() + _BYE_WAIT_S
             while waiting and not self.store.has(waiting) and time.monotonic() < until:
                 time.sleep(_POLL_S)
-
-    def _publish(self, world: tuple[int, ...]) -> None:
-        """World ``round + 1`` (under the lock)."""
-        self._world = world
-        tokens = [self._members[i].token for i in world]
-        nodes = [self._members[i].node for i in world]
-        self.store.set(f"w/{self.round + 1}", json.dumps({"members": list(world), "tokens": tokens, "nodes": nodes}))
-        self.store.set("round", str(self.round + 1))
 
     # ---- the first node's liveness port (its thread: agents/liveness.py) --------------------------
 
@@ -345,6 +290,10 @@ class Rendezvous:
             self.say(f"refused {who}: it does not agree with this job (it was told each difference)")
             return why
         with self._lock:
+            taken_out = self.exclusions.refusal(record["node"], record["token"])
+            if taken_out is not None:
+                self.say(f"refused {who}: {taken_out.split(': it is not')[0]}: not admitted again")
+                return taken_out
             if member_id in self._members or member_id in self._dead:
                 return f"member {member_id} of --rdzv-id {self.rdzv_id} joined already; started nothing"
             node = record["node"]
@@ -368,7 +317,7 @@ class Rendezvous:
 
     def _maybe_grow(self, store: AgentStore) -> None:
         """(Under the lock.) A member waits to run ranks and the world has room: re-form."""
-        waiting = [self._members[i] for i in sorted(self._members) if i not in self._world and i not in self._dead]
+        waiting = self._idle()
         if not (self._running and self.round < self.max_restarts and wants_growth(self._world, waiting, self.spec)):
             return
         text = f"a node joined (--nnodes {self.spec.text}, {len(self._world)} running): re-forming the world"
@@ -378,7 +327,7 @@ class Rendezvous:
 
     def _on_gone(self, member_id: int) -> None:
         with self._lock:
-            member = self._members.pop(member_id, None)
+            member = self._members.get(member_id)  # kept: a lost node is taken out by its name (agents/exclusions.py)
             self._dead.add(member_id)
             if member is None or member_id not in self._world or not self._running:
                 return

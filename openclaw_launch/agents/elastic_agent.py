@@ -17,15 +17,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from openclaw_launch.agents.elastic import REFORM, Rendezvous
+from openclaw_launch.agents.exclusions import ExclusionLog, Fault, Leave, exclusions_of
 from openclaw_launch.agents.fate import EXIT_NODE_LOST, Agent, AgentOptions, Fate, lost_fate
 from openclaw_launch.agents.membership import ElasticSpec
 from openclaw_launch.agents.store import AgentError, AgentStore
 from openclaw_launch.agents.store_link import Answer, StoreLink
 from openclaw_launch.agents.store_loop import LoopOptions, LostFate, StoreLoop
 from openclaw_launch.agents.store_messages import VOCABULARY
+from openclaw_launch.codec import from_json
+from openclaw_launch.config.defaults import GPU_MEMORY_TIMEOUT_S
+from openclaw_launch.exit_codes import TAKEN_OUT
 from openclaw_launch.plan.model import LaunchPlan, RankPlan
-from openclaw_launch.report.membership import AttemptMembership
-from openclaw_launch.report.model import NodeReport
+from openclaw_launch.report.membership import Exclusion
 from openclaw_launch.run.failure_class import Evidence
 from openclaw_launch.run.helper import Helper, Link, Message, Vocabulary
 from openclaw_launch.run.participant import StopKind, StopReason, Timer
@@ -77,9 +80,14 @@ class ElasticArrive(Message):
 
 @dataclass(frozen=True)
 class Reform(Message):
-    """The world ended: the next one, less ``lost_ranks`` (the fate's lost node)."""
+    """The world ended: the next one, less ``lost_ranks`` (the fate's lost node, ``lost_text`` its
+    words) and the nodes taken out (agents/exclusions.py): this node itself for its ``fault``, and
+    those the first node's launcher names (``leave``)."""
 
     lost_ranks: tuple[int, ...]
+    fault: Fault | None = None
+    lost_text: str = ""
+    leave: tuple[Leave, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -99,6 +107,8 @@ class JobDone(Message):
 class WorldAnswer(Message):
     world: World | None  # this launcher's place in the newest world that holds it; None: none does
     why: str = ""  # why none: the job ended without it, or fewer than MIN nodes are left
+    excluded: tuple[Exclusion, ...] = ()  # the nodes taken out at this re-forming
+    taken_out: Exclusion | None = None  # this node was (it runs no more ranks)
 
 
 @dataclass(frozen=True)
@@ -145,14 +155,16 @@ class _ElasticLoop(StoreLoop):
                 if store.is_host:
                     rendezvous.form_first()
                 self._post_world(rendezvous, store)
-            case Reform(lost_ranks=lost_ranks):
+            case Reform():
                 rendezvous, store = self._joined()
                 self._stop.set()  # this world's keep-alive loop and watchdog end; the next world's start anew
                 if self._thread is not None:
                     self._thread.join(timeout=self.opt.keepalive_s + 1)
                 self._stop.clear()
                 if store.is_host:
-                    rendezvous.reform(set(lost_ranks))
+                    rendezvous.reform(set(message.lost_ranks), message.fault, message.lost_text, message.leave)
+                else:
+                    rendezvous.ready(message.fault)
                 self._post_world(rendezvous, store)
             case WorldRunning():
                 rendezvous, _ = self._joined()
@@ -189,12 +201,17 @@ class _ElasticLoop(StoreLoop):
     def _post_world(self, rendezvous: Rendezvous, store: AgentStore) -> None:
         """The newest world that holds this launcher (its keys' scope from now on), or why none."""
         answer = rendezvous.await_world(self._ticks_so_far)
+        excluded = exclusions_of(answer)
+        if "out" in answer:
+            out = from_json(Exclusion, answer["out"])
+            self._post(WorldAnswer(None, out.line, taken_out=out))
+            return
         if "rank" not in answer:
-            self._post(WorldAnswer(None, answer.get("closed", "the job ended")))
+            self._post(WorldAnswer(None, answer.get("closed", "the job ended"), excluded))
             return
         self.store = store.within(rendezvous.world_scope(answer["round"]))
         fields = (answer["round"], answer["rank"], answer["nnodes"], answer["master_port"])
-        self._post(WorldAnswer(World(*fields, tuple(answer["tokens"]), tuple(answer["nodes"]))))
+        self._post(WorldAnswer(World(*fields, tuple(answer["tokens"]), tuple(answer["nodes"])), excluded=excluded))
 
 
 def elastic_arrive(
@@ -237,6 +254,12 @@ class ElasticAgent(Agent):
     ) -> None:
         super().__init__(plan, options, say, link)
         self.elastic_link, self.world, self.replan = link, world, replan
+        # the nodes taken out (agents/exclusions.py): its path and count, and this node's own fault per
+        # attempt, are set by job/node_health.py
+        self.exclusion_log = ExclusionLog(None, say)
+        self.node_fault: Callable[[int], Fault | None] = _no_fault
+        self.gpu_memory_timeout_s = GPU_MEMORY_TIMEOUT_S
+        self._leave: list[Leave] = []  # the first node: nodes its launcher takes out at the next re-forming
         self.first_round = world.round  # a node taken in later starts at the job's attempt then
         self.memberships: dict[int, World] = {}  # the job's attempt -> this node's world in it
         self.world_sizes: dict[int, int] = {}  # world -> its WORLD_SIZE
@@ -251,7 +274,7 @@ class ElasticAgent(Agent):
         """Attempt 0 runs the first world; every later one (the job restarts) re-forms first."""
         self._no_world = None
         if attempt > 0:  # before the helper hears of the attempt: the last world's loop ends first
-            self._reform(self.fates.get(self.first_round + attempt - 1))
+            self._reform(self.fates.get(self.first_round + attempt - 1), self.node_fault(attempt - 1))
         super().begin_attempt(self.first_round + attempt)
         self.memberships[self.attempt] = self.world
         self.world_sizes[self.world.round] = self.plan.world_size
@@ -295,14 +318,38 @@ class ElasticAgent(Agent):
         vetoed = any(o not in _REFORMING_OUTCOMES for o in self.outcomes.get(self.attempt, ()))
         return wish and fate.kind in _REFORMING_FATES and not vetoed
 
-    def _reform(self, before: Fate | None) -> None:
-        """The next world (without the previous attempt's lost node), its plan, its nodes met."""
+    @property
+    def exclusions(self) -> list[Exclusion]:
+        """The nodes taken out of this job so far, in order (the report's ``exclusions[]``)."""
+        return self.exclusion_log.exclusions
+
+    @exclusions.setter
+    def exclusions(self, found: list[Exclusion]) -> None:
+        self.exclusion_log.exclusions = found
+
+    def take_out(self, node_rank: int, reason: str, evidence: str, step_time_before_s: float | None = None) -> None:
+        """(The first node.) Leave node rank ``node_rank`` of the running world out of the next one, for
+        good (the straggler policy, which stops the running world itself)."""
+        self._leave.append(Leave(node_rank, reason, evidence, step_time_before_s))
+
+    def _reform(self, before: Fate | None, fault: Fault | None = None) -> None:
+        """The next world (without the previous attempt's lost node and the nodes taken out), its plan,
+        its nodes met; ``fault``: this node's own (it leaves the job)."""
         names = self.opt.nodes
         lost = (
             [names.index(before.node)] if before and before.kind == StopKind.LOST.value and before.node in names else []
         )
+        leave, self._leave = tuple(self._leave), []
         try:
-            answer = self._step(Reform(tuple(lost)), WorldAnswer)
+            lost_text = before.headline if before is not None and lost else ""
+            answer = self._step(Reform(tuple(lost), fault, lost_text, leave), WorldAnswer)
+            self.exclusion_log.record(answer.excluded, self.is_host)
+            if answer.taken_out is not None:
+                text = f"{answer.taken_out.line}: this node runs no more ranks; the job goes on without it"
+                self.say(f"openclaw-launch: {text}")
+                self._no_world = StopReason(StopKind.TAKEN_OUT, TAKEN_OUT, text, False, self.name)
+                self._no_world_told = False
+                return
             if answer.world is None:
                 raise AgentError(answer.why)
             self.world = answer.world
@@ -343,18 +390,5 @@ def _no_signal() -> int | None:
     return None
 
 
-def with_memberships(report: NodeReport, agent: Agent | None) -> NodeReport:
-    """Each attempt's world in the node's report (``attempt_history[].membership``)."""
-    if not isinstance(agent, ElasticAgent):
-        return report
-    history = []
-    for entry in report.attempt_history:
-        world = agent.memberships.get(agent.first_round + entry.attempt)
-        if world is not None:
-            size = agent.world_sizes.get(world.round, 0)
-            membership = AttemptMembership(
-                world.round, tuple(t.split(" #")[0] for t in world.tokens), world.node_rank, size
-            )
-            entry = dataclasses.replace(entry, membership=membership)
-        history.append(entry)
-    return dataclasses.replace(report, attempt_history=tuple(history))
+def _no_fault(attempt: int) -> Fault | None:
+    return None

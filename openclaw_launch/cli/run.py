@@ -25,6 +25,7 @@ from openclaw_launch.cli.common import (
     with_common,
 )
 from openclaw_launch.cli.elastic import arrive_elastic, elastic_job, world_planner
+from openclaw_launch.cli.exclude import exclude_file
 from openclaw_launch.cli.replica_groups import check_before_meeting, replica_groups
 from openclaw_launch.cli.run_options import RunOptions, console_choices, startup_timeout_s, with_run_options
 from openclaw_launch.cli.torchrun_resolve import Resolved
@@ -62,6 +63,7 @@ def run(c: Common, r: RunOptions) -> None:
     console = console_choices(r, c.tr.role, want.local_ranks_shown is not None, os.environ)
     job = elastic_job(c, inputs, r)
     check_before_meeting(r, inputs, job is not None)  # --replica-groups: refused before any node meets
+    exclude_file(r, inputs, job)  # checked before the rendezvous: a bad one starts nothing (exit 2)
     elastic = arrive_elastic(job, inputs, r, c.tr.max_restarts) if job and not r.dry_run else None
     arrival = _arrive(want, r, c.tr.run_id) if want.by_arrival and not want.elastic and not r.dry_run else None
     try:
@@ -177,7 +179,11 @@ def _agents(
         agents = fixed_agents(plan, config, waits, c.tr.max_restarts, r.agent_port)
     else:
         return None
-    return dataclasses.replace(agents, job_report_path=r.job_report_path or _job_report_path(r.report_path))
+    report_path = r.job_report_path or _job_report_path(r.report_path)
+    exclude = exclude_file(r, inputs, job)
+    return dataclasses.replace(
+        agents, job_report_path=report_path, exclude_file=exclude, gpu_memory_timeout_s=r.gpu_memory_timeout_s
+    )
 
 
 def _preflight_or_exit(c: Common, inputs: Inputs, run_id: str) -> None:

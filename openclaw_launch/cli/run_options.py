@@ -45,6 +45,8 @@ class RunOptions:
     agent_timeout_s: float
     keepalive_s: float
     standby: bool
+    exclude_file: str | None  # None: runtime.exclude_file (cli/exclude.py)
+    gpu_memory_timeout_s: float
     job_report_path: str | None
     preflight_first: bool
     exit_code_classes: bool
@@ -195,6 +197,24 @@ _run_options: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
         envvar="OPENCLAW_STANDBY",
         help="Elastic (--nnodes MIN:MAX): join the rendezvous but run no ranks until a node is lost, then take "
         "its node rank (the world keeps its size); exits 0 if the job ends without it (docs/elastic.md).",
+    ),
+    click.option(
+        "--exclude-file",
+        "exclude_file",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="Elastic: add each node the job takes out for good (a failing node, GPU memory not freed, a "
+        "straggler) to this file, as the Slurm hostlist sbatch --exclude takes; the reasons go to FILE.reasons "
+        "(config runtime.exclude_file; docs/elastic.md).",
+    ),
+    click.option(
+        "--gpu-memory-timeout-s",
+        type=option_types.seconds(),
+        default=defaults.GPU_MEMORY_TIMEOUT_S,
+        show_default=True,
+        help="Elastic: after a failed attempt, each of the node's GPUs must be back to its used memory before "
+        f"the job (+{defaults.GPU_MEMORY_SLACK_MIB:g} MiB) within this, or the node is taken out "
+        "(gpu-memory-held; docs/elastic.md).",
     ),
     click.option(
         "--job-report",

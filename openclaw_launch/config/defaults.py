@@ -48,6 +48,10 @@ STARTUP_TIMEOUT_FLOOR_S = 600.0
 AGENT_TIMEOUT_S = 300.0  # several nodes: how long the agents wait for every node
 KEEPALIVE_S = 15.0  # several nodes: a node silent this long is lost
 LAST_CALL_TIMEOUT_S = 30.0  # elastic: once MIN nodes are there, wait this long for more (torchrun's c10d default)
+#: elastic, after a failed attempt: how long each GPU's used memory may take to fall back to its level
+#: before the job (+ GPU_MEMORY_SLACK_MIB) before its node counts as failing (run/gpu_memory.py).
+GPU_MEMORY_TIMEOUT_S = 30.0
+GPU_MEMORY_SLACK_MIB = 512.0  # the CUDA context of a tool (nvidia-smi, a monitor) is ~300-500 MiB
 RDZV_PORT = 29400  # torchrun's rendezvous port when --rdzv-endpoint has none
 MASTER_PORT = 29500  # several nodes with no port given (torchrun's); a one-node job draws a free one
 #: ``preflight --slow-pct``: a GEMM or a node pair this many % below its reference is slow and its node
@@ -182,6 +186,13 @@ DEFAULTS: tuple[Default, ...] = (
     ),
     Default("--agent-timeout-s", _s(AGENT_TIMEOUT_S), "-", "several nodes: how long the agents wait for every node"),
     Default("--keepalive-s", _s(KEEPALIVE_S), "-", "several nodes: a node silent this long is lost"),
+    Default(
+        "--gpu-memory-timeout-s",
+        _s(GPU_MEMORY_TIMEOUT_S),
+        "-",
+        f"elastic: after a failed attempt, each GPU back to its memory before the job (+{GPU_MEMORY_SLACK_MIB:g} MiB) "
+        "within this, or its node is taken out",
+    ),
     Default(
         "--rdzv-conf last_call_timeout",
         _s(LAST_CALL_TIMEOUT_S),

@@ -61,6 +61,8 @@ Reference (every key; ``*`` = required)::
       max_nodes:                integer, with min_nodes: the most nodes of one world
       standby_nodes:            list of node names (elastic only): they run no ranks until a node is
                                 lost, then take its node rank (as ``--standby``)
+      exclude_file:             path (elastic only): each node the job takes out for good is added to
+                                this file's Slurm hostlist (as ``--exclude-file``; docs/elastic.md)
       replica_groups:           integer >= 1 (one node): torchft's replica groups, K worlds of the
                                 node's ranks and their lighthouse (``--replica-groups`` overrides it;
                                 docs/replica-groups.md)
@@ -167,6 +169,7 @@ class Runtime:
     min_nodes: int | None = None  # elastic (agents/elastic.py): with max_nodes
     max_nodes: int | None = None
     standby_nodes: tuple[str, ...] = ()  # elastic: nodes that wait to replace a lost one
+    exclude_file: str | None = None  # elastic: --exclude-file (cli/exclude.py)
     replica_groups: int | None = None  # --replica-groups: torchft's replica groups (plan/replica_groups.py)
 
 

@@ -87,6 +87,7 @@ class RuntimeReader(NodeReader):
             "min_nodes": lambda e: self.integer(e, 1, MAX_WORLD_SIZE),
             "max_nodes": lambda e: self.integer(e, 1, MAX_WORLD_SIZE),
             "standby_nodes": self.node_names,
+            "exclude_file": self.text,
             "replica_groups": lambda e: self.integer(e, 1, MAX_RANKS_PER_NODE),
         }
 

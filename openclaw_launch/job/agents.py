@@ -38,6 +38,8 @@ class AgentSetup:
     job_report_path: str | None = None  # the first node writes the job's report here
     link: StoreLink | None = None  # node ranks by arrival: the helper that took this node's rank
     make_agent: Callable[[Callable[[str], None]], Agent] | None = None  # elastic: agents/elastic_agent.py's
+    exclude_file: str | None = None  # elastic: --exclude-file (cli/exclude.py)
+    gpu_memory_timeout_s: float = defaults.GPU_MEMORY_TIMEOUT_S  # elastic: --gpu-memory-timeout-s
 
 
 @dataclass(frozen=True)

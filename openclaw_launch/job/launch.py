@@ -25,6 +25,7 @@ from openclaw_launch.agents.worker_store import WorkerStore
 from openclaw_launch.files import write_atomic
 from openclaw_launch.job.agents import AgentSetup, job_live_target
 from openclaw_launch.job.info_log import InfoLog
+from openclaw_launch.job.node_health import equip, node_health
 from openclaw_launch.job.participants import participants_of
 from openclaw_launch.job.reports import job_report, node_report
 from openclaw_launch.plan.context import LogDir
@@ -144,6 +145,7 @@ def _meet(plan: LaunchPlan, agents: AgentSetup, options: SuperviseOptions, os_la
 
     tell = functools.partial(say, options)
     agent = agents.make_agent(tell) if agents.make_agent else Agent(plan, agents.options, tell, agents.link)
+    equip(agent, agents)
     try:
         early = agent.join(agents.fingerprint, lambda: next(iter(forwarded(os_layer.drain_signals(), options)), None))
         if early is None:
@@ -203,6 +205,7 @@ def _run(
             result = not_started(early[0], options)
         else:
             participants = participants_of(len(plan.ranks), policy, daemon, job_cgroup, session, agent, store)
+            participants += node_health(agent, plan, policy, session, functools.partial(say, options))
             if info:
                 participants.append(InfoLog(functools.partial(say, options)))
             if progress is not None:

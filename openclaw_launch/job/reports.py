@@ -45,7 +45,7 @@ def node_report(
         failures=failures,
     )
     if agent is not None and elastic:
-        from openclaw_launch.agents.elastic_agent import with_memberships
+        from openclaw_launch.agents.elastic_report import with_memberships
 
         report = with_memberships(report, agent)
     if report_path:

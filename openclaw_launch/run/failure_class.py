@@ -119,6 +119,9 @@ CLASSES: tuple[FailureClass, ...] = (
     ),
 )
 BY_NAME = {c.name: c for c in CLASSES}
+#: The classes that name the node, not the script: an elastic job takes a node whose attempt failed so
+#: (or that was lost) out for good at the re-forming (agents/exclusions.py, docs/elastic.md).
+NODE_CLASSES = frozenset({"gpu-xid", "gpu-ecc", "node-lost", "host-oom"})
 
 NCCL_MARKERS = (
     "NCCL error",

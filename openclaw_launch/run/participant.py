@@ -60,6 +60,7 @@ class StopKind(enum.Enum):
     REMOTE = "remote"  # another node stopped first: the job's fate (agents/fate.py)
     STORM = "storm"  # the same failure before any step twice in a row, with --storm-guard (run/failure_policy.py)
     CANNOT_HELP = "cannot-help"  # a failure class a restart cannot help, without --restart-any-class (the same)
+    TAKEN_OUT = "taken-out"  # an elastic job took this node out for good (agents/exclusions.py): exit 3
 
 
 @dataclass(frozen=True)

@@ -114,6 +114,14 @@ class _Collector:
         restarts = GaugeMetricFamily("openclaw_restarts", "Restarts of the job so far", labels=["run_id", "node"])
         restarts.add_metric(job, snap["restarts"])
         yield restarts
+        excluded = CounterMetricFamily(
+            "openclaw_node_exclusions",
+            "Nodes the elastic job took out for good, by reason",
+            labels=["run_id", "node", "reason"],
+        )
+        for reason, count in sorted(snap.get("exclusions", {}).items()):
+            excluded.add_metric([*job, reason], count)
+        yield excluded
         steps = CounterMetricFamily("openclaw_steps", "Steps done in this attempt", labels=list(_RANK_LABELS))
         step_time = GaugeMetricFamily(
             "openclaw_step_time_seconds", "Step time quantile (after warm-up)", labels=[*_RANK_LABELS, "quantile"]

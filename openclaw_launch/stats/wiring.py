@@ -7,8 +7,10 @@ stats file), as the supervision participants that feed it; the ranks' variables 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from openclaw_launch.config import defaults
@@ -90,9 +92,11 @@ def _start_stats(plan: LaunchPlan, socket_path: str, stats: StatsOptions, say: C
 
     gpu_source = None
     if stats.sample_gpus:
-        from openclaw_launch.stats.gpu import PynvmlSource
+        from openclaw_launch.run.gpu_memory import NVML_RECORDING_ENV
+        from openclaw_launch.stats.gpu import PynvmlSource, RecordedSource
 
-        gpu_source = PynvmlSource
+        recording = os.environ.get(NVML_RECORDING_ENV)  # tests: a real GPU's samples and events, replayed
+        gpu_source = (lambda _uuids: RecordedSource.load(Path(recording))) if recording else PynvmlSource
     return StatsSession(
         plan,
         socket_path,
