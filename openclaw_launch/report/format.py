@@ -8,6 +8,7 @@ from openclaw_launch.report.model import JobReport, NodeReport, Report
 from openclaw_launch.report.rank import StepStatistics
 from openclaw_launch.run.failure_class import BY_NAME, CAN_HELP, CANNOT_HELP
 from openclaw_launch.stats.collect import OTHER, WARMUP_STEPS
+from openclaw_launch.stats.groups import waits_text
 from openclaw_launch.stats.phases import GPU_WORK, StepSplit, split
 from openclaw_launch.stats.result import StepImbalance, Straggler
 from openclaw_launch.telemetry.wire import HOST, INPUT
@@ -149,6 +150,8 @@ def _verdict_lines(report: Report) -> list[str]:
     if report.step_imbalance is not None and report.step_imbalance.variance:
         lines.append(format_imbalance(report.step_imbalance))
     lines.extend(m.text for m in report.memory_asymmetry)
+    if waits := waits_text(stats.waits_by_group):
+        lines.append(f"waits by process group (the median rank's share of its step): {waits}")
     if stats.sync_bound_share:
         lines.append(
             f"synchronisation: every rank waits at least {100 * stats.sync_bound_share:.0f} % of its step for the "

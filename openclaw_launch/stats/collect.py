@@ -12,13 +12,17 @@ shared machine adds to single steps, and comparing ranks window by window cancel
 suffered at once. The last ``MAX_WINDOWS`` windows are kept. A window also holds the median of
 the rank's sampled GPU work (``GPU_BUSY``, CUDA events on every 5th step, telemetry/gpu_events.py)
 once a sample of it arrived, which may be a batch later than the window's steps.
+
+Waits are also summed per process group (``group_waits``: the share of the rank's step time, over
+every step of the attempt, warm-up included, spent waiting in the group's calls), under the names
+``Collector``'s ``namer`` gives the workers' keys (stats/groups.py: ``dp``, ``pp``, ...).
 """
 
 from __future__ import annotations
 
 import copy
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from openclaw_launch.stats.histogram import LogHistogram
@@ -29,6 +33,7 @@ WARMUP_STEPS = 3
 OTHER = "other"  # step time no phase claimed
 WINDOW_STEPS = 5
 MAX_WINDOWS = 1024
+MAX_GROUPS = 64  # process groups a rank's waits are summed for; a later one is left out
 # Keys of a window besides the phase names (which never start with "@").
 STEP, OWN, INPUT_STAGE, GPU_BUSY = "@step", "@own", "@input", "@gpu"
 
@@ -61,6 +66,7 @@ class RankSummary:
     windows: tuple[tuple[int, Mapping[str, float]], ...] = ()
     gpu_busy_s: float | None = None  # mean GPU work of the sampled steps (CUDA events), when sampled
     pipeline: tuple[int, int, int] | None = None  # a pipeline stage: (stage, stages, micro-batches)
+    group_waits: dict[str, float] = field(default_factory=dict)  # process group -> share of the step waited in it
 
     def phase_mean(self, name: str) -> float:
         phase = self.phases.get(name)
@@ -91,10 +97,16 @@ class _RankStats:
     gpu_busy_total_s: float = 0.0
     gpu_busy_count: int = 0
     pipeline: tuple[int, int, int] | None = None
+    group_wait_s: dict[str, float] = field(default_factory=dict)  # per group key, over every step
+    step_total_s: float = 0.0  # every step's time, warm-up included (the groups' waits' base)
 
     def add(self, batch: wire.Batch) -> None:
         self.step_source = batch.step_source
         self.pipeline = batch.pipeline or self.pipeline
+        self.step_total_s += sum(step_s for step_s, _ in batch.steps)
+        for key, seconds in batch.group_waits.items():
+            if key in self.group_wait_s or len(self.group_wait_s) < MAX_GROUPS:
+                self.group_wait_s[key] = self.group_wait_s.get(key, 0.0) + seconds
         self.sync_phases.update(batch.sync_phases)
         self.dropped_batches += batch.dropped_batches
         measured = 0
@@ -147,8 +159,12 @@ class _RankStats:
                 hist.add(0.0)
         return hist
 
-    def summary(self) -> RankSummary:
+    def summary(self, namer: Callable[[str], str]) -> RankSummary:
         mean_step = self.step.mean
+        group_waits: dict[str, float] = {}
+        for key, seconds in self.group_wait_s.items():  # two keys may name one group (e.g. the world, dp)
+            name = namer(key)
+            group_waits[name] = group_waits.get(name, 0.0) + (seconds / self.step_total_s if self.step_total_s else 0.0)
         phases = {
             name: PhaseSummary(
                 mean_s=hist.mean,
@@ -176,6 +192,7 @@ class _RankStats:
             windows=tuple(self._with_gpu(w) for w in (*self.windows, *self._full_open_window())),
             gpu_busy_s=self.gpu_busy_total_s / self.gpu_busy_count if self.gpu_busy_count else None,
             pipeline=self.pipeline,
+            group_waits=group_waits,
         )
 
     def _with_gpu(self, window: tuple[int, dict[str, float]]) -> tuple[int, Mapping[str, float]]:
@@ -201,7 +218,9 @@ def _medians(steps: list[dict[str, float]]) -> dict[str, float]:
 
 
 class Collector:
-    def __init__(self) -> None:
+    def __init__(self, namer: Callable[[str], str] = str) -> None:
+        """``namer``: a process group's name from a worker's key (stats/groups.py)."""
+        self._namer = namer
         self._ranks: dict[int, _RankStats] = {}
         self._window: dict[int, _RankStats] = {}
         self.bad_datagrams = 0
@@ -228,10 +247,10 @@ class Collector:
         self._window.clear()
 
     def summaries(self) -> list[RankSummary]:
-        return [self._ranks[r].summary() for r in sorted(self._ranks)]
+        return [self._ranks[r].summary(self._namer) for r in sorted(self._ranks)]
 
     def window(self) -> list[RankSummary]:
         """Summaries of the steps since the previous call."""
-        out = [self._window[r].summary() for r in sorted(self._window)]
+        out = [self._window[r].summary(self._namer) for r in sorted(self._window)]
         self._window = {}
         return out

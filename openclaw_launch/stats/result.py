@@ -70,6 +70,16 @@ class RunStatistics:
     dropped_datagrams: dict[str, DroppedDatagrams] = field(
         metadata=doc("per rank (the key) with any dropped: why (see `statistics.dropped_datagrams`)", since=5)
     )
+    waits_by_group: dict[str, float] = field(
+        default_factory=dict,
+        metadata=doc(
+            "per process group (the key: `dp`, `tp`, `pp` where the plan laid the group out, a DeviceMesh "
+            "dimension's name, `world`, or `ranks 0,2,...`), the median rank's share of its step spent waiting "
+            "in the group's collective and point-to-point calls on the host (gloo; under NCCL the host does "
+            "not wait in them: empty)",
+            since=7,
+        ),
+    )
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from openclaw_launch.config import defaults
 from openclaw_launch.run.participant import Participant, Timer
+from openclaw_launch.stats import groups
 from openclaw_launch.stats.collect import Collector, RankSummary
 from openclaw_launch.stats.imbalance import StepAlignment
 from openclaw_launch.stats.inbox import Inbox
@@ -60,7 +61,7 @@ class StatsSession(Participant):
         self.plan = plan
         self.threshold_pct = threshold_pct
         self._say = say
-        self.collector = Collector()
+        self.collector = Collector(groups.namer(plan.parallel, plan.world_size))  # waits per process group
         self.alignment = StepAlignment(r.rank for r in plan.ranks)  # per-step imbalance (stats/imbalance.py)
         sock = None
         if metrics_port is not None:  # first: a busy port fails before anything exists
@@ -68,7 +69,7 @@ class StatsSession(Participant):
 
             sock = listen(metrics_port)
         self.metrics_port: int | None = sock.getsockname()[1] if sock is not None else None  # as bound
-        self.inbox = Inbox(socket_path, [(r.local_rank, r.rank) for r in plan.ranks], plan.run_dir.token)
+        self.inbox = Inbox(socket_path, [(r.local_rank, r.rank) for r in plan.ranks])
         self.hang: HangMonitor | None = None  # --hang-timeout-s
         self.helper: StatsHelper | None = None
         self.stats_file = stats_file  # --stats-file
@@ -234,6 +235,8 @@ class StatsSession(Participant):
                 text += ", the stage that bounds the pipeline"
         else:
             text += "; no straggler"
+        if waits := groups.waits_text(verdict.group_waits(window)):
+            text += f"; waits: {waits}"
         from openclaw_launch.stats import imbalance, memory  # findings beyond one slow rank (report too)
 
         gpus = self._gpu_summaries()

@@ -150,7 +150,11 @@ def find_stragglers(
             peers_wait_s=max(peers_wait, 0.0),
             wait_source=source,
             hints=tuple(
-                [*_pipeline_hint(slow, judged), *_hints(slow, section, facts_slow, [facts.get(o.rank) for o in others])]
+                [
+                    *_pipeline_hint(slow, judged),
+                    *_hints(slow, section, facts_slow, [facts.get(o.rank) for o in others]),
+                    *_group_hint(others),
+                ]
             ),
         )
     ]
@@ -341,6 +345,21 @@ def sync_bound(ranks: Sequence[RankSummary]) -> float | None:
     return least if least >= HIGH_SYNC_SHARE else None
 
 
+def group_waits(ranks: Sequence[RankSummary]) -> dict[str, float]:
+    """Per process group (stats/groups.py's name), the median over ``ranks`` of the share of the
+    step each waited in its calls (a rank that never called it: 0)."""
+    names = sorted({name for r in ranks for name in r.group_waits})
+    return {name: statistics.median(r.group_waits.get(name, 0.0) for r in ranks) for name in names}
+
+
+def _group_hint(others: Sequence[RankSummary]) -> list[str]:
+    """Which process groups the other ranks wait in (for it), as shares of their step."""
+    from openclaw_launch.stats.groups import waits_text
+
+    text = waits_text(group_waits(others))
+    return [f"waits: the other ranks wait in {text} of their step (by process group)"] if text else []
+
+
 def run_statistics(
     summaries: Sequence[RankSummary],
     threshold_pct: float | None,
@@ -359,4 +378,5 @@ def run_statistics(
         stats_file_error=stats_file_error,
         bad_datagrams=sum(d.total for d in dropped.values()),
         dropped_datagrams=dict(dropped),
+        waits_by_group={name: round(share, 4) for name, share in group_waits(summaries).items()},
     )

@@ -50,7 +50,6 @@ _AFTER_BACKWARD_HOST = frozenset({wire.FORWARD, wire.INPUT})
 class Recorder:
     def __init__(self, socket_path: str, rank: int, clock: Callable[[], float] = time.perf_counter) -> None:
         self._path = socket_path
-        self._token = os.environ.get(wire.TOKEN_ENV, "").encode()  # in front of every datagram
         self._clock = clock
         self._thread = threading.get_ident()
         self._sock: socket.socket | None = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -106,7 +105,7 @@ class Recorder:
             self._begin(self._origin)
         if self._stack:  # a phase spans the boundary: its time so far belongs to the ending step
             top = self._stack[-1]
-            self._add(str(top[0]), now - float(top[1]))  # type: ignore[arg-type]
+            self._charge(top, now)
             top[1] = now
         elif self._host_since is not None:  # no work phase in the whole step: all of it was host
             self._add_host(now)
@@ -134,17 +133,17 @@ class Recorder:
         if self.gpu_sync_reader is not None:
             self._last_wall_ns = time.time_ns()
 
-    def enter(self, name: str, collective: str | None = None) -> bool:
+    def enter(self, name: str, collective: str | None = None, group: str = "") -> bool:
         """Start phase ``name``; False (and nothing to undo) off the recorder's thread.
-        ``collective``: the collective's name, when the phase is one."""
+        ``collective``: the collective's name, when the phase is one; ``group``: the key of its
+        process group (telemetry/groups.py), whose waits the batch also sums."""
         if threading.get_ident() != self._thread:
             return False
         now = self._clock()
         if self._step_start is None and name != wire.RENDEZVOUS:
             self._begin(now)
         if self._stack:
-            top = self._stack[-1]
-            self._add(str(top[0]), now - float(top[1]))  # type: ignore[arg-type]
+            self._charge(self._stack[-1], now)
         elif self._host_since is not None:
             self._add_host(now)
         elif self._gap_since is not None:  # after a backward: the next micro-batch's fetch is host
@@ -158,17 +157,24 @@ class Recorder:
         if collective is not None:
             self.last_collective = collective
         self._enters += 1
-        self._stack.append([name, now, now])
+        self._stack.append([name, now, now, group])
         if name in ANNOUNCED_PHASES and self._progress_on:
             self._send_progress()
         return True
+
+    def innermost(self) -> str | None:
+        """The phase in progress on the recorder's thread (None: none, or another thread)."""
+        if not self._stack or threading.get_ident() != self._thread:
+            return None
+        return str(self._stack[-1][0])
 
     def leave(self) -> None:
         if not self._stack:
             return
         now = self._clock()
-        name, start, _ = self._stack.pop()
-        self._add(str(name), now - float(start))  # type: ignore[arg-type]
+        entry = self._stack.pop()
+        name = entry[0]
+        self._charge(entry, now)
         if self._stack:
             self._stack[-1][1] = now
         else:
@@ -200,6 +206,14 @@ class Recorder:
     def _add(self, name: str, seconds: float) -> None:
         if self._step_start is not None:  # before the first step began there is no step to charge
             self._phases[name] = self._phases.get(name, 0.0) + seconds
+
+    def _charge(self, entry: list[object], now: float) -> None:
+        """A stack entry's time since it last started counting, to its phase and its process group."""
+        seconds = now - float(entry[1])  # type: ignore[arg-type]
+        self._add(str(entry[0]), seconds)
+        if entry[3] and self._step_start is not None:
+            waits = self._batch.group_waits
+            waits[str(entry[3])] = waits.get(str(entry[3]), 0.0) + seconds
 
     # ---- progress (hang detection) ------------------------------------------------------------
 
@@ -241,7 +255,7 @@ class Recorder:
         sock = self._sock
         try:
             if sock is not None:
-                sock.sendto(self._token + wire.encode_progress(self.progress()), self._path)
+                sock.sendto(wire.encode_progress(self.progress()), self._path)
         except OSError:  # the launcher is busy or gone: the progress thread tries again
             pass
 
@@ -285,7 +299,7 @@ class Recorder:
                     sock = self._sock
                     if sock is None:
                         return
-                    sock.sendto(self._token + wire.encode_progress(p), self._path)
+                    sock.sendto(wire.encode_progress(p), self._path)
                     sent = key
             except (BlockingIOError, InterruptedError):
                 continue  # the launcher is busy: the next change (or this one, again) goes later
@@ -319,7 +333,7 @@ class Recorder:
         batch.final = final
         self._batch = wire.Batch(rank=batch.rank)
         try:
-            self._sock.sendto(self._token + wire.encode(batch), self._path)
+            self._sock.sendto(wire.encode(batch), self._path)
         except (BlockingIOError, InterruptedError, OSError) as exc:
             if isinstance(exc, (ConnectionRefusedError, FileNotFoundError)):
                 sock, self._sock = self._sock, None  # the launcher is gone: stop trying

@@ -28,6 +28,7 @@ from typing import Any
 
 import openclaw_launch.telemetry.flight_recorder as flight_recorder
 import openclaw_launch.telemetry.gpu_events as gpu_events
+import openclaw_launch.telemetry.groups as groups
 import openclaw_launch.telemetry.recorder as recorder
 import openclaw_launch.telemetry.wire as wire
 
@@ -84,6 +85,39 @@ class _Backends:
         return backend
 
 
+class _Groups:
+    """Each process group's key (telemetry/groups.py: its global ranks, its DeviceMesh dimension),
+    read once per group when first used; the waits in its calls are booked under it."""
+
+    def __init__(self, dist: ModuleType) -> None:
+        self._dist = dist
+        self._seen: dict[int, str] = {}
+        self._type = getattr(dist, "ProcessGroup", None)
+
+    def of_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        """The key of the group a call names: ``group=``, a positional ProcessGroup, or the first op's
+        group of ``batch_isend_irecv``; the default group's when it names none."""
+        group = kwargs.get("group")
+        if group is None and self._type is not None:
+            group = next((a for a in args if isinstance(a, self._type)), None)
+            if group is None and args and isinstance(args[0], list) and args[0]:
+                group = getattr(args[0][0], "group", None)
+        return self.key(group)
+
+    def key(self, group: object) -> str:
+        key = self._seen.get(id(group))
+        if key is None:
+            try:
+                pg = group if group is not None else self._dist.group.WORLD
+                desc = str(getattr(pg, "group_desc", "") or "")
+                mesh_dim = desc[len(groups.MESH_PREFIX) :] if desc.startswith(groups.MESH_PREFIX) else ""
+                key = groups.group_key(self._dist.get_process_group_ranks(pg), mesh_dim)
+            except (RuntimeError, ValueError, AttributeError, TypeError):  # no such group (yet): not booked
+                return ""
+            self._seen[id(group)] = key
+        return key
+
+
 def _timed_backward(
     rec: recorder.Recorder, sampler: gpu_events.GpuSampler, fn: Callable[..., Any]
 ) -> Callable[..., Any]:
@@ -107,25 +141,27 @@ def _timed_collective(
     on_nccl: Callable[[], None],
     phase: str,
     issued: list[str],
+    process_groups: _Groups,
 ) -> Callable[..., Any]:
     """A collective (or point-to-point call) is waiting time when the call blocks: a backend that
-    blocks the host (a barrier always does). ``async_op`` calls (FSDP2's all-gathers, the pipeline's
-    ``isend``/``irecv``) are timed too: they return at once, and their waiting is in ``Work.wait``,
-    booked to the phase of the last asynchronous call issued (``issued``). Under NCCL only the name
-    is noted (hang reports)."""
+    blocks the host (a barrier always does), booked to the call's process group too. ``async_op``
+    calls (FSDP2's all-gathers, the pipeline's ``isend``/``irecv``) are timed too: they return at
+    once, and their waiting is in ``Work.wait``, booked to the phase and group of the last
+    asynchronous call issued (``issued``). Under NCCL only the name is noted (hang reports)."""
     name = getattr(fn, "__name__", "collective")
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        group = process_groups.of_call(args, kwargs)
         if kwargs.get("async_op") or phase == wire.P2P:
-            issued[0] = phase
+            issued[:] = [phase, group]
         tensor = args[0] if args else kwargs.get("tensor")
         device = getattr(getattr(tensor, "device", None), "type", "cpu")
         if name != "barrier" and not blocks_host(backends.of(kwargs.get("group")), device):
             on_nccl()
             rec.last_collective = name
             return fn(*args, **kwargs)
-        entered = rec.enter(phase, name)
+        entered = rec.enter(phase, name, group)
         try:
             return fn(*args, **kwargs)
         finally:
@@ -136,11 +172,15 @@ def _timed_collective(
 
 
 def _timed_wait(rec: recorder.Recorder, wait: Callable[..., Any], issued: list[str]) -> Callable[..., Any]:
-    """``Work.wait``: the host waiting for an asynchronous collective or point-to-point call."""
+    """``Work.wait``: the host waiting for an asynchronous collective or point-to-point call. Inside a
+    timed call (torch's synchronous collectives wait on their own ``Work``) it is that call's time."""
+    waits = (wire.COLLECTIVE, wire.P2P)
 
     @functools.wraps(wait)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        entered = rec.enter(issued[0])
+        if rec.innermost() in waits:
+            return wait(*args, **kwargs)
+        entered = rec.enter(issued[0], None, issued[1])
         try:
             return wait(*args, **kwargs)
         finally:
@@ -254,13 +294,14 @@ def _hook_distributed(
     module both name them (``batch_isend_irecv`` checks ``op.op is isend`` against its own module's
     name), and ``Work.wait``."""
     c10d = getattr(dist, "distributed_c10d", None)
-    issued = [wire.COLLECTIVE]  # the kind of the last asynchronous call: what a Work.wait waits for
+    issued = [wire.COLLECTIVE, ""]  # the kind and group of the last asynchronous call: what a Work.wait waits for
+    process_groups = _Groups(dist)
     for phase, names in ((wire.COLLECTIVE, _COLLECTIVES), (wire.P2P, _P2P)):
         for name in names:
             fn = getattr(dist, name, None)
             if not callable(fn):
                 continue
-            timed = _timed_collective(rec, fn, backends, on_nccl, phase, issued)
+            timed = _timed_collective(rec, fn, backends, on_nccl, phase, issued, process_groups)
             setattr(dist, name, timed)
             if c10d is not None and getattr(c10d, name, None) is fn:
                 setattr(c10d, name, timed)

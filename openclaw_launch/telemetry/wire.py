@@ -17,9 +17,6 @@ HOOKS_ENV = "OPENCLAW_TELEMETRY_HOOKS"  # "0" = no zero-code torch hooks, only t
 # The rank's socket (``rank_address``): its local rank as the launcher planned it. Not LOCAL_RANK,
 # which --virtual-local-rank sets to 0 on every rank (they all sent to local rank 0's socket).
 SLOT_ENV = "OPENCLAW_TELEMETRY_SLOT"
-# The launcher's secret for the channel, put in front of every datagram (stats/inbox.py): the kernel's
-# SCM_CREDENTIALS name the sender, but a process with CAP_SYS_ADMIN may forge them.
-TOKEN_ENV = "OPENCLAW_TELEMETRY_TOKEN"
 # Hang detection (--hang-timeout-s): PROGRESS_ENV = seconds between progress datagrams (what a rank
 # is doing now); STACKS_ENV = a file per rank where the bootstrap's faulthandler writes every
 # thread's stack when the launcher sends DUMP_SIGNAL.
@@ -71,6 +68,7 @@ class Batch:
     longest collective of each step (a rank's first bucket waits as long as the last rank is late).
     ``gpu_busy``: (step number, seconds) of the GPU work of sampled steps, timed with CUDA events
     (telemetry/gpu_events.py); a step's sample may come in a later batch than the step.
+    ``group_waits``: seconds waited in these steps per process group (telemetry/groups.py's key).
     """
 
     rank: int
@@ -87,6 +85,7 @@ class Batch:
     # A pipeline stage (torch.distributed.pipelining's schedule on this rank): (its first stage's
     # index, the pipeline's stages, micro-batches per step); None: not a pipeline stage.
     pipeline: tuple[int, int, int] | None = None
+    group_waits: dict[str, float] = field(default_factory=dict)
 
 
 def rank_address(socket_env: str, local_rank: int) -> str:
@@ -198,6 +197,7 @@ def encode(batch: Batch) -> bytes:
             "dropped": batch.dropped_batches,
             "final": batch.final,
             **({"pp": list(batch.pipeline)} if batch.pipeline is not None else {}),
+            **({"gw": {k: round(v, 7) for k, v in batch.group_waits.items()}} if batch.group_waits else {}),
         },
         separators=(",", ":"),
     ).encode()
@@ -222,7 +222,7 @@ _PROGRESS_KEYS = frozenset(
 MAX_GROUPS = 64  # process groups in a progress datagram's "last"
 _BATCH_KEYS = frozenset(
     {"v", "rank", "steps", "step_source", "sync_phases", "gpu_steps", "gpu_sync_s", "gpu_late_s"}
-    | {"gpu_collectives", "gpu_busy", "dropped", "final", "pp"}
+    | {"gpu_collectives", "gpu_busy", "dropped", "final", "pp", "gw"}
 )
 STEP_SOURCES = ("none", "api", "optimizer")
 
@@ -368,7 +368,14 @@ def _batch(r: _Reader) -> Batch:
         dropped_batches=r.count("dropped", 0),
         final=final,
         pipeline=_pipeline(r),
+        group_waits=_group_waits(r.raw.get("gw", {})),
     )
+
+
+def _group_waits(raw: Any) -> dict[str, float]:
+    if not isinstance(raw, dict) or len(raw) > MAX_GROUPS:
+        raise _Invalid("gw: not {group: seconds} of at most MAX_GROUPS")
+    return {_name("gw", k): _seconds("gw", v) for k, v in raw.items()}
 
 
 def _pipeline(r: _Reader) -> tuple[int, int, int] | None:
