@@ -4,7 +4,7 @@ Keys in the store (``store.PREFIX`` + ...), ``r`` a node rank, ``a`` an attempt:
 
 - ``hb/r``      keep-alive counter, bumped (``add``) by node r's store loop when its launcher ticked;
                 node rank 0 watches every node's, every other node only node 0's (agents/keepalive.py)
-- ``fp/r``      node r's fingerprint (JSON); ``ack/r``: node r has compared them
+- ``fp/r``      node r's fingerprint (JSON), compared by node rank 0 (``verdict``: agents/meeting.py)
 - ``fate/a``    the first stop of attempt a anywhere (first writer wins: compare-and-set):
                 ``{"kind": "failure"|"signal"|"hang"|"lost", "node", "rank", "code", "text"}``
 - ``end/a/r``   node r's workers of attempt a are gone, with its own outcome: ``ok``, ``stopped``
