@@ -13,7 +13,9 @@ TCPStore for every retry so no need to add prefix for each attempt", rendezvous.
 gloo's full mesh then dials a dead rank's address (``connectFullMesh ... Connection refused``), in 4
 of 6 restarts of tests/agent_store_worker.py under torchrun on the 2-core test box. Here the store
 ends with its attempt (``end_attempt``: the workers are gone, and with agents every node is done
-with it) and the next attempt's ranks find an empty one: the old prefix's promise, without it. An
+with it) and the next attempt's ranks find an empty one: the old prefix's promise, without it. The
+helper that made a store stays for the job (torch imported once) and makes each attempt's fresh
+store on the same listening socket; one that made none ends with the attempt. An
 elastic world's store is its node rank 0's, at that world's MASTER_PORT: ``begin_ranks`` follows
 the ranks of each attempt, whose environment is the plan's.
 
@@ -71,7 +73,12 @@ class StoreFailed(Message):
     text: str
 
 
-VOCABULARY = Vocabulary(to_helper=(), to_launcher=(StoreUp, StoreFailed))
+@dataclass(frozen=True)
+class Renew(Message):
+    """The attempt is over: drop its store, make a fresh one on the same listening socket."""
+
+
+VOCABULARY = Vocabulary(to_helper=(Renew,), to_launcher=(StoreUp, StoreFailed))
 
 
 def listen(port: int) -> socket.socket:
@@ -89,30 +96,44 @@ def listen(port: int) -> socket.socket:
 
 def _serve(link: Link, listener: socket.socket, port: int, eager: bool = False) -> None:
     """The helper: wait for the first connection (or the launcher's end), then make the store on the
-    listening socket and hold it until the launcher ends the link. ``eager``: make it at once (the
-    attempt before used its store: this one's is ready before its workers reach it)."""
+    listening socket and hold it until the launcher ends the link; at each ``Renew`` the store goes
+    and a fresh one takes its place on the same socket (what connects meanwhile waits in its
+    backlog). ``eager``: make the first at once (the attempt before used its store: this one's is
+    ready before its workers reach it)."""
     while not eager and not link.closed:
         readable, _, _ = select.select([link.fileno(), listener.fileno()], [], [])
         if listener.fileno() in readable:
             break
         link.wait(0)  # EOF: the launcher ended the job before any worker came
+    store = _make_store(link, listener, port)
+    while store is not None and not link.closed:
+        if any(isinstance(message, Renew) for message in link.wait(None)):
+            store = None  # first: the attempt before's keys never reach the next one's ranks
+            store = _make_store(link, listener, port)
+    while not link.closed:
+        link.wait(None)
+
+
+def _make_store(link: Link, listener: socket.socket, port: int) -> object | None:
+    """A TCPStore on (a copy of) the listening socket, said to the launcher; None when it cannot be
+    made (said too, and the socket closed: the workers' connects are refused and retried rather than
+    left unanswered)."""
     if link.closed:
-        return
-    store = None
+        return None
     try:
         os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # this process's: c10d's connect warnings
         from torch.distributed import TCPStore
 
         loopback = "::1" if listener.family == socket.AF_INET6 and not _dual_stack(listener) else "127.0.0.1"
-        store = TCPStore(loopback, port, None, True, wait_for_workers=False, master_listen_fd=listener.fileno())
-        link.send(StoreUp(port))
+        listen_fd = os.dup(listener.fileno())  # the store closes it when it goes; the socket stays
+        store = TCPStore(loopback, port, None, True, wait_for_workers=False, master_listen_fd=listen_fd)
     except Exception as e:  # ImportError (no torch here), c10d's own errors: one line for the launcher
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         link.send(StoreFailed(f"{type(e).__name__}: {first}"))
-        listener.close()  # the workers' connects are refused (and retried) rather than left unanswered
-    while not link.closed:
-        link.wait(None)
-    del store
+        listener.close()
+        return None
+    link.send(StoreUp(port))
+    return store
 
 
 def _dual_stack(sock: socket.socket) -> bool:
@@ -182,8 +203,12 @@ class WorkerStore(Participant):
             self._failed = StopReason(StopKind.FAILURE, 1, str(e).replace("; started nothing", ""), False)
 
     def end_attempt(self, attempt: int) -> None:
-        """The attempt's workers are gone: its store goes with them (the next attempt's is new)."""
+        """The attempt's workers are gone: its store goes with them (the next attempt's is new). A
+        helper that made one keeps its torch and makes the next at once (a restart's workers, forked
+        from a --prewarm zygote, would otherwise wait for the helper's import); else it ends."""
         self._read()  # whether they opened it: then the next attempt's is made before its workers start
+        if self._helper is not None and self._used and not self._said_failed and self._helper.link.send(Renew()):
+            return
         self.close()
 
     def stop_reason(self) -> StopReason | None:
