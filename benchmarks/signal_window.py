@@ -6,19 +6,22 @@ Two measures, for each command given (``--cmd NAME=COMMAND``, run by ``shlex.spl
   ``/proc/PID/status`` (``SigCgt``). Before that a SIGTERM ends a process by the kernel's default
   (or, as a container's PID 1, is dropped), and a SIGINT either does the same or, once the
   interpreter's own handler is in, raises ``KeyboardInterrupt`` (a traceback, exit 1).
-- ``sweep`` (``--sweep N``): N runs each given a SIGINT at a random time in [0, 2 x the handler's
-  median]; each outcome counted: ``line`` (exit 130, no traceback: the launcher's), ``killed``
-  (ended by the signal itself, before Python handled it: a shell shows 130, no traceback),
-  ``traceback`` (Python's own: the window this item is about), ``other``.
+- ``sweep`` (``--sweep N``): N runs of each command, each given a SIGINT at a random time in [0, 2 x
+  the slowest command's handler median]; each outcome counted: ``line`` (exit 130, no traceback:
+  the launcher's), ``killed`` (ended by the signal itself, before Python handled it: a shell shows
+  130, no traceback), ``traceback`` (Python's own: the window this item is about), ``other`` (as
+  PID 1: the signal was dropped and the command ran its course).
 
-``--load N`` runs N busy processes meanwhile (a loaded host, as the PID 1 finding's 0.15 s).
+The commands take turns, run by run. ``--load N`` runs N busy processes meanwhile (a loaded host,
+as the PID 1 finding's 0.15 s).
 ``--pid1`` runs each command as PID 1 of a new PID namespace (``unshare --pid --fork``; root).
 
-    python benchmarks/signal_window.py --reps 30 --sweep 60 --load 2 \\
-      --cmd floor-S='python3 -S -c "import _signal,time; _signal.signal(15, print); time.sleep(2)"' \\
-      --cmd floor='python3 -c "import _signal,time; _signal.signal(15, print); time.sleep(2)"' \\
-      --cmd script='openclaw-launch --nproc-per-node 1 --no-python sleep 2' \\
-      --cmd module='python3 -m openclaw_launch --nproc-per-node 1 --no-python sleep 2'
+    python benchmarks/signal_window.py --reps 30 --sweep 40 --pid1 --load 2 \\
+      --cmd floor-S='python3 -S -c "import _signal,time; _signal.signal(15, print); time.sleep(1)"' \\
+      --cmd script='openclaw-launch --nproc-per-node 1 --no-python sleep 1' \\
+      --cmd dash-S='python3 -S .../openclaw_launch/__main__.py --nproc-per-node 1 --no-python sleep 1'
+
+(benchmarks/RESULTS.md has the commands as run.)
 """
 
 from __future__ import annotations
@@ -110,30 +113,39 @@ def main() -> None:
         b.start()
     try:
         print(f"load {args.load} busy processes; pid1 {args.pid1}; {os.cpu_count()} CPUs")
-        for spec in args.cmd:
-            name, _, command = spec.partition("=")
-            argv = shlex.split(command)
-            found = [h for h in (handler_s(argv, args.pid1) for _ in range(args.reps)) if h is not None]
-            if not found:
+        commands = {name: shlex.split(command) for name, _, command in (c.partition("=") for c in args.cmd)}
+        found: dict[str, list[float]] = {name: [] for name in commands}
+        for _ in range(args.reps):  # interleaved: the host's load falls on every command alike
+            for name, argv in commands.items():
+                h = handler_s(argv, args.pid1)
+                if h is not None:
+                    found[name].append(h)
+        for name, times in found.items():
+            if not times:
                 print(f"{name}: never caught SIGTERM")
                 continue
-            found.sort()
-            median = statistics.median(found)
-            p90 = found[int(0.9 * (len(found) - 1))]
+            times.sort()
+            p90 = times[int(0.9 * (len(times) - 1))]
             print(
-                f"{name}: SIGTERM caught after Popen, ms: median {median * 1e3:.1f}, p90 {p90 * 1e3:.1f}, "
-                f"min {found[0] * 1e3:.1f}, max {found[-1] * 1e3:.1f} ({len(found)} of {args.reps})"
+                f"{name}: SIGTERM caught after Popen, ms: median {statistics.median(times) * 1e3:.1f}, "
+                f"p90 {p90 * 1e3:.1f}, min {times[0] * 1e3:.1f}, max {times[-1] * 1e3:.1f} "
+                f"({len(times)} of {args.reps})"
             )
-            if args.sweep:
-                counts: dict[str, int] = {}
-                late: dict[str, float] = {}
-                for _ in range(args.sweep):
-                    delay = random.uniform(0.0, 2 * median)
+        if args.sweep:
+            horizon_s = 2 * max(statistics.median(t) for t in found.values() if t)
+            counts: dict[str, dict[str, int]] = {name: {} for name in commands}
+            late: dict[str, dict[str, float]] = {name: {} for name in commands}
+            for _ in range(args.sweep):
+                for name, argv in commands.items():
+                    delay = random.uniform(0.0, horizon_s)
                     kind = outcome(argv, args.pid1, delay)
-                    counts[kind] = counts.get(kind, 0) + 1
-                    late[kind] = max(late.get(kind, 0.0), delay)
-                shown = ", ".join(f"{k} {n} (latest at {late[k] * 1e3:.1f} ms)" for k, n in sorted(counts.items()))
-                print(f"{name}: SIGINT at random in [0, {2 * median * 1e3:.0f}] ms: {shown}")
+                    counts[name][kind] = counts[name].get(kind, 0) + 1
+                    late[name][kind] = max(late[name].get(kind, 0.0), delay)
+            for name in commands:
+                shown = ", ".join(
+                    f"{k} {n} (latest at {late[name][k] * 1e3:.1f} ms)" for k, n in sorted(counts[name].items())
+                )
+                print(f"{name}: SIGINT at random in [0, {horizon_s * 1e3:.0f}] ms: {shown}")
     finally:
         for b in burners:
             b.terminate()
