@@ -31,7 +31,7 @@ import hashlib
 import hmac
 import json
 import secrets
-import select
+import selectors
 import socket
 import threading
 import time
@@ -108,6 +108,9 @@ class LivenessServer:
     _heard: dict[int, float] = field(default_factory=dict)
     _answered: dict[int, float] = field(default_factory=dict)
     _linked: dict[int, socket.socket] = field(default_factory=dict)
+    # epoll where there is one: select() stops at descriptor 1024, and each round would cost every link
+    _selector: selectors.BaseSelector = field(default_factory=selectors.DefaultSelector)
+    _pending: dict[socket.socket, _Conn] = field(default_factory=dict)  # not yet authenticated (each round's scan)
 
     def start(self, bind_addr: str) -> int:
         """Listen on ``bind_addr``'s interface where this host has it (else on every one); the port."""
@@ -142,6 +145,7 @@ class LivenessServer:
 
     def _serve(self, listener: socket.socket) -> None:
         conns: dict[socket.socket, _Conn] = {}
+        self._selector.register(listener, selectors.EVENT_READ)
         while True:
             try:
                 self._round(listener, conns)
@@ -150,9 +154,11 @@ class LivenessServer:
                 time.sleep(0.05)
 
     def _round(self, listener: socket.socket, conns: dict[socket.socket, _Conn]) -> None:
-        readable, _, _ = select.select([listener, *conns], [], [], _SELECT_S)
+        readable = [key.fileobj for key, _ in self._selector.select(_SELECT_S)]
         now = time.monotonic()
         for sock in readable:
+            if sock is not listener and sock not in conns:  # closed earlier in this round
+                continue
             if sock is listener:
                 self._accept(listener, conns, now)
                 continue
@@ -174,7 +180,7 @@ class LivenessServer:
                 continue
             conn.buf += data
             self._read_hello(conns, conn, now)
-        for conn in [c for c in conns.values() if c.member_id is None and c.deadline < now]:
+        for conn in [c for c in self._pending.values() if c.deadline < now]:
             self._close(conns, conn, "no hello in time")
 
     def _accept(self, listener: socket.socket, conns: dict[socket.socket, _Conn], now: float) -> None:
@@ -182,12 +188,13 @@ class LivenessServer:
             sock, addr = listener.accept()
         except OSError:
             return
-        pending = [c for c in conns.values() if c.member_id is None]
-        if len(pending) >= PENDING_MAX:
-            self._close(conns, min(pending, key=lambda c: c.deadline), "too many half-open connections")
+        if len(self._pending) >= PENDING_MAX:
+            oldest = min(self._pending.values(), key=lambda c: c.deadline)
+            self._close(conns, oldest, "too many half-open connections")
         sock.setblocking(False)
         conn = _Conn(sock, str(addr[0]), secrets.token_bytes(16), now + self.hello_timeout_s)
-        conns[sock] = conn
+        conns[sock] = self._pending[sock] = conn
+        self._selector.register(sock, selectors.EVENT_READ)
         try:
             sock.send(PROTOCOL + b" " + conn.nonce.hex().encode() + b"\n")
         except OSError:
@@ -223,6 +230,7 @@ class LivenessServer:
             return
         self._answer(conn, b"ok", body, "")
         conn.member_id = member_id
+        self._pending.pop(conn.sock, None)
         self._linked[member_id] = conn.sock
         self._heard[member_id] = now
         self.joined(member_id)
@@ -238,6 +246,9 @@ class LivenessServer:
 
     def _close(self, conns: dict[socket.socket, _Conn], conn: _Conn, dropped: str | None) -> None:
         conns.pop(conn.sock, None)
+        self._pending.pop(conn.sock, None)
+        with contextlib.suppress(KeyError, ValueError):
+            self._selector.unregister(conn.sock)
         with contextlib.suppress(OSError):
             conn.sock.close()
         if conn.member_id is not None:

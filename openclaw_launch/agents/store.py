@@ -23,6 +23,7 @@ from typing import Any
 from openclaw_launch.errors import OpenclawError
 
 PREFIX = "openclaw/"
+_NOFILE_UNLIMITED_HARD = 1 << 20  # the store host's open files when the hard limit is unlimited (nr_open)
 
 
 class AgentError(OpenclawError):
@@ -104,6 +105,19 @@ def listen_on(port: int) -> socket.socket:
     raise last
 
 
+def _open_files_for_every_node() -> None:
+    """The store's host (this helper process) holds a connection per node, and the elastic liveness
+    port another: the common soft limit of 1024 open files would refuse nodes past about 500. Raised
+    to the hard limit here, in the helper only (the workers are not its children)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else _NOFILE_UNLIMITED_HARD
+    if soft != resource.RLIM_INFINITY and soft < target:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
 def open_store(addr: str, port: int, host: bool | None, timeout_s: float) -> AgentStore:
     """The store at ``addr:port``; ``host`` None: host it by the c10d rule above (the port bound
     first: a launcher that finds it taken is a client and never imports torch)."""
@@ -128,6 +142,8 @@ class AgentStore:
         try:
             if is_host:  # the host listens on every interface
                 from openclaw_launch.agents import served_store
+
+                _open_files_for_every_node()
 
                 served = served_store.SERVER_ENV in os.environ  # the serving process binds it
                 self._listener = None if served else listen_on(port)
