@@ -90,7 +90,7 @@ def test_the_next_worlds_verdict_verifies_the_replacement_or_warns() -> None:
     assert watch.observe(Judged(1, False, None)) is None  # too few steps yet
     ok = watch.observe(balanced(attempt=1))
     assert isinstance(ok, Verified) and not ok.named and ok.step_after_s == 0.09
-    assert "verified" in ok.text and "node node3 in its place" in ok.text
+    assert "verified" in ok.text and "a standby holds its node rank 1 (node node3)" in ok.text
     again = StragglerWatch(EXCLUDE)
     decided = [again.observe(slow()) for _ in range(3)][-1]
     assert isinstance(decided, Exclude)

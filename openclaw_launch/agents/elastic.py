@@ -45,6 +45,7 @@ from openclaw_launch.agents.membership import (
     ID_KEY,
     ElasticSpec,
     Member,
+    exclusion_refusal,
     first_world,
     namespace,
     wants_growth,
@@ -53,6 +54,7 @@ from openclaw_launch.agents.store import AgentError, AgentStore
 from openclaw_launch.config.defaults import KEEPALIVE_S
 
 REFORM = "reform"  # the fate of a world that takes in a node that arrived (agents/fate.py's Fate.kind)
+EXCLUDE = "exclude"  # the fate of a world whose straggler node the first node takes out (agents/straggler_policy.py)
 _POLL_S = 0.05
 _BYE_WAIT_S = 5.0  # at the end, how long the first node waits for the waiting members to see it
 _BEAT_S = 0.5  # a waiting member's beat on its liveness link (while its launcher ticks)
@@ -253,6 +255,22 @@ class Rendezvous(WorldForming):
                         "excluded": world.get("excluded", []),
                     }
             time.sleep(_POLL_S)
+
+    def exclude(self, node_rank: int, fate: Fate) -> str | None:
+        """The first node: stop the running world to take node rank ``node_rank`` out (the straggler policy,
+        agents/straggler_actions.py): its ``fate`` (``exclude``) stops every node's workers after its grace;
+        the agent's ``take_out`` leaves it out of the next world. None, or why not (the world runs on)."""
+        with self._lock:
+            left = self.max_restarts - self.round
+            why = exclusion_refusal(self._world, node_rank, self._dead | self._out, self._idle(), self.spec, left)
+            if why is None and not self._running:
+                why = "the world is not running"
+            if why is not None:
+                return why
+            if self._fate_store().first(f"fate/{self.round}", fate.to_json()) != fate.to_json():
+                return "the world stops for another reason first"
+            self._pinged_at = self._pinged_at or self._ping_waiting()
+        return None
 
     def running(self) -> None:
         """The newest world's workers start: from now on a loss or an arrival stops them."""

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from openclaw_launch.agents.elastic import REFORM, Rendezvous
+from openclaw_launch.agents.elastic import EXCLUDE, REFORM, Rendezvous
 from openclaw_launch.agents.exclusions import ExclusionLog, Fault, Leave, exclusions_of
 from openclaw_launch.agents.fate import EXIT_NODE_LOST, Agent, AgentOptions, Fate, lost_fate
 from openclaw_launch.agents.membership import ElasticSpec
@@ -24,6 +24,8 @@ from openclaw_launch.agents.store import AgentError, AgentStore
 from openclaw_launch.agents.store_link import Answer, StoreLink
 from openclaw_launch.agents.store_loop import LoopOptions, LostFate, StoreLoop
 from openclaw_launch.agents.store_messages import VOCABULARY
+from openclaw_launch.agents.straggler_actions import ExcludeNode, ExcludeRefused, StragglerActions
+from openclaw_launch.agents.straggler_policy import StragglerSettings
 from openclaw_launch.codec import from_json
 from openclaw_launch.config.defaults import GPU_MEMORY_TIMEOUT_S
 from openclaw_launch.exit_codes import TAKEN_OUT
@@ -32,10 +34,11 @@ from openclaw_launch.report.membership import Exclusion
 from openclaw_launch.run.failure_class import Evidence
 from openclaw_launch.run.helper import Helper, Link, Message, Vocabulary
 from openclaw_launch.run.participant import StopKind, StopReason, Timer
+from openclaw_launch.stats.judged import Judged
 
 # Kinds of an attempt's fate after which an elastic job re-forms (restarts left): REFORM is the
-# rendezvous's own, a node that arrived while the world ran.
-_REFORMING_FATES = frozenset({StopKind.FAILURE.value, StopKind.LOST.value, REFORM})
+# rendezvous's own, a node that arrived while the world ran; EXCLUDE the straggler policy's.
+_REFORMING_FATES = frozenset({StopKind.FAILURE.value, StopKind.LOST.value, REFORM, EXCLUDE})
 # A node's end outcome that does not stop the job from re-forming ("lost": the rendezvous ended a lost node's).
 _REFORMING_OUTCOMES = frozenset({"ok", "stopped", StopKind.FAILURE.value, StopKind.LOST.value})
 _NO_WORLD_TICK_S = 0.05  # an attempt without a world: how soon its stop reason is asked
@@ -117,8 +120,8 @@ class StepTaken(Message):
 
 
 ELASTIC_VOCABULARY = Vocabulary(
-    to_helper=(*VOCABULARY.to_helper, ElasticArrive, Reform, WorldRunning, JobDone),
-    to_launcher=(*VOCABULARY.to_launcher, WorldAnswer, StepTaken),
+    to_helper=(*VOCABULARY.to_helper, ElasticArrive, Reform, WorldRunning, JobDone, ExcludeNode),
+    to_launcher=(*VOCABULARY.to_launcher, WorldAnswer, StepTaken, ExcludeRefused),
 )
 
 
@@ -137,6 +140,10 @@ class ElasticLink(StoreLink):
     ) -> Answer | int:
         """One membership step, and its ``answer`` when done (a signal's number if one stopped the wait)."""
         return self._exchange(step, answer, say, interrupted, ticking=True)
+
+    def ask_exclude(self, node_rank: int, fate: str) -> None:
+        """The first node: stop the world to take ``node_rank`` out (answered by its fate, or a refusal)."""
+        self._helper.link.send(ExcludeNode(node_rank, fate))
 
 
 class _ElasticLoop(StoreLoop):
@@ -174,6 +181,10 @@ class _ElasticLoop(StoreLoop):
             case JobDone():
                 self._joined()[0].finish()
                 self._post(StepTaken())
+            case ExcludeNode(node_rank=node_rank, fate=fate):
+                why = self._joined()[0].exclude(node_rank, Fate.from_json(fate))
+                if why is not None:
+                    self._post(ExcludeRefused(why))
             case _:
                 super()._meet(message)
 
@@ -251,8 +262,11 @@ class ElasticAgent(Agent):
         link: ElasticLink,
         world: World,
         replan: Replan,
+        straggler: StragglerSettings | None = None,
     ) -> None:
+        """``straggler``: the straggler policy (``--on-straggler``) this agent carries out."""
         super().__init__(plan, options, say, link)
+        self.straggler = StragglerActions(straggler or StragglerSettings(), say)
         self.elastic_link, self.world, self.replan = link, world, replan
         # the nodes taken out (agents/exclusions.py): its path and count, and this node's own fault per
         # attempt, are set by job/node_health.py
@@ -273,6 +287,7 @@ class ElasticAgent(Agent):
     def begin_attempt(self, attempt: int) -> None:
         """Attempt 0 runs the first world; every later one (the job restarts) re-forms first."""
         self._no_world = None
+        self.straggler.begin_attempt()
         if attempt > 0:  # before the helper hears of the attempt: the last world's loop ends first
             self._reform(self.fates.get(self.first_round + attempt - 1), self.node_fault(attempt - 1))
         super().begin_attempt(self.first_round + attempt)
@@ -290,12 +305,41 @@ class ElasticAgent(Agent):
             self._no_world_told = True
             return self._no_world
         fate = self.fates.get(self.attempt)
+        if fate is not None and fate.kind == EXCLUDE:  # the checkpoint request, then after the grace a stop
+            return self.straggler.stop_reason(fate)
         if fate is not None and fate.kind in (StopKind.LOST.value, REFORM):
             if fate.kind == StopKind.LOST.value:
                 return StopReason(StopKind.LOST, fate.code, fate.text, True, fate.node, fate.rank)
             grown = Evidence(stop=REFORM)  # a node arrived: no failure, its own class (run/failure_class.py)
             return StopReason(StopKind.REMOTE, fate.code, fate.text, True, fate.node, fate.rank, grown)
         return super().stop_reason()
+
+    def on_spawn(self, rank: int, pid: int) -> None:
+        self.straggler.on_spawn(pid)  # the checkpoint request's addressees
+
+    @property
+    def watches_stragglers(self) -> bool:
+        """Node 0 of a job that excludes stragglers: it acts on the job-wide live verdict (``observe``)."""
+        return self.is_host and self.straggler.settings.excludes
+
+    def observe(self, judged: Judged) -> None:
+        """Node 0: an interval's job-wide verdict (stats/job_live.py) for the straggler policy."""
+        self.straggler.observe(judged, self)
+
+    def _take(self, events: list[Message]) -> None:
+        for event in events:
+            if isinstance(event, ExcludeRefused):
+                self.straggler.refused(event.text)
+        super()._take([e for e in events if not isinstance(e, ExcludeRefused)])
+
+    def _on_fate(self, attempt: int, fate: Fate) -> None:
+        """An ``exclude`` fate: said on every node (its workers stop after the grace, ``stop_reason``);
+        the first node takes the node out at the re-forming."""
+        if fate.kind != EXCLUDE or attempt in self.fates:
+            super()._on_fate(attempt, fate)
+            return
+        self.fates[attempt] = fate
+        self.straggler.fate_came(fate, self)
 
     def timers(self) -> Sequence[Timer]:
         """With no next world the attempt starts no worker: a tick, so that its stop reason is asked;

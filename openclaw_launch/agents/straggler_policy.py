@@ -75,7 +75,10 @@ class Verified:
 
     @property
     def text(self) -> str:
-        took = f"node {self.replacement} in its place" if self.replacement else "a smaller world"
+        rank = self.excluded.node_rank
+        took = (
+            f"a standby holds its node rank {rank} (node {self.replacement})" if self.replacement else "a smaller world"
+        )
         before, after = _ms(self.excluded.step_before_s), _ms(self.step_after_s)
         head = f"after excluding node {self.excluded.node}: {took}, step p50 {before} before, {after} now"
         if self.named:

@@ -28,6 +28,7 @@ from openclaw_launch.cli.elastic import arrive_elastic, elastic_job, world_plann
 from openclaw_launch.cli.exclude import exclude_file
 from openclaw_launch.cli.replica_groups import check_before_meeting, replica_groups
 from openclaw_launch.cli.run_options import RunOptions, console_choices, startup_timeout_s, with_run_options
+from openclaw_launch.cli.straggler import straggler_settings
 from openclaw_launch.cli.torchrun_resolve import Resolved
 from openclaw_launch.config.model import Config
 from openclaw_launch.errors import OpenclawError
@@ -38,6 +39,7 @@ from openclaw_launch.plan.replica_groups import format_replica_groups
 if TYPE_CHECKING:
     from openclaw_launch.agents.elastic_agent import ElasticLink, World
     from openclaw_launch.agents.fate import Arrival
+    from openclaw_launch.agents.straggler_policy import StragglerSettings
     from openclaw_launch.job.agents import AgentSetup, ElasticJob
 
 
@@ -63,6 +65,7 @@ def run(c: Common, r: RunOptions) -> None:
     console = console_choices(r, c.tr.role, want.local_ranks_shown is not None, os.environ)
     job = elastic_job(c, inputs, r)
     check_before_meeting(r, inputs, job is not None)  # --replica-groups: refused before any node meets
+    straggler = straggler_settings(r, inputs.config.runtime if inputs.config else None, job, c.tr.max_restarts)
     exclude_file(r, inputs, job)  # checked before the rendezvous: a bad one starts nothing (exit 2)
     elastic = arrive_elastic(job, inputs, r, c.tr.max_restarts) if job and not r.dry_run else None
     arrival = _arrive(want, r, c.tr.run_id) if want.by_arrival and not want.elastic and not r.dry_run else None
@@ -126,7 +129,7 @@ def run(c: Common, r: RunOptions) -> None:
         error_files_kept=bool(c.tr.log_dir),
     )
     try:
-        agents = _agents(c, inputs, r, plan, config, job, elastic, arrival)
+        agents = _agents(c, inputs, r, plan, config, job, elastic, arrival, straggler)
         stats = StatsOptions(
             interval_s=r.stats_interval_s,
             threshold_pct=r.straggler_threshold_pct,
@@ -134,6 +137,7 @@ def run(c: Common, r: RunOptions) -> None:
             startup_timeout_s=startup_allowance_s,
             metrics_port=r.metrics_port,
             stats_file=r.stats_file,
+            job_line=straggler.policy != "none",
         )
         if groups is not None:  # one node: no agents (plan/replica_groups.py refuses several)
             from openclaw_launch.job.replica_groups import launch_replica_groups
@@ -163,6 +167,7 @@ def _agents(
     job: ElasticJob | None,
     elastic: tuple[World, ElasticLink] | None,
     arrival: Arrival | None,
+    straggler: StragglerSettings,
 ) -> AgentSetup | None:
     """The agents of a multi-node job (job/agents.py; imports torch's store: several nodes only), and
     where the first node writes the job's report; None for one node."""
@@ -172,7 +177,7 @@ def _agents(
     if elastic is not None:
         assert job is not None
         planner = world_planner(c, inputs, r, job, plan, elastic[0])
-        agents = elastic_agents(plan, config, job, waits, c.tr.max_restarts, elastic, planner)
+        agents = elastic_agents(plan, config, job, waits, c.tr.max_restarts, elastic, planner, straggler)
     elif arrival is not None:
         agents = arrival_agents(plan, config, arrival, c.tr.max_restarts)
     elif plan.nnodes > 1:

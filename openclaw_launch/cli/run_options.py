@@ -18,7 +18,12 @@ from openclaw_launch.cli import option_types
 from openclaw_launch.config import defaults
 from openclaw_launch.config.signals import signal_numbers
 from openclaw_launch.job.agents import AgentWaits
-from openclaw_launch.limits import MIN_AGENT_TIMEOUT_S, MIN_KEEPALIVE_S
+from openclaw_launch.limits import (
+    MAX_STRAGGLER_INTERVALS,
+    MIN_AGENT_TIMEOUT_S,
+    MIN_KEEPALIVE_S,
+    MIN_STRAGGLER_INTERVALS,
+)
 from openclaw_launch.telemetry.wire import TELEMETRY_MODES
 
 
@@ -50,6 +55,12 @@ class RunOptions:
     job_report_path: str | None
     preflight_first: bool
     exit_code_classes: bool
+    on_straggler: str | None  # None: runtime.straggler_policy, else defaults.STRAGGLER_POLICY (and the knobs alike)
+    straggler_intervals: int | None
+    straggler_exclude_pct: float | None
+    straggler_grace_s: float | None
+    straggler_cooldown_intervals: int | None
+    checkpoint_signal: tuple[str, ...] | None
     replica_groups: int | None  # None: runtime.replica_groups, else none (cli/replica_groups.py)
     dry_run: bool
 
@@ -246,6 +257,49 @@ _run_options: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
         "K worlds, each with its own MASTER_PORT, REPLICA_GROUP_ID, NUM_REPLICA_GROUPS and TORCHFT_LIGHTHOUSE, "
         "each supervised and restarted (--max-restarts) on its own while the others keep stepping; the script "
         "uses torchft's Manager (config runtime.replica_groups; needs torchft; docs/replica-groups.md).",
+    ),
+    click.option(
+        "--on-straggler",
+        type=click.Choice(defaults.STRAGGLER_POLICIES),
+        default=None,
+        help="The job-wide live verdict's straggler (node 0's line): report names it (default); none does not "
+        "print the line; exclude takes its node out of an elastic job: a checkpoint request, a grace, then the "
+        "world re-forms without it, a standby in its place (config runtime.straggler_policy; docs/elastic.md).",
+    ),
+    click.option(
+        "--straggler-intervals",
+        type=click.IntRange(MIN_STRAGGLER_INTERVALS, MAX_STRAGGLER_INTERVALS),
+        default=None,
+        help=f"exclude: live intervals in a row one node must be named the job's straggler (default "
+        f"{defaults.STRAGGLER_INTERVALS}; config runtime.straggler_intervals).",
+    ),
+    click.option(
+        "--straggler-exclude-pct",
+        type=click.FloatRange(0, 100, min_open=True),
+        default=None,
+        help=f"exclude: ... each time with an excess of at least this % of the job's step (default "
+        f"{defaults.STRAGGLER_EXCLUDE_PCT:g}; config runtime.straggler_exclude_pct).",
+    ),
+    click.option(
+        "--straggler-grace-s",
+        type=option_types.seconds(),
+        default=None,
+        help=f"exclude: from the checkpoint request to the stop of every worker (default "
+        f"{defaults.STRAGGLER_GRACE_S:g}; config runtime.straggler_grace_s).",
+    ),
+    click.option(
+        "--straggler-cooldown-intervals",
+        type=click.IntRange(1, MAX_STRAGGLER_INTERVALS),
+        default=None,
+        help=f"exclude: at most one exclusion per this many live intervals (default "
+        f"{defaults.STRAGGLER_COOLDOWN_INTERVALS}; config runtime.straggler_cooldown_intervals).",
+    ),
+    click.option(
+        "--checkpoint-signal",
+        type=option_types.signal_list(),
+        default=None,
+        help=f"exclude: the signal every worker gets to checkpoint before the world re-forms (default "
+        f"{defaults.CHECKPOINT_SIGNAL}; config runtime.checkpoint_signal).",
     ),
     click.option("--dry-run", is_flag=True, help="Print the plan and start nothing (`plan` never starts anything)."),
 ]

@@ -63,6 +63,19 @@ Reference (every key; ``*`` = required)::
                                 lost, then take its node rank (as ``--standby``)
       exclude_file:             path (elastic only): each node the job takes out for good is added to
                                 this file's Slurm hostlist (as ``--exclude-file``; docs/elastic.md)
+      straggler_policy:         none | report (default) | exclude: what the job-wide live verdict's
+                                straggler costs its node; exclude needs min_nodes/max_nodes
+                                (``--on-straggler``; docs/elastic.md)
+      straggler_intervals:      integer >= 2 (default 3): exclude: live intervals in a row one node
+                                must be named the job's straggler (``--straggler-intervals``)
+      straggler_exclude_pct:    number above 0, at most 100 (default 10): exclude: its excess as % of
+                                the job's step in each (``--straggler-exclude-pct``)
+      straggler_grace_s:        seconds (default 30): exclude: from the checkpoint request to the
+                                workers' stop (``--straggler-grace-s``)
+      straggler_cooldown_intervals: integer >= 1 (default 10): exclude: at most one exclusion per this
+                                many live intervals (``--straggler-cooldown-intervals``)
+      checkpoint_signal:        a signal name (default SIGUSR1): exclude: the workers' checkpoint
+                                request (``--checkpoint-signal``)
       replica_groups:           integer >= 1 (one node): torchft's replica groups, K worlds of the
                                 node's ranks and their lighthouse (``--replica-groups`` overrides it;
                                 docs/replica-groups.md)
@@ -105,6 +118,7 @@ VisibleDevices = Literal["ordered", "isolated"]
 Strictness = Literal["fail", "warn"]
 MpsStartFailure = Literal["error", "warn"]
 NicBinding = Literal["none", "nearest"]
+StragglerPolicy = Literal["none", "report", "exclude"]  # config/defaults.STRAGGLER_POLICIES
 
 BINDING_POLICIES: tuple[str, ...] = ("node", "exclusive", "socket", "explicit", "none")
 MEM_POLICIES: tuple[str, ...] = ("bind", "preferred", "local", "none")
@@ -170,6 +184,13 @@ class Runtime:
     max_nodes: int | None = None
     standby_nodes: tuple[str, ...] = ()  # elastic: nodes that wait to replace a lost one
     exclude_file: str | None = None  # elastic: --exclude-file (cli/exclude.py)
+    # --on-straggler and its knobs (agents/straggler_policy.py); None: the option's, else config/defaults.py's
+    straggler_policy: StragglerPolicy | None = None
+    straggler_intervals: int | None = None
+    straggler_exclude_pct: float | None = None
+    straggler_grace_s: float | None = None
+    straggler_cooldown_intervals: int | None = None
+    checkpoint_signal: str | None = None  # a canonical name (config/signals.py)
     replica_groups: int | None = None  # --replica-groups: torchft's replica groups (plan/replica_groups.py)
 
 

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
 import yaml
 
+from openclaw_launch.config.defaults import STRAGGLER_POLICIES
 from openclaw_launch.config.model import (
     BINDING_POLICIES,
     MEM_POLICIES,
@@ -23,12 +25,15 @@ from openclaw_launch.config.model import (
     pinned_limit_problem,
     procs_per_gpu_problem,
 )
+from openclaw_launch.config.signals import parse_signals
 from openclaw_launch.config.yaml_nodes import NAME_RE, Entry, NodeReader, given, is_null, join_path, kind_of, line_of
 from openclaw_launch.limits import (
     MAX_ENV_VALUE,
     MAX_RANKS_PER_NODE,
+    MAX_STRAGGLER_INTERVALS,
     MAX_WORLD_SIZE,
     MIN_HANG_TIMEOUT_S,
+    MIN_STRAGGLER_INTERVALS,
     host_problem,
 )
 
@@ -60,6 +65,7 @@ class RuntimeReader(NodeReader):
         self.check_nccl(runtime, m)
         self.check_mps(runtime, m, invalid)
         self.check_elastic(runtime, m)
+        self.check_straggler(runtime, m)
         return runtime, None if "binding" in invalid else runtime.binding
 
     def runtime_readers(self) -> dict[str, Callable[[Entry], Any]]:
@@ -88,6 +94,12 @@ class RuntimeReader(NodeReader):
             "max_nodes": lambda e: self.integer(e, 1, MAX_WORLD_SIZE),
             "standby_nodes": self.node_names,
             "exclude_file": self.text,
+            "straggler_policy": lambda e: self.choice(e, STRAGGLER_POLICIES),
+            "straggler_intervals": lambda e: self.integer(e, MIN_STRAGGLER_INTERVALS, MAX_STRAGGLER_INTERVALS),
+            "straggler_exclude_pct": self.exclude_pct,
+            "straggler_grace_s": lambda e: self.seconds(e, 0.0),
+            "straggler_cooldown_intervals": lambda e: self.integer(e, 1, MAX_STRAGGLER_INTERVALS),
+            "checkpoint_signal": self.one_signal,
             "replica_groups": lambda e: self.integer(e, 1, MAX_RANKS_PER_NODE),
         }
 
@@ -111,6 +123,46 @@ class RuntimeReader(NodeReader):
             self.error(where.path, where.line, f"min_nodes {low} must be below max_nodes {high} (elastic)")
         elif runtime.standby_nodes and low is None:
             self.error(where.path, where.line, "standby_nodes need an elastic job: give min_nodes and max_nodes")
+
+    def check_straggler(self, runtime: Runtime, m: dict[str, Entry]) -> None:
+        """``straggler_policy: exclude`` takes a node out of an elastic job: it needs min_nodes/max_nodes."""
+        where = m.get("straggler_policy")
+        if where is not None and runtime.straggler_policy == "exclude" and runtime.min_nodes is None:
+            self.error(
+                where.path,
+                where.line,
+                "exclude takes the straggler's node out of an elastic job: give min_nodes and max_nodes (with a "
+                "standby in standby_nodes to keep the world's size), or use report (docs/elastic.md)",
+            )
+
+    def exclude_pct(self, e: Entry) -> float | None:
+        """``straggler_exclude_pct``: above 0, at most 100 (% of the job's step)."""
+        node = self.scalar(e.value, e.path, e.line, "a number above 0, at most 100", ("int", "float"))
+        if node is None:
+            return None
+        try:
+            value = float(str(node.value).replace("_", ""))
+        except ValueError:
+            value = math.nan
+        if not 0 < value <= 100:
+            self.error(e.path, e.line, f"expected a number above 0, at most 100 (% of the step), got {node.value!r}")
+            return None
+        return value
+
+    def one_signal(self, e: Entry) -> str | None:
+        """``checkpoint_signal``: one signal (config/signals.py's spellings), its canonical name."""
+        text = self.text(e, "a signal name, like SIGUSR1")
+        if text is None:
+            return None
+        try:
+            names = parse_signals(text)
+        except ValueError as err:
+            self.error(e.path, e.line, str(err))
+            return None
+        if len(names) != 1:
+            self.error(e.path, e.line, f"give one signal, not {len(names)}")
+            return None
+        return names[0]
 
     def mem_limit(self, e: Entry) -> str | None:
         text = self.text(e, 'a size like "40G" or "512M"')

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from openclaw_launch.agents.fate import Agent, AgentOptions, Arrival
     from openclaw_launch.agents.membership import ElasticSpec
     from openclaw_launch.agents.store_link import StoreLink
+    from openclaw_launch.agents.straggler_policy import StragglerSettings
     from openclaw_launch.config.model import Config
     from openclaw_launch.plan.model import LaunchPlan
     from openclaw_launch.stats.job_live import JobLiveTarget
@@ -120,9 +121,11 @@ def elastic_agents(
     max_restarts: int,
     first: tuple[World, ElasticLink],
     plan_world: PlanWorld,
+    straggler: StragglerSettings | None = None,
 ) -> AgentSetup:
     """The agent of an elastic job in its ``first`` world, which re-forms with ``plan_world``'s plan
-    of every later one (the versions are read once: they are the same in every world)."""
+    of every later one (the versions are read once: they are the same in every world); ``straggler``:
+    the straggler policy it carries out (``--on-straggler``, agents/straggler_actions.py)."""
     from openclaw_launch.agents.elastic_agent import ElasticAgent
 
     versions = _versions()
@@ -135,7 +138,7 @@ def elastic_agents(
     options = agent_options(job.addr, job.port, waits, _names(config), max_restarts)
 
     def make_agent(say: Callable[[str], None]) -> Agent:
-        return ElasticAgent(plan, options, say, link, world, replan)
+        return ElasticAgent(plan, options, say, link, world, replan, straggler)
 
     return AgentSetup(options=options, fingerprint=_fingerprint(config, plan, versions), make_agent=make_agent)
 

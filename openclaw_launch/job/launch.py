@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from openclaw_launch.job.group_progress import GroupProgress
     from openclaw_launch.report.model import PreflightVerdict
     from openclaw_launch.run.failure_class import Failure
+    from openclaw_launch.stats.judged import Judged
     from openclaw_launch.stats.result import SessionResult
     from openclaw_launch.stats.session import StatsSession
 
@@ -99,6 +100,8 @@ def launch(
             agent = met
             stats = stats or StatsOptions()  # the job's live verdict: every node's helper to the agents' store
             stats = dataclasses.replace(stats, job_live=job_live_target(agents, plan.run_id, stats.threshold_pct))
+            if agents.make_agent is not None:  # elastic: node 0's straggler policy (--on-straggler exclude)
+                stats = dataclasses.replace(stats, on_judged=_straggler_watch(agent))
         result, statistics, failures = _run(
             plan,
             options,
@@ -136,6 +139,13 @@ def launch(
         for c in (out, err):  # what the console still holds, for a bounded time: then we exit anyway
             if isinstance(c, console.Console):
                 c.drain(_FINAL_DRAIN_S)
+
+
+def _straggler_watch(agent: Agent) -> Callable[[Judged], None] | None:
+    """Node 0 of an elastic job that excludes stragglers: its agent acts on every interval's verdict."""
+    from openclaw_launch.agents.elastic_agent import ElasticAgent
+
+    return agent.observe if isinstance(agent, ElasticAgent) and agent.watches_stragglers else None
 
 
 def _meet(plan: LaunchPlan, agents: AgentSetup, options: SuperviseOptions, os_layer: RealOs) -> Agent | int:

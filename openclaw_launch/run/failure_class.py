@@ -117,6 +117,12 @@ CLASSES: tuple[FailureClass, ...] = (
         "no failure: a node arrived at an elastic job (`--nnodes MIN:MAX`) and every node's workers restarted "
         "into the larger world (docs/elastic.md)",
     ),
+    FailureClass(
+        "exclude",
+        CAN_HELP,
+        "no failure: the straggler policy (`--on-straggler exclude`) took the job's straggler node out of an "
+        "elastic job and every node's workers restarted into the re-formed world (docs/elastic.md)",
+    ),
 )
 BY_NAME = {c.name: c for c in CLASSES}
 #: The classes that name the node, not the script: an elastic job takes a node whose attempt failed so
@@ -167,7 +173,9 @@ class GpuEvent:
 class Evidence:
     """Everything the launcher saw of one failure."""
 
-    stop: str = "failure"  # the stop's kind (run/participant.StopKind's value: failure, hang, lost, remote) or reform
+    stop: str = (
+        "failure"  # the stop's kind (run/participant.StopKind's value: failure, hang, lost, remote), reform, exclude
+    )
     exit_code: int | None = None
     signal: int | None = None
     error_file: str | None = None  # the rank's TORCHELASTIC_ERROR_FILE as written (JSON, or any text)
@@ -288,8 +296,10 @@ def classify(e: Evidence, rank: int | None = None, node: str | None = None) -> F
     the kernel's OOM kill, the signal (nothing the rank printed outranks a SIGKILL or a SIGSEGV), the
     exception it died of (the error file's type, else its last traceback's), then, only without any of
     these, the words of its last error lines (a SIGABRT's reason: NCCL's watchdog), then the exit code."""
-    if e.stop in ("hang", "lost", "remote", "reform"):
-        name = {"hang": "hang", "lost": "node-lost", "remote": "remote", "reform": "reform"}[e.stop]
+    if e.stop in ("hang", "lost", "remote", "reform", "exclude"):
+        name = {"hang": "hang", "lost": "node-lost", "remote": "remote", "reform": "reform", "exclude": "exclude"}[
+            e.stop
+        ]
         return Failure(name, f"the job's stop: {e.stop}", rank, node)
     for kind in ("xid", "ecc"):
         events = [ev for ev in e.gpu_events if ev.kind == kind]

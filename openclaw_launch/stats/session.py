@@ -80,6 +80,7 @@ class StatsSession(Participant):
         self.states: dict[int, str] = {}  # rank -> worker state for the live metrics
         self.job_live = job_live
         self._world = (plan.node_rank, plan.nnodes) if job_live else (0, 1)  # node rank, nodes (a re-formed world's)
+        self._world_attempt = 0  # the job's attempt (a standby or a node taken in later: not this launcher's)
         uuids = sorted({r.gpu_uuid for r in plan.ranks if r.gpu_uuid}) if gpu_source is not None else []
         if uuids or sock is not None or stats_file or job_live is not None:
             from openclaw_launch.stats.helper import StatsHelper
@@ -124,6 +125,7 @@ class StatsSession(Participant):
         self.alignment.expect(r.rank for r in ranks)
         if ranks and self.job_live is not None:
             self._world = (ranks[0].node_rank, int(ranks[0].env.get("GROUP_WORLD_SIZE", self.plan.nnodes)))
+            self._world_attempt = int(ranks[0].env.get("TORCHELASTIC_RESTART_COUNT", attempt))
 
     def on_spawn(self, rank: int, pid: int) -> None:
         """Only this process speaks for the rank in this attempt (stats/inbox.py)."""
@@ -212,7 +214,8 @@ class StatsSession(Participant):
             from openclaw_launch.stats.job_live import encode_ranks
 
             recent = encode_ranks(total)  # the attempt's ranks, their last windows
-            self.helper.live_interval(LiveInterval(self.attempt, self.plan.node, *self._world, recent, show))
+            live = LiveInterval(self._world_attempt, self.plan.node, *self._world, recent, show)
+            self.helper.live_interval(live)  # under the job's attempt: node 0 reads every node's of its world
 
     def _line(self, window: list[RankSummary], total: list[RankSummary]) -> str:
         steps = sum(r.steps for r in total)
