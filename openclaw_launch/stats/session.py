@@ -78,6 +78,7 @@ class StatsSession(Participant):
         self._next_line_s = 0.0
         self.attempt = 0
         self.states: dict[int, str] = {}  # rank -> worker state for the live metrics
+        self.exclusions: dict[str, int] = {}  # reason -> nodes an elastic job took out (agents/exclusions.py)
         self.job_live = job_live
         self._world = (plan.node_rank, plan.nnodes) if job_live else (0, 1)  # node rank, nodes (a re-formed world's)
         self._world_attempt = 0  # the job's attempt (a standby or a node taken in later: not this launcher's)
@@ -183,7 +184,14 @@ class StatsSession(Participant):
         states = dict(self.states)
         if self.hang is not None and self.hang.verdict is not None:
             states.update({h.rank: "hung" for h in self.hang.verdict.stuck})
-        return snapshot(self.plan, self.attempt, self.collector.summaries(), states, gpus)
+        return {
+            **snapshot(self.plan, self.attempt, self.collector.summaries(), states, gpus),
+            "exclusions": self.exclusions,
+        }
+
+    def count_exclusion(self, reason: str) -> None:
+        """A node taken out of the job, for ``openclaw_node_exclusions_total``."""
+        self.exclusions[reason] = self.exclusions.get(reason, 0) + 1
 
     def live_line(self) -> None:
         """The one-line summary printed every --stats-interval-s, or by defaults.LIVE_CADENCE_S (and a
