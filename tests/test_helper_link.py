@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pytest
 from guards import GUARD_S
 
-from openclaw_launch.agents.elastic_agent import ELASTIC_VOCABULARY
+from openclaw_launch.agents.elastic_link import ELASTIC_VOCABULARY
 from openclaw_launch.agents.store_messages import VOCABULARY as AGENT_VOCABULARY
 from openclaw_launch.codec import ReportShapeError, hints
 from openclaw_launch.run import helper

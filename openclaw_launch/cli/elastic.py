@@ -26,7 +26,7 @@ from openclaw_launch.errors import OpenclawError
 from openclaw_launch.job.agents import ElasticJob, PlanWorld, agent_port
 
 if TYPE_CHECKING:
-    from openclaw_launch.agents.elastic_agent import ElasticLink, World
+    from openclaw_launch.agents.elastic_link import ElasticLink, World
     from openclaw_launch.config.model import Config
     from openclaw_launch.plan.model import LaunchPlan
 
@@ -64,7 +64,7 @@ def elastic_job(c: Common, inputs: Inputs, r: RunOptions) -> ElasticJob | None:
 def arrive_elastic(job: ElasticJob, inputs: Inputs, r: RunOptions, max_restarts: int) -> tuple[World, ElasticLink]:
     """Wait for the first world that holds this launcher (a standby: until it replaces a lost node).
     A signal in the wait exits 128+N, a refusal 2; a standby whose job ended without it exits 0."""
-    from openclaw_launch.agents.elastic_agent import NotNeeded
+    from openclaw_launch.agents.elastic_link import NotNeeded
     from openclaw_launch.config.signals import signal_numbers
     from openclaw_launch.job.meeting import meet_first_world
 

@@ -37,7 +37,7 @@ from openclaw_launch.plan.model import LaunchPlan
 from openclaw_launch.plan.replica_groups import format_replica_groups
 
 if TYPE_CHECKING:
-    from openclaw_launch.agents.elastic_agent import ElasticLink, World
+    from openclaw_launch.agents.elastic_link import ElasticLink, World
     from openclaw_launch.agents.fate import Arrival
     from openclaw_launch.agents.straggler_policy import StragglerSettings
     from openclaw_launch.job.agents import AgentSetup, ElasticJob

@@ -16,7 +16,7 @@ from openclaw_launch.config import defaults
 from openclaw_launch.errors import PlanError
 
 if TYPE_CHECKING:
-    from openclaw_launch.agents.elastic_agent import ElasticLink, World
+    from openclaw_launch.agents.elastic_link import ElasticLink, World
     from openclaw_launch.agents.fate import Agent, AgentOptions, Arrival
     from openclaw_launch.agents.membership import ElasticSpec
     from openclaw_launch.agents.store_link import StoreLink

@@ -13,7 +13,7 @@ from openclaw_launch.plan.context import free_port, release_port
 from openclaw_launch.run.osproc import RealOs
 
 if TYPE_CHECKING:
-    from openclaw_launch.agents.elastic_agent import ElasticLink, NotNeeded, World
+    from openclaw_launch.agents.elastic_link import ElasticLink, NotNeeded, World
     from openclaw_launch.agents.fate import Arrival
 
 _Answer = TypeVar("_Answer")
@@ -49,7 +49,7 @@ def meet_first_world(
     """Join an elastic job's rendezvous and wait for the first world that holds this launcher (a
     standby: until it replaces a lost node): that world and the helper, ``NotNeeded`` when the job
     ended without it, or a signal's number. ``AgentError`` if refused."""
-    from openclaw_launch.agents.elastic_agent import elastic_arrive
+    from openclaw_launch.agents.elastic_link import elastic_arrive
 
     options = agent_options(job.addr, job.port, waits, max_restarts=max_restarts)
 
