@@ -110,6 +110,13 @@ def _descendants(pid: int) -> set[int]:
     return found
 
 
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def _cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
@@ -140,7 +147,9 @@ def test_a_prewarmed_worker_is_what_the_plan_argv_makes_it(tmp_path: Path) -> No
     assert _seen(tmp_path, 0, 0)["pid"] != _seen(tmp_path, 0, 1)["pid"]
 
 
-def test_a_failed_rank_exit_code_and_sigterm_reach_the_launcher_and_nothing_outlives_it(tmp_path: Path) -> None:
+def test_exit_codes_sigterm_and_sigkill_of_the_launcher_leave_nothing_the_zygote_included(
+    tmp_path: Path,
+) -> None:
     script = _probe(tmp_path)
     code, _, err = _finish(
         _launch(["--prewarm", "json", "--nproc-per-node", "2", str(script)], tmp_path, PROBE_FAIL_RANK="0")
@@ -157,6 +166,14 @@ def test_a_failed_rank_exit_code_and_sigterm_reach_the_launcher_and_nothing_outl
     assert code == 128 + signal.SIGTERM, err
     left = [(p, _cmdline(p)) for p in family if Path(f"/proc/{p}").exists()]
     assert not left
+    for old in (tmp_path / "out").iterdir():
+        old.unlink()
+    proc = _launch(["--prewarm", "json", "--nproc-per-node", "2", str(script)], tmp_path, PROBE_SLEEP="60")
+    wait_for(lambda: len(list((tmp_path / "out").glob("*-0.json"))) == 2, "both ranks never started")
+    family = _descendants(proc.pid)
+    proc.kill()  # SIGKILL: the zygote and the workers die with it (PR_SET_PDEATHSIG), the guardian cleans up
+    _finish(proc)
+    wait_for(lambda: not [p for p in family if _alive(p)], lambda: f"left: {[_cmdline(p) for p in family]}")
 
 
 def test_gloo_ranks_restart_from_the_torch_zygote(tmp_path: Path) -> None:

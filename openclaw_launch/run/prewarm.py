@@ -120,7 +120,10 @@ class Zygote:
         }
         data = (json.dumps(request) + "\n").encode()
         try:
-            self._link.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [out_fd, err_fd]))])
+            sent = self._link.sendmsg(
+                [data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [out_fd, err_fd]))]
+            )
+            self._link.sendall(data[sent:])  # a signal may cut a large request short
         except OSError as exc:
             raise self._unusable(f"the zygote is gone ({exc.strerror or exc})") from None
         answer = self._answer(ANSWER_TIMEOUT_S)

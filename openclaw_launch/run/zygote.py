@@ -44,7 +44,6 @@ PR_SET_PDEATHSIG = 1
 # set_mempolicy(2) by machine (numactl's memory flags); MPOL_* from <linux/mempolicy.h>
 SET_MEMPOLICY_NR = {"x86_64": 238, "aarch64": 237}
 MPOL = {"preferred": 1, "bind": 2, "local": 4}
-REPARENT_SPINS = 200_000  # the worker waits this many checks at most to be the launcher's child
 
 
 class WorkerJob:
@@ -137,10 +136,11 @@ def _fork_worker(link: socket.socket, request: dict[str, Any], fds: list[int]) -
     pid_r, pid_w = os.pipe()
     intermediate = os.fork()
     if intermediate == 0:
+        me = os.getpid()
         if os.fork() == 0:
             os.close(pid_r)
             link.close()
-            return _become_worker(request, fds, pid_w)
+            return _become_worker(request, fds, pid_w, me)
         os._exit(0)
     os.close(pid_w)
     os.waitpid(intermediate, 0)
@@ -149,7 +149,7 @@ def _fork_worker(link: socket.socket, request: dict[str, Any], fds: list[int]) -
     return int(pid) if pid.isdigit() else "the worker died while it was being set up"
 
 
-def _become_worker(request: dict[str, Any], fds: list[int], pid_w: int) -> WorkerJob:
+def _become_worker(request: dict[str, Any], fds: list[int], pid_w: int, intermediate: int) -> WorkerJob:
     """In the worker: what numactl and the launcher's spawn do before exec, then its pid to the zygote
     (a failure: numactl's, exit 1 with the reason on its stderr)."""
     os.setsid()  # first: the launcher signals the worker's group as soon as it has the pid
@@ -173,7 +173,7 @@ def _become_worker(request: dict[str, Any], fds: list[int], pid_w: int) -> Worke
     if failed is not None:
         os.write(2, f"openclaw-launch: the prewarmed worker could not be set up: {failed}\n".encode())
         os._exit(1)
-    _die_with(int(request["launcher"]))
+    _die_with(int(request["launcher"]), intermediate)
     return WorkerJob(request["argv"], request["env"])
 
 
@@ -204,11 +204,10 @@ def set_mempolicy(policy: str, nodes: Sequence[int]) -> None:
         raise OSError(err, f"set_mempolicy({policy}, {list(nodes)}): {os.strerror(err)}")
 
 
-def _die_with(launcher: int) -> None:
-    """Wait until the intermediate is gone and the launcher is the parent, then die with it."""
-    for _ in range(REPARENT_SPINS):
-        if os.getppid() == launcher:
-            break
+def _die_with(launcher: int, intermediate: int) -> None:
+    """Wait until the intermediate (which exits right after its fork) is gone, then die with the
+    launcher, now the parent; exit as a worker whose launcher died would when another one is."""
+    while os.getppid() == intermediate:
         os.sched_yield()
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)
