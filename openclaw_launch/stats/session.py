@@ -69,7 +69,7 @@ class StatsSession(Participant):
 
             sock = listen(metrics_port)
         self.metrics_port: int | None = sock.getsockname()[1] if sock is not None else None  # as bound
-        self.inbox = Inbox(socket_path, [(r.local_rank, r.rank) for r in plan.ranks])
+        self.inbox = Inbox(socket_path, [(r.local_rank, r.rank) for r in plan.ranks], plan.run_dir.token)
         self.hang: HangMonitor | None = None  # --hang-timeout-s
         self.helper: StatsHelper | None = None
         self.stats_file = stats_file  # --stats-file

@@ -50,6 +50,7 @@ _AFTER_BACKWARD_HOST = frozenset({wire.FORWARD, wire.INPUT})
 class Recorder:
     def __init__(self, socket_path: str, rank: int, clock: Callable[[], float] = time.perf_counter) -> None:
         self._path = socket_path
+        self._token = os.environ.get(wire.TOKEN_ENV, "").encode()  # in front of every datagram
         self._clock = clock
         self._thread = threading.get_ident()
         self._sock: socket.socket | None = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -255,7 +256,7 @@ class Recorder:
         sock = self._sock
         try:
             if sock is not None:
-                sock.sendto(wire.encode_progress(self.progress()), self._path)
+                sock.sendto(self._token + wire.encode_progress(self.progress()), self._path)
         except OSError:  # the launcher is busy or gone: the progress thread tries again
             pass
 
@@ -299,7 +300,7 @@ class Recorder:
                     sock = self._sock
                     if sock is None:
                         return
-                    sock.sendto(wire.encode_progress(p), self._path)
+                    sock.sendto(self._token + wire.encode_progress(p), self._path)
                     sent = key
             except (BlockingIOError, InterruptedError):
                 continue  # the launcher is busy: the next change (or this one, again) goes later
@@ -333,7 +334,7 @@ class Recorder:
         batch.final = final
         self._batch = wire.Batch(rank=batch.rank)
         try:
-            self._sock.sendto(wire.encode(batch), self._path)
+            self._sock.sendto(self._token + wire.encode(batch), self._path)
         except (BlockingIOError, InterruptedError, OSError) as exc:
             if isinstance(exc, (ConnectionRefusedError, FileNotFoundError)):
                 sock, self._sock = self._sock, None  # the launcher is gone: stop trying

@@ -17,6 +17,9 @@ HOOKS_ENV = "OPENCLAW_TELEMETRY_HOOKS"  # "0" = no zero-code torch hooks, only t
 # The rank's socket (``rank_address``): its local rank as the launcher planned it. Not LOCAL_RANK,
 # which --virtual-local-rank sets to 0 on every rank (they all sent to local rank 0's socket).
 SLOT_ENV = "OPENCLAW_TELEMETRY_SLOT"
+# The launcher's secret for the channel, put in front of every datagram (stats/inbox.py): the kernel's
+# SCM_CREDENTIALS name the sender, but a process with CAP_SYS_ADMIN may forge them.
+TOKEN_ENV = "OPENCLAW_TELEMETRY_TOKEN"
 # Hang detection (--hang-timeout-s): PROGRESS_ENV = seconds between progress datagrams (what a rank
 # is doing now); STACKS_ENV = a file per rank where the bootstrap's faulthandler writes every
 # thread's stack when the launcher sends DUMP_SIGNAL.
