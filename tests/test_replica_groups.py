@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,12 @@ def _step(marks: Path, group: int) -> tuple[int, int]:
     return int(step), int(attempt)
 
 
+def _steps(marks: Path, group: int) -> list[tuple[int, float, int]]:
+    """Every committed step of the group: (step, the worker's monotonic time, attempt)."""
+    lines = (marks / f"steps-g{group}-r0.log").read_text().splitlines()
+    return [(int(s), float(t), int(a)) for s, t, a in (line.split() for line in lines if line.count(" ") == 2)]
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -69,18 +76,20 @@ def test_a_killed_group_restarts_while_the_other_keeps_stepping(tmp_path: Path) 
     )
     try:
         wait_for(lambda: _step(marks, 0)[0] >= 3 and _step(marks, 1)[0] >= 3, "both groups to step")
+        killed_at = time.monotonic()  # the workers' clock too (CLOCK_MONOTONIC)
         os.kill(int((marks / "pid-g1-r0-a0").read_text()), signal.SIGKILL)
         at_kill = _step(marks, 0)[0]
         back = wait_for(lambda: _step(marks, 1) if _step(marks, 1)[1] == 1 else None, "group 1 to step again")
-        other_then = _step(marks, 0)[0]
         (marks / "stop").touch()
         _, stderr = launcher.communicate(timeout=GUARD_S)
     finally:
         launcher.kill()
         launcher.communicate()
     assert launcher.returncode == 0, stderr[-4000:]
-    assert other_then > at_kill, f"group 0 made no step while group 1 restarted ({at_kill} -> {other_then})"
-    assert back[0] >= at_kill  # the restarted group healed to the others' step (torchft's recovery), not from 0
+    first_back_s = next(t for _, t, attempt in _steps(marks, 1) if attempt == 1)
+    meanwhile = [step for step, t, _ in _steps(marks, 0) if killed_at < t < first_back_s]
+    assert meanwhile, "group 0 made no step between the kill and group 1's first step after its restart"
+    assert back[0] > at_kill  # the restarted group healed to the others' step (torchft's recovery), not from 0
     assert "replica group 0: exit 0, 1 attempt(s)" in stderr
     assert "replica group 1: exit 0, 2 attempt(s) (1 restart(s))" in stderr and "stepping again" in stderr
     groups = json.loads(report.read_text())["groups"]
@@ -107,13 +116,14 @@ def test_nothing_outlives_a_killed_launcher(tmp_path: Path) -> None:
         stderr=subprocess.DEVNULL,
     )
     try:
-        wait_for(lambda: _step(marks, 0)[0] >= 1 and _step(marks, 1)[0] >= 1, "both groups to step")
-        lighthouse = (marks / "lighthouse").read_text()
+        started = [marks / "pid-g0-r0-a0", marks / "pid-g1-r0-a0", marks / "lighthouse"]
+        wait_for(lambda: all(p.exists() for p in started), "both groups' workers to start")
+        port = int((marks / "lighthouse").read_text().rsplit(":", 1)[1])
+        wait_for(lambda: listening(port), "the lighthouse to listen")
         launcher.kill()
         launcher.wait()
         pids = [int(p.read_text()) for p in marks.glob("pid-*")]
         wait_for(lambda: not [p for p in pids if _alive(p)], lambda: f"the workers {pids} to be gone")
-        port = int(lighthouse.rsplit(":", 1)[1])
         wait_for(lambda: not listening(port), "the lighthouse to be gone")
     finally:
         launcher.kill()

@@ -1,6 +1,10 @@
 """torchft's DDP example (train_ddp.py) in the shape ``--replica-groups`` runs it: a Manager per
 replica group (``replica_id`` from REPLICA_GROUP_ID, the lighthouse from TORCHFT_LIGHTHOUSE, the
 store at the group's MASTER_PORT), torchft's DDP and Optimizer over gloo on CPU, synthetic batches.
+DDP is torchft's PureDistributedDataParallel (its allreduce per gradient, waited in should_commit):
+torchft 0.2.0's DistributedDataParallel waits in its comm hook and asserts (ddp.py ``assert
+fut._fut``) when the peer group dies during that allreduce, so the surviving group crashed too
+(and was restarted by its own launcher) in about half of the kills on the 2-core box.
 
 For the tests and benchmarks/replica_groups.py: ``--mark-dir D`` writes D/pid-gG-rR-aA (its pid,
 once), D/lighthouse (TORCHFT_LIGHTHOUSE), and after every committed step D/step-gG-rR (``STEP
@@ -18,7 +22,8 @@ from pathlib import Path
 
 import torch
 from torch import nn, optim
-from torchft import DistributedDataParallel, Manager, Optimizer, ProcessGroupGloo
+from torchft import Manager, Optimizer, ProcessGroupGloo
+from torchft.ddp import PureDistributedDataParallel
 
 
 def _arg(name: str, default: str) -> str:
@@ -53,7 +58,7 @@ def main() -> int:
         replica_id=f"train_ddp_{group}",
         timeout=timedelta(seconds=10),
     )
-    ddp = DistributedDataParallel(manager, model)
+    ddp = PureDistributedDataParallel(manager, model)
     optimizer = Optimizer(manager, optim.AdamW(ddp.parameters()))
     step_file, tmp = marks / f"step-g{group}-r{rank}", marks / f".step-g{group}-r{rank}"
     log = (marks / f"steps-g{group}-r{rank}.log").open("a", buffering=1)

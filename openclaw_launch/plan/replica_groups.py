@@ -32,10 +32,14 @@ LIGHTHOUSE_COMMAND = "torchft_lighthouse"
 GROUP_ENV = ("REPLICA_GROUP_ID", "NUM_REPLICA_GROUPS", "TORCHFT_LIGHTHOUSE")
 INSTALL_HINT = "pip install 'openclaw-launch[torchft]' (or: pip install torchft)"
 # The lighthouse's settings: torchft's README's minimum and tick; a quorum waits at most 1 s for a
-# group that heartbeats but has not joined (one restarting), not torchft's default 60 s.
+# group that heartbeats but has not joined (one restarting), not torchft's default 60 s; a group
+# whose Manager sent no heartbeat (every 100 ms) for 1 s is gone, not after torchft's default 5 s:
+# until then the lighthouse counts a killed group as healthy, and with two groups the survivor
+# alone is no quorum (benchmarks/replica_groups.py: the survivor stalled 5 s at 5000 ms).
 LIGHTHOUSE_MIN_REPLICAS = 1
 LIGHTHOUSE_QUORUM_TICK_MS = 100
 LIGHTHOUSE_JOIN_TIMEOUT_MS = 1000
+LIGHTHOUSE_HEARTBEAT_TIMEOUT_MS = 1000
 
 
 @dataclass(frozen=True)
@@ -96,8 +100,9 @@ def replica_groups_problem(groups: int, local_ranks: int, nnodes: int, elastic: 
 
 
 def lighthouse_argv(command: str, port: int | None, host: str) -> tuple[str, ...]:
-    """torchft's README line (``--min_replicas 1 --quorum_tick_ms 100``), with a join timeout short
-    enough that a group's quorum never waits long for a group that is gone or restarting."""
+    """torchft's README line (``--min_replicas 1 --quorum_tick_ms 100``), with join and heartbeat
+    timeouts short enough that the other groups' quorum never waits long for a group that is gone
+    or restarting (the constants above)."""
     shown = FREE_PORT_PLACEHOLDER if port is None else str(port)
     bind = f"[::]:{shown}" if ":" in host else f"0.0.0.0:{shown}"
     return (
@@ -108,6 +113,8 @@ def lighthouse_argv(command: str, port: int | None, host: str) -> tuple[str, ...
         str(LIGHTHOUSE_QUORUM_TICK_MS),
         "--join_timeout_ms",
         str(LIGHTHOUSE_JOIN_TIMEOUT_MS),
+        "--heartbeat_timeout_ms",
+        str(LIGHTHOUSE_HEARTBEAT_TIMEOUT_MS),
         "--bind",
         bind,
     )
