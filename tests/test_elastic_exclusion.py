@@ -164,3 +164,18 @@ def test_an_exclude_file_that_cannot_be_written_or_a_fixed_size_job_exits_2_befo
     fixed = [sys.executable, "-m", "openclaw_launch", "--nproc-per-node", "1", "--exclude-file", "x.txt", "t.py"]
     p = subprocess.run(fixed, capture_output=True, text=True, cwd=tmp_path, timeout=GUARD_S)
     assert p.returncode == 2 and "needs an elastic job" in p.stderr, p.stderr
+
+
+def test_validate_shows_a_gpu_whose_memory_is_held_before_the_job(tmp_path: Path) -> None:
+    """The recorded H200's in-run level on one GPU of the snapshot's host, with no job: a warning line."""
+    _, held_mib = recorded_memory_mib()
+    env = {**os.environ, **recording(tmp_path / "held.json", GPU[0], [held_mib])}
+    cmd = [sys.executable, "-m", "openclaw_launch", "validate", "--config", "configs/h200x2.yaml"]
+    p = subprocess.run([*cmd, "--topology", str(SNAPSHOT)], capture_output=True, text=True, cwd=ROOT, env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    held = [line for line in p.stdout.splitlines() if "gpu_memory_used" in line]
+    assert held == [
+        f"WARN  GPU 0 {GPU[0]}  gpu_memory_used: {held_mib:.0f} MiB used (expected <= 512 MiB with no job) - a process "
+        "holds this GPU's memory (nvidia-smi --query-compute-apps=pid,used_memory): a job's leftover? An elastic "
+        "job waits for this level after a failed attempt (--gpu-memory-timeout-s)"
+    ]

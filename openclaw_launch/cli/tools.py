@@ -269,6 +269,19 @@ def discover(
         click.echo(text, nl=False)
 
 
+def _gpu_memory_mib(uuids: list[str]) -> dict[str, float]:
+    """Each GPU's used memory now, as an elastic job reads it after a failed attempt (run/gpu_memory.py);
+    none without NVML."""
+    from openclaw_launch.run.gpu_memory import memory_reader
+
+    if not uuids:
+        return {}
+    try:
+        return memory_reader(os.environ).used_mib(uuids)
+    except Exception:  # no NVML here (no driver, no pynvml): the check is left out
+        return {}
+
+
 @click.command()
 @click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False))
 @click.option("--node", help="Which config node this host is.")
@@ -294,6 +307,7 @@ def validate(config_path: str, node: str | None, topology_path: str | None, as_j
             numactl_path=shutil.which("numactl"),
             mps=mps,
             mps_pipe_dir=_mps_pipe_dir() if mps is not None else None,
+            gpu_memory_mib=_gpu_memory_mib([g.uuid for g in config.node(node_name).gpus]),
         )
         from openclaw_launch.plan.env import worker_python
 

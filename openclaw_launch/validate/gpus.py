@@ -5,6 +5,7 @@ ECC), MPS clients, and host GPUs not configured."""
 from __future__ import annotations
 
 from openclaw_launch.config.checks import GpuCheck, identity_checks
+from openclaw_launch.config.defaults import GPU_MEMORY_SLACK_MIB
 from openclaw_launch.config.model import GpuSpec, NodeSpec, Runtime
 from openclaw_launch.topology.model import GpuInfo, Topology
 from openclaw_launch.validate.fabric import check_aer, check_nvlink_errors, check_nvlinks_active, check_pcie
@@ -44,7 +45,9 @@ def gpu_checks(
     th: Thresholds,
     mismatch: Status,
     mps: MpsStatusLike | None,
+    memory_used_mib: float | None = None,
 ) -> list[CheckResult]:
+    """``memory_used_mib``: NVML's used memory of the GPU now (None: not read)."""
     gpu = topology.gpu_by_uuid(gpu_spec.uuid)
     if gpu is None:
         return [_absent(gpu_spec, topology)]
@@ -59,6 +62,7 @@ def gpu_checks(
         _check_retired_pages(subject, gpu, th),
         _check_ecc(subject, gpu),
         _check_mps_clients(subject, _mps_clients(gpu, mps), rt) if rt.enable_mps else None,
+        _check_memory_used(subject, memory_used_mib) if memory_used_mib is not None else None,
     ]
     return results + [r for r in maybe if r is not None]
 
@@ -106,6 +110,24 @@ def _check_ecc(subject: str, gpu: GpuInfo) -> CheckResult | None:
             "uncorrected ECC errors crash jobs; drain this GPU",
         )
     return CheckResult("ecc_uncorrected", "pass", subject, found, "0")
+
+
+def _check_memory_used(subject: str, used_mib: float) -> CheckResult:
+    """Memory held before any job: a leftover process (an elastic job after a failed attempt waits for
+    each GPU to fall back to its level before the job, run/gpu_memory.py, and takes out a node whose
+    GPU does not)."""
+    found, expected = f"{used_mib:.0f} MiB used", f"<= {GPU_MEMORY_SLACK_MIB:g} MiB with no job"
+    if used_mib <= GPU_MEMORY_SLACK_MIB:
+        return CheckResult("gpu_memory_used", "pass", subject, found, expected)
+    return CheckResult(
+        "gpu_memory_used",
+        "warn",
+        subject,
+        found,
+        expected,
+        "a process holds this GPU's memory (nvidia-smi --query-compute-apps=pid,used_memory): a job's leftover? "
+        "An elastic job waits for this level after a failed attempt (--gpu-memory-timeout-s)",
+    )
 
 
 def _mps_clients(gpu: GpuInfo, mps: MpsStatusLike | None) -> int | None:

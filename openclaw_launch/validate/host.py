@@ -14,6 +14,8 @@ result type, thresholds and output formats: ``validate/results.py``; this node's
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from openclaw_launch.config.model import Config, NodeSpec, Runtime, Strictness
 from openclaw_launch.plan.binding import numactl_missing, uses_numactl
 from openclaw_launch.topology.model import Topology
@@ -32,6 +34,7 @@ def run_checks(
     thresholds: Thresholds | None = None,
     strictness: Strictness | None = None,
     mps_pipe_dir: str | None = None,
+    gpu_memory_mib: Mapping[str, float] | None = None,
 ) -> list[CheckResult]:
     """Every check for ``node`` of ``config`` against ``topology``, node checks first.
 
@@ -39,6 +42,7 @@ def run_checks(
     daemon ``run`` starts for the job does not exist yet, and the results say which one was checked.
 
     ``strictness`` overrides ``runtime.strictness`` for bus-id / NUMA / NVLink-peer mismatches.
+    ``gpu_memory_mib``: each GPU's used memory now, by UUID (run/gpu_memory.py's reading; none: unread).
     Raises PlanError (via ``Config.node``) when ``node`` is not in the config.
     """
     spec = config.node(node)
@@ -51,7 +55,8 @@ def run_checks(
     elif rt.enable_mps:
         results += _mps_node_checks(spec, rt, mps, mps_pipe_dir)
     for gpu_spec in spec.gpus:
-        results += gpu_checks(gpu_spec, topology, rt, th, mismatch, mps)
+        used = {u.lower(): mib for u, mib in (gpu_memory_mib or {}).items()}.get(gpu_spec.uuid.lower())
+        results += gpu_checks(gpu_spec, topology, rt, th, mismatch, mps, used)
     results += check_unconfigured(spec, topology)
     results += fabric_checks(spec, topology, th)
     results += nic_binding_checks(spec, rt, topology)
