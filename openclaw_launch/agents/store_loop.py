@@ -206,14 +206,16 @@ class StoreLoop:
     def _run(self) -> None:
         tick = max(min(0.2, self.opt.keepalive_s / 10), 0.02)
         counted = -1  # the launcher's tick the last beat counted
-        watch = KeepAlive(self.me, len(self.nodes), self.opt.keepalive_s)
+        watch = KeepAlive(self.me, len(self.nodes), self.opt.keepalive_s, tick)
         posted_end = -1
         try:
             while not self._stop.is_set():
                 store = self.store
                 assert store is not None
                 self._do_commands(store)
-                if not self._armed or self._ticks != counted:  # the launcher's loop ran since the last beat
+                now = time.monotonic()
+                beat = watch.due(now)
+                if beat and (not self._armed or self._ticks != counted):  # its loop ticked since the last beat
                     counted = self._ticks
                     watch.beat(store)
                 attempt = self.attempt
@@ -225,7 +227,7 @@ class StoreLoop:
                         # every node's outcome: one that vetoes a restart (a hang, a signal) stops it everywhere
                         self._post(Ended(attempt, outcomes))
                         posted_end = attempt
-                for rank, silent_s in watch.silent(store, time.monotonic()):
+                for rank, silent_s in watch.silent(store, now) if beat else []:
                     if store.has([end_key(attempt, rank)]):  # done with this attempt (teardown, backoff)
                         continue
                     self._lost(store, attempt, rank, f"no keep-alive for {silent_s:.1f} s")
