@@ -11,13 +11,21 @@ Per launcher and N, one line each of:
 - ``reform``: elastic ``--nnodes 1:N``: once every worker runs, one node (its launcher and every
   process under it) is SIGKILLed -> every survivor's worker of the new world running.
 
+``store``: over the same idle window, the requests (TCP data segments in: one per request of
+either store client) and the bytes both ways on every server-side connection of the endpoint's
+port (``ss -ti``), per second: the agents' (or torchrun's rendezvous's) whole traffic.
+``--netns-nodes M`` runs M of the launchers in network namespaces joined by veth pairs
+(benchmarks/scale_netns.py; root): their addresses differ from the store's, their traffic crosses
+a link; every launcher's endpoint is then ``10.78.1.1``.
+
 ``--served-store`` keeps every openclaw agent's store in one serving process
 (openclaw_launch/agents/served_store.py) so that N helpers do not each import torch on this one
 machine (at real scale each node pays its own import, on its own host); without it the helpers'
 torch imports are part of the numbers.
 
     python benchmarks/scale.py [--nodes 8,32] [--launchers ours,torchrun] [--scenarios start,reform]
-        [--torchrun-max-nodes 32] [--served-store] [--idle-s 5] [--timeout-s 600] [--react-timeout-s 60]
+        [--torchrun-max-nodes 32] [--served-store] [--netns-nodes 0] [--idle-s 5] [--timeout-s 600]
+        [--react-timeout-s 60]
 
 prints one line per run and a markdown table at the end.
 """
@@ -27,6 +35,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -37,6 +46,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
+from scale_netns import ENDPOINT, inside, namespaces
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = str(ROOT / "benchmarks" / "scale_worker.py")
@@ -49,10 +59,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def command(which: str, nnodes: str, port: int, directory: Path, fail_rank: int) -> list[str]:
+def command(which: str, nnodes: str, endpoint: str, directory: Path, fail_rank: int) -> list[str]:
     line = ["--nnodes", nnodes, "--nproc-per-node", "1", "--rdzv-backend", "c10d"]
     restarts = "3" if ":" in nnodes else "0"  # static: one rank's failure ends the job (one fate)
-    line += ["--rdzv-endpoint", f"127.0.0.1:{port}", "--max-restarts", restarts]
+    line += ["--rdzv-endpoint", endpoint, "--max-restarts", restarts]
     head = [sys.executable, "-m", "openclaw_launch"] if which == "ours" else ["torchrun"]
     return [*head, *line, WORKER, str(directory), "--fail-rank", str(fail_rank)]
 
@@ -114,6 +124,17 @@ def rss_mib(procs: list[psutil.Process]) -> float:
     return total / 2**20
 
 
+def store_traffic(port: int) -> tuple[int, int]:
+    """(requests, bytes both ways) so far on every established server-side connection of ``port``:
+    ``ss``'s data segments in (each client sends a request in one segment) and bytes."""
+    out = subprocess.run(
+        ["ss", "-tinH", "state", "established", f"( sport = :{port} )"], capture_output=True, text=True, timeout=30
+    ).stdout
+    requests = sum(int(x) for x in re.findall(r"\bdata_segs_in:(\d+)", out))
+    moved = sum(int(x) for x in re.findall(r"\bbytes_(?:received|acked):(\d+)", out))
+    return requests, moved
+
+
 def kill_tree(pid: int) -> None:
     for p in tree(pid):
         with contextlib.suppress(psutil.Error):
@@ -138,9 +159,13 @@ def served_store(enabled: bool, directory: Path) -> Iterator[dict[str, str]]:
 class Job:
     """N launchers of one job, their output in files (nothing to drain)."""
 
-    def __init__(self, which: str, n: int, elastic: bool, directory: Path, env: dict[str, str]) -> None:
+    def __init__(
+        self, which: str, n: int, elastic: bool, directory: Path, env: dict[str, str], netns: list[str], in_ns: int
+    ) -> None:
+        """``in_ns`` of the ``n`` launchers (the last ones) run in the namespaces ``netns``, round-robin."""
         self.which, self.n, self.directory = which, n, directory
-        port = free_port()
+        self.port = port = free_port()
+        endpoint = f"{ENDPOINT if netns else '127.0.0.1'}:{port}"
         nnodes = f"1:{n}" if elastic else str(n)
         fail_rank = -1 if elastic else n // 2
         environ = {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "SLURM", "TORCHELASTIC"))}
@@ -149,7 +174,11 @@ class Job:
         self.procs: list[subprocess.Popen[bytes]] = []
         for node in range(n):
             with open(directory / f"launcher-{node}.log", "wb") as log:
-                cmd = command(which, nnodes, port, directory, fail_rank)
+                ns = netns[node % len(netns)] if netns and node >= n - in_ns else None
+                cmd = command(which, nnodes, endpoint, directory, fail_rank)
+                if netns and which == "torchrun":  # by its c10d rule only the hostname's addresses host
+                    cmd[1:1] = ["--rdzv-conf", f"is_host={'true' if node == 0 else 'false'}"]
+                cmd = inside(ns, cmd)
                 self.procs.append(
                     subprocess.Popen(cmd, cwd=directory, env=environ, stdout=log, stderr=subprocess.STDOUT)
                 )
@@ -168,11 +197,16 @@ class Job:
 
 
 @contextlib.contextmanager
-def running(which: str, n: int, elastic: bool, served: bool, timeout_s: float) -> Iterator[tuple[Job, float | str]]:
-    """A job of ``n`` launchers, and how long until every worker ran (or why it did not); stopped
-    and its directory removed at the end."""
-    with tempfile.TemporaryDirectory(prefix="scale-") as tmp, served_store(served, Path(tmp)) as env:
-        job = Job(which, n, elastic, Path(tmp), env)
+def running(
+    which: str, n: int, elastic: bool, served: bool, timeout_s: float, in_ns: int
+) -> Iterator[tuple[Job, float | str]]:
+    """A job of ``n`` launchers (``in_ns`` of them in network namespaces), and how long until every
+    worker ran (or why it did not); stopped and its directory removed at the end."""
+    with contextlib.ExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="scale-"))
+        env = stack.enter_context(served_store(served, Path(tmp)))
+        netns = stack.enter_context(namespaces(in_ns > 0))
+        job = Job(which, n, elastic, Path(tmp), env, netns, in_ns)
         try:
             if wait(lambda: ready(job.directory) >= n, timeout_s):
                 yield job, time.monotonic() - job.started
@@ -182,32 +216,38 @@ def running(which: str, n: int, elastic: bool, served: bool, timeout_s: float) -
             job.stop()
 
 
-def run_start(which: str, n: int, served: bool, idle_s: float, timeout_s: float, fate_s: float) -> dict[str, object]:
-    with running(which, n, False, served, timeout_s) as (job, start_s):
+def run_start(
+    which: str, n: int, served: bool, idle_s: float, timeout_s: float, fate_s: float, in_ns: int
+) -> dict[str, object]:
+    with running(which, n, False, served, timeout_s, in_ns) as (job, start_s):
         if isinstance(start_s, str):
             return {"error": start_s}
         owns = [own_processes(p.pid) for p in job.procs]
         before = [cpu_s(o) for o in owns]
+        requests, moved = store_traffic(job.port)
         time.sleep(idle_s)
         idle = [(cpu_s(o) - b) / idle_s * 100 for o, b in zip(owns, before, strict=True)]
+        requests_after, moved_after = store_traffic(job.port)
         rss = [rss_mib(o) for o in owns]
-        go = time.monotonic()
-        (job.directory / "go-0").touch()
-        if not wait(lambda: all(p.poll() is not None for p in job.procs), fate_s):
-            alive = sum(p.poll() is None for p in job.procs)
-            return {"start_s": start_s, "error": f"{alive} of {n} launchers still ran {fate_s:g} s after the failure"}
-        return {
+        result: dict[str, object] = {
             "start_s": start_s,
             "rss_mib_max": max(rss),
             "rss_mib_median": sorted(rss)[n // 2],
             "idle_cpu_pct_mean": sum(idle) / n,
-            "fate_s": time.monotonic() - go,
-            "exit_codes": sorted({p.returncode for p in job.procs}),
+            "idle_cpu_pct_max": max(idle),
+            "store_req_per_s": (requests_after - requests) / idle_s,
+            "store_kib_per_s": (moved_after - moved) / idle_s / 1024,
         }
+        go = time.monotonic()
+        (job.directory / "go-0").touch()
+        if not wait(lambda: all(p.poll() is not None for p in job.procs), fate_s):
+            alive = sum(p.poll() is None for p in job.procs)
+            return {**result, "error": f"{alive} of {n} launchers still ran {fate_s:g} s after the failure"}
+        return {**result, "fate_s": time.monotonic() - go, "exit_codes": sorted({p.returncode for p in job.procs})}
 
 
-def run_reform(which: str, n: int, served: bool, timeout_s: float, react_s: float) -> dict[str, object]:
-    with running(which, n, True, served, timeout_s) as (job, start_s):
+def run_reform(which: str, n: int, served: bool, timeout_s: float, react_s: float, in_ns: int) -> dict[str, object]:
+    with running(which, n, True, served, timeout_s, in_ns) as (job, start_s):
         if isinstance(start_s, str):
             return {"error": start_s}
         killed, killed_at = time.monotonic(), time.time()
@@ -225,6 +265,7 @@ def main() -> None:
     p.add_argument("--scenarios", default="start,reform")
     p.add_argument("--torchrun-max-nodes", type=int, default=32)
     p.add_argument("--served-store", action="store_true")
+    p.add_argument("--netns-nodes", type=int, default=0, help="launchers run in network namespaces (root)")
     p.add_argument("--idle-s", type=float, default=5.0)
     p.add_argument("--timeout-s", type=float, default=600.0)
     p.add_argument(
@@ -242,9 +283,11 @@ def main() -> None:
                     continue
                 served = args.served_store and which == "ours"
                 if scenario == "start":
-                    result = run_start(which, n, served, args.idle_s, args.timeout_s, args.react_timeout_s)
+                    react_s, in_ns = args.react_timeout_s, min(args.netns_nodes, n - 1)
+                    result = run_start(which, n, served, args.idle_s, args.timeout_s, react_s, in_ns)
                 else:
-                    result = run_reform(which, n, served, args.timeout_s, args.react_timeout_s)
+                    in_ns = min(args.netns_nodes, n - 1)
+                    result = run_reform(which, n, served, args.timeout_s, args.react_timeout_s, in_ns)
                 rows.append((which, n, scenario, result))
                 print(f"{which:8} N={n:<4} {scenario:7} {result}", flush=True)
     print("\n| launcher | N | scenario | result |\n|---|---|---|---|")
