@@ -117,6 +117,7 @@ def test_a_node_failing_with_a_recorded_xid_is_taken_out_for_good(tmp_path: Path
     failing = job.start("node1", "b", recording(tmp_path / "xid.json", GPU[1], [idle_mib], xid=79))
     assert _ended(failing) == 3, job.said("b")  # taken out: the job goes on without it
     assert "node node1 excluded after world 0: gpu-xid (NVML: XID 79 on GPU-593502f1" in job.said("b")
+    assert [x["reason"] for x in json.loads((tmp_path / "b.json").read_text())["exclusions"]] == ["gpu-xid"]
     wait_for(lambda: "world size 1 restart 1" in job.said("a"), lambda: job.said("a"))
     again = job.start("node1", "c")  # the node comes back: refused at admission, the job untouched
     assert _ended(again) == 2, job.said("c")
@@ -157,8 +158,9 @@ def test_an_exclude_file_that_cannot_be_written_or_a_fixed_size_job_exits_2_befo
     base += ["--topology", str(SNAPSHOT), "--exclude-file"]
     cases = [(str(tmp_path), "is a directory"), (str(tmp_path / "bad.txt"), "holds no Slurm hostlist")]
     (tmp_path / "bad.txt").write_text("n[1-\n")
-    for path, says in cases:
-        p = subprocess.run([*base, path, "train.py"], capture_output=True, text=True, cwd=ROOT, timeout=GUARD_S)
+    for command, (path, says) in zip(([], ["plan"]), cases, strict=True):  # run, and plan alike
+        argv = [*base[:3], *command, *base[3:], path, "train.py"]
+        p = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=GUARD_S)
         assert p.returncode == 2 and "--exclude-file" in p.stderr and says in p.stderr, p.stderr
         assert "Traceback" not in p.stderr
     fixed = [sys.executable, "-m", "openclaw_launch", "--nproc-per-node", "1", "--exclude-file", "x.txt", "t.py"]

@@ -188,6 +188,7 @@ class ElasticAgent(Agent):
             answer = self._step(Reform(tuple(lost), fault, lost_text, leave), WorldAnswer)
             self.exclusion_log.record(answer.excluded, self.is_host)
             if answer.taken_out is not None:
+                self.exclusions.append(answer.taken_out)  # in its own report too (said once, below)
                 text = f"{answer.taken_out.line}: this node runs no more ranks; the job goes on without it"
                 self.say(f"openclaw-launch: {text}")
                 self._no_world = StopReason(StopKind.TAKEN_OUT, TAKEN_OUT, text, False, self.name)

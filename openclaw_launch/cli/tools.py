@@ -54,6 +54,7 @@ def plan(c: Common, r: RunOptions, as_json: bool, suggest_parallel: bool) -> Non
     """Print exactly what `run` with these options would execute on each rank (argv, environment,
     binding); start nothing. Takes every `run` option."""
     from openclaw_launch.cli.elastic import elastic_job
+    from openclaw_launch.cli.exclude import exclude_file
     from openclaw_launch.cli.straggler import straggler_settings
     from openclaw_launch.plan.parallel import format_suggestions, suggest_layouts
 
@@ -65,6 +66,7 @@ def plan(c: Common, r: RunOptions, as_json: bool, suggest_parallel: bool) -> Non
     try:
         elastic = elastic_job(c, inputs, r)  # --standby misuse: exit 2, as run
         straggler_settings(r, inputs.config.runtime if inputs.config else None, elastic, c.tr.max_restarts)
+        exclude_file(r, inputs, elastic)  # --exclude-file: exit 2 as run
         launch_plan, config = plan_and_config(
             c,
             inputs,
