@@ -125,7 +125,7 @@ def test_a_node_failing_with_a_recorded_xid_is_taken_out_for_good(tmp_path: Path
     (tmp_path / "stop").touch()
     assert _ended(first) == 0, job.said("a")
     said = job.said("a")
-    assert "refused the launcher" in said and "(node node1): node node1 was taken out" in said
+    assert "refused the launcher" in said and "(node node1): node node1 excluded after world 0: gpu-xid" in said
     assert job.exclude.read_text() == "node1\n"
     assert "gpu-xid" in Path(str(job.exclude) + REASONS_SUFFIX).read_text()
     report = json.loads((tmp_path / "a.json").read_text())

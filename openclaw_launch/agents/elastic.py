@@ -37,7 +37,7 @@ from typing import Any
 
 from openclaw_launch.agents.admission import admission_print, refusal
 from openclaw_launch.agents.elastic_reform import WorldForming
-from openclaw_launch.agents.exclusions import Exclusions
+from openclaw_launch.agents.exclusions import Exclusions, refused_text
 from openclaw_launch.agents.fate import EXIT_NODE_LOST, Fate
 from openclaw_launch.agents.liveness import BEAT, PING, PONG, JobKey, LivenessServer, connect
 from openclaw_launch.agents.meeting import WAIT_NOTE_S
@@ -308,10 +308,10 @@ class Rendezvous(WorldForming):
             self.say(f"refused {who}: it does not agree with this job (it was told each difference)")
             return why
         with self._lock:
-            taken_out = self.exclusions.refusal(record["node"], record["token"])
+            taken_out = self.exclusions.of(record["node"], record["token"])
             if taken_out is not None:
-                self.say(f"refused {who}: {taken_out.split(': it is not')[0]}: not admitted again")
-                return taken_out
+                self.say(f"refused {who}: {taken_out.line}: not admitted again")
+                return refused_text(taken_out)
             if member_id in self._members or member_id in self._dead:
                 return f"member {member_id} of --rdzv-id {self.rdzv_id} joined already; started nothing"
             node = record["node"]

@@ -115,16 +115,17 @@ class Exclusions:
         self.by_name.setdefault(name, x)
         return x
 
-    def refusal(self, node: str, token: str) -> str | None:
-        """Why an arriving launcher (its config ``node``, else its host) may not join: its node was taken out."""
-        name = node or host_of(token)
-        x = self.by_name.get(name)
-        if x is None:
-            return None
-        return (
-            f"node {name} was taken out of this job after world {x.world} ({x.reason}: {x.evidence}): it is not "
-            "admitted again; the running job is untouched, started nothing (docs/elastic.md)"
-        )
+    def of(self, node: str, token: str) -> Exclusion | None:
+        """An arriving launcher's node (its config ``node``, else its host), if it was taken out."""
+        return self.by_name.get(node or host_of(token))
+
+
+def refused_text(x: Exclusion) -> str:
+    """What a launcher of a node taken out is told at admission (it exits 2)."""
+    return (
+        f"node {x.node} was taken out of this job after world {x.world} ({x.reason}: {x.evidence}): it is not "
+        "admitted again; the running job is untouched, started nothing (docs/elastic.md)"
+    )
 
 
 class ExclusionLog:

@@ -74,7 +74,8 @@ class RecordedMemory:
 
 
 def memory_reader(environ: Mapping[str, str]) -> MemoryReader:
-    """The recording the test hook names, else the live NVML (``ImportError``/NVML's error: none here)."""
+    """The recording the test hook names, else the live NVML (raises where there is none: no pynvml,
+    no driver)."""
     recording = environ.get(NVML_RECORDING_ENV)
     return RecordedMemory.load(recording) if recording else NvmlMemory()
 
@@ -97,13 +98,11 @@ class GpuMemoryGate(Participant):
         self.uuids = tuple(dict.fromkeys(uuids))
         self._make_reader = reader
         self._reader: MemoryReader | None = None
-        self.timeout_s, self.max_restarts, self.say, self.slack_mib, self._sleep = (
-            timeout_s,
-            max_restarts,
-            say,
-            slack_mib,
-            sleep,
-        )
+        self.timeout_s = timeout_s
+        self.max_restarts = max_restarts
+        self.say = say
+        self.slack_mib = slack_mib
+        self._sleep = sleep
         self.before: dict[str, float] = {}  # used MiB per GPU before the job
         self.held: dict[int, str] = {}  # per attempt: the GPUs that kept their memory
         self._attempt = 0
