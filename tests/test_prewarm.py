@@ -48,10 +48,14 @@ me = {
     "threads": torch.get_num_threads() if torch is not None else None,
     "sum": x.tolist() if os.environ.get("PROBE_TORCH") else None,
 }
-with open(os.path.join(os.environ["PROBE_OUT"], f"{rank}-{attempt}.json"), "w") as f:
-    json.dump(me, f)
 print(f"probe says hello", flush=True)
-if rank == os.environ.get("PROBE_FAIL_RANK") and attempt == "0":
+out = os.environ["PROBE_OUT"]
+with open(os.path.join(out, f"{rank}-{attempt}.tmp"), "w") as f:
+    json.dump(me, f)
+os.replace(os.path.join(out, f"{rank}-{attempt}.tmp"), os.path.join(out, f"{rank}-{attempt}.json"))
+if rank == os.environ.get("PROBE_FAIL_RANK") and attempt == "0":  # once every rank has said who it is
+    while len([n for n in os.listdir(out) if n.endswith("-0.json")]) < int(os.environ["WORLD_SIZE"]):
+        time.sleep(0.01)
     sys.exit(int(os.environ.get("PROBE_FAIL_CODE", "3")))
 if os.environ.get("PROBE_SLEEP"):
     time.sleep(float(os.environ["PROBE_SLEEP"]))
@@ -110,6 +114,12 @@ def _descendants(pid: int) -> set[int]:
     return found
 
 
+def _clear(tmp_path: Path) -> None:
+    """The probes' files of the run before (a failing probe waits for its attempt's)."""
+    for old in (tmp_path / "out").iterdir():
+        old.unlink()
+
+
 def _alive(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
@@ -132,6 +142,7 @@ def test_a_prewarmed_worker_is_what_the_plan_argv_makes_it(tmp_path: Path) -> No
     code, _, err = _finish(_launch(line, tmp_path, PROBE_FAIL_RANK="1"))
     assert code == 0, err
     plain = [_seen(tmp_path, r) for r in (0, 1)]
+    _clear(tmp_path)
     proc = _launch(["--prewarm", "json", *line], tmp_path, PROBE_FAIL_RANK="1")
     code, out, err = _finish(proc)
     assert code == 0, err
@@ -155,8 +166,7 @@ def test_exit_codes_sigterm_and_sigkill_of_the_launcher_leave_nothing_the_zygote
         _launch(["--prewarm", "json", "--nproc-per-node", "2", str(script)], tmp_path, PROBE_FAIL_RANK="0")
     )
     assert code == 3 and "rank 0" in err, err
-    for old in (tmp_path / "out").iterdir():
-        old.unlink()
+    _clear(tmp_path)
     proc = _launch(["--prewarm", "json", "--nproc-per-node", "2", str(script)], tmp_path, PROBE_SLEEP="60")
     wait_for(lambda: len(list((tmp_path / "out").glob("*-0.json"))) == 2, "both ranks never started")
     family = _descendants(proc.pid)
@@ -166,8 +176,7 @@ def test_exit_codes_sigterm_and_sigkill_of_the_launcher_leave_nothing_the_zygote
     assert code == 128 + signal.SIGTERM, err
     left = [(p, _cmdline(p)) for p in family if Path(f"/proc/{p}").exists()]
     assert not left
-    for old in (tmp_path / "out").iterdir():
-        old.unlink()
+    _clear(tmp_path)
     proc = _launch(["--prewarm", "json", "--nproc-per-node", "2", str(script)], tmp_path, PROBE_SLEEP="60")
     wait_for(lambda: len(list((tmp_path / "out").glob("*-0.json"))) == 2, "both ranks never started")
     family = _descendants(proc.pid)
