@@ -166,6 +166,13 @@ def test_an_exclude_file_that_cannot_be_written_or_a_fixed_size_job_exits_2_befo
     fixed = [sys.executable, "-m", "openclaw_launch", "--nproc-per-node", "1", "--exclude-file", "x.txt", "t.py"]
     p = subprocess.run(fixed, capture_output=True, text=True, cwd=tmp_path, timeout=GUARD_S)
     assert p.returncode == 2 and "needs an elastic job" in p.stderr, p.stderr
+    fixed_config = "cluster:\n  nodes:\n    - {name: n0, ip: 127.0.0.1, cpu_workers: 1}\nruntime:\n  exclude_file: "
+    keys = (("x.txt", "runtime.exclude_file: needs an elastic job"), ("[1]", "(line 5): expected a string"))
+    for value, says in keys:
+        (tmp_path / "fixed.yaml").write_text(fixed_config + value + "\n")
+        argv = [sys.executable, "-m", "openclaw_launch", "--config", "fixed.yaml", "t.py"]
+        p = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, timeout=GUARD_S)
+        assert p.returncode == 2 and says in p.stderr.replace("value for ", ""), p.stderr
 
 
 def test_validate_shows_a_gpu_whose_memory_is_held_before_the_job(tmp_path: Path) -> None:
