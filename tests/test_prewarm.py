@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 from guards import GUARD_S, wait_for
 
+from openclaw_launch.config.prewarm import prewarm_modules
 from openclaw_launch.plan.binding import numactl_argv
-from openclaw_launch.plan.prewarm import NumactlFlags, prewarm_modules, read_numactl
+from openclaw_launch.plan.prewarm import NumactlFlags, read_numactl
 from openclaw_launch.run import zygote
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -212,22 +213,23 @@ def test_an_import_that_fails_in_the_zygote_is_one_line_and_the_workers_start_ex
 
 def test_prewarm_is_refused_where_no_zygote_can_stand_for_the_command(tmp_path: Path) -> None:
     for args, words in (
-        (["--prewarm", "torch", "--no-python", "true"], "--prewarm needs a Python entry"),
+        (["--prewarm", "torch", "--no-python", "true"], "--prewarm (runtime.prewarm) needs a Python entry"),
         (["--prewarm", "torch;rm", "x.py"], "not a module name: torch;rm"),
     ):
-        proc = _launch(["plan", "--nproc-per-node", "1", *args], tmp_path)
-        code, _, err = _finish(proc)
+        code, _, err = _finish(_launch(["plan", "--nproc-per-node", "1", *args], tmp_path))
         assert code == 2 and words in err, err
-    code, out, err = _finish(
-        _launch(["plan", "--json", "--prewarm", "torch", "--nproc-per-node", "1", "x.py"], tmp_path)
-    )
+    config = "cluster:\n  nodes:\n    - name: here\n      cpu_workers: 1\nruntime:\n  prewarm: {}\n"
+    (tmp_path / "bad.yaml").write_text(config.format('"torch;rm"'))
+    code, _, err = _finish(_launch(["plan", "--config", "bad.yaml", "x.py"], tmp_path))
+    assert code == 2 and "runtime.prewarm (line 6)" in err and "not a module name: torch;rm" in err, err
+    (tmp_path / "good.yaml").write_text(config.format("[numpy, torch]"))
+    code, out, err = _finish(_launch(["plan", "--json", "--config", "good.yaml", "x.py"], tmp_path))
+    assert json.loads(out)["prewarm"]["modules"] == ["numpy", "torch"], err
+    line = ["plan", "--json", "--config", "good.yaml", "--prewarm", "torch", "x.py"]  # the flag wins
+    code, out, err = _finish(_launch(line, tmp_path))
     prewarm = json.loads(out)["prewarm"]
-    assert prewarm["modules"] == ["torch"] and prewarm["argv"][1:] == [
-        "-u",
-        "-m",
-        "openclaw_launch.run.zygote",
-        "torch",
-    ]
+    assert prewarm["modules"] == ["torch"]
+    assert prewarm["argv"][1:] == ["-u", "-m", "openclaw_launch.run.zygote", "torch"]
     assert json.loads(out)["ranks"][0]["argv"][-len(prewarm["entry"]) :] == prewarm["entry"]
 
 

@@ -281,7 +281,8 @@ _common_options: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
         "--prewarm",
         callback=lambda _ctx, _param, value: _prewarm_modules(value),
         help="Import these modules (e.g. torch, or torch,numpy) once in a zygote process and fork every worker of "
-        "every attempt from it: a restart's workers skip the imports. Python entries only; docs/plan-format.md.",
+        "every attempt from it: a restart's workers skip the imports. Python entries only; config "
+        "runtime.prewarm; docs/plan-format.md.",
     ),
     *(flag.option() for flag in FLAGS),
     click.argument("script", nargs=-1, type=click.UNPROCESSED),
@@ -289,7 +290,7 @@ _common_options: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
 
 
 def _prewarm_modules(value: str | None) -> tuple[str, ...]:
-    from openclaw_launch.plan.prewarm import prewarm_modules
+    from openclaw_launch.config.prewarm import prewarm_modules
 
     try:
         return prewarm_modules(value) if value is not None else ()

@@ -55,6 +55,8 @@ Reference (every key; ``*`` = required)::
                                 NIC nearest its GPU on PCIe (same switch, else host bridge, else
                                 NUMA node) as NCCL_IB_HCA (RDMA) or NCCL_SOCKET_IFNAME (Ethernet);
                                 no NIC found: a warning, and NCCL picks (topology/nic.py)
+      prewarm:                  module names, a list or "torch,numpy": a zygote imports them once and
+                                forks every worker (``--prewarm`` overrides it; docs/plan-format.md)
       min_nodes:                integer, with max_nodes (1 <= min_nodes < max_nodes <= the nodes
                                 listed): an elastic job (docs/elastic.md): it starts once min_nodes
                                 of the config's nodes are there, and re-forms when one is lost or arrives
@@ -180,6 +182,7 @@ class Runtime:
     hang_timeout_s: float | None = None  # --hang-timeout-s; None = off
     startup_timeout_s: float | None = None  # --startup-timeout-s; None = defaults.startup_timeout_s
     nic_binding: NicBinding = "none"  # "nearest": each GPU rank's NIC (topology/nic.py, plan/env.py)
+    prewarm: tuple[str, ...] = ()  # --prewarm: modules a zygote imports once (plan/prewarm.py)
     min_nodes: int | None = None  # elastic (agents/elastic.py): with max_nodes
     max_nodes: int | None = None
     standby_nodes: tuple[str, ...] = ()  # elastic: nodes that wait to replace a lost one

@@ -25,6 +25,7 @@ from openclaw_launch.config.model import (
     pinned_limit_problem,
     procs_per_gpu_problem,
 )
+from openclaw_launch.config.prewarm import prewarm_modules
 from openclaw_launch.config.signals import parse_signals
 from openclaw_launch.config.yaml_nodes import NAME_RE, Entry, NodeReader, given, is_null, join_path, kind_of, line_of
 from openclaw_launch.limits import (
@@ -90,6 +91,7 @@ class RuntimeReader(NodeReader):
             "hang_timeout_s": lambda e: self.seconds(e, MIN_HANG_TIMEOUT_S),
             "startup_timeout_s": lambda e: self.seconds(e, MIN_HANG_TIMEOUT_S),
             "nic_binding": lambda e: self.choice(e, NIC_BINDING_MODES),
+            "prewarm": self.module_names,
             "min_nodes": lambda e: self.integer(e, 1, MAX_WORLD_SIZE),
             "max_nodes": lambda e: self.integer(e, 1, MAX_WORLD_SIZE),
             "standby_nodes": self.node_names,
@@ -102,6 +104,22 @@ class RuntimeReader(NodeReader):
             "checkpoint_signal": self.one_signal,
             "replica_groups": lambda e: self.integer(e, 1, MAX_RANKS_PER_NODE),
         }
+
+    def module_names(self, e: Entry) -> tuple[str, ...] | None:
+        """``prewarm``: module names, a list or one string of names separated by commas (as ``--prewarm``)."""
+        if isinstance(e.value, yaml.SequenceNode):
+            items = self.sequence(e, "a list of module names") or []
+            texts = [self.text(Entry(item, item, f"{e.path}[{k}]")) for k, item in enumerate(items)]
+            text = None if any(t is None for t in texts) else ",".join(t for t in texts if t is not None)
+        else:
+            text = self.text(e, "module names")
+        if text is None:
+            return None
+        try:
+            return prewarm_modules(text)
+        except ValueError as exc:
+            self.error(e.path, e.line, str(exc))
+            return None
 
     def node_names(self, e: Entry) -> tuple[str, ...] | None:
         """``standby_nodes``: a list of node names (checked against ``cluster.nodes`` with them)."""

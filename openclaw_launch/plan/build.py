@@ -95,7 +95,8 @@ def build_plan(config: Config, topology: Topology, context: RunContext, options:
     )
     warnings += _shell_rendezvous_warnings(options.base_env, job.master_addr, job.master_port)
     entry = _entry_argv(options.entry, options.python, job)
-    prewarm = prewarm_plan(options.prewarm, options.entry.kind, entry) if options.prewarm else None
+    modules = options.prewarm or runtime.prewarm  # the flag wins over the config
+    prewarm = prewarm_plan(modules, options.entry.kind, entry) if modules else None
     if context.by_arrival and context.free_master_port is None:
         warnings.append(
             f"node rank {NODE_RANK_PLACEHOLDER} (c10d without --node-rank): this is node rank 0's plan; run takes "

@@ -62,7 +62,7 @@ class PlanOptions:
     parallel: ParallelSpec = field(default_factory=ParallelSpec)  # --tp/--pp/--dp (override the config's)
     fallback_master_addr: str | None = None  # several nodes, no address anywhere: Slurm's first host
     elastic: ElasticRange | None = None  # an elastic job: the plan is one world's
-    prewarm: tuple[str, ...] = ()  # --prewarm: modules a zygote imports once, forking the workers (plan/prewarm.py)
+    prewarm: tuple[str, ...] = ()  # --prewarm (else runtime.prewarm): modules a zygote imports once (plan/prewarm.py)
 
 
 @dataclass(frozen=True)

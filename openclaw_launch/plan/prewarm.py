@@ -1,7 +1,8 @@
-"""``--prewarm MODULE[,MODULE...]``: the plan of the zygote (run/zygote.py) that imports the
-modules once and forks every worker of every attempt from there (docs/plan-format.md, "prewarm").
+"""``--prewarm MODULE[,MODULE...]`` (``runtime.prewarm``): the plan of the zygote (run/zygote.py)
+that imports the modules once and forks every worker of every attempt from there
+(docs/plan-format.md, "prewarm"; the names' rule is config/prewarm.py's).
 
-The rule lives here, once: which names are modules, where a zygote can stand for the plan's
+The rule lives here, once: where a zygote can stand for the plan's
 command (a Python entry: ``python -u ...`` after an optional numactl prefix whose flags the worker
 applies itself), and the zygote's own command line. Each rank's ``argv`` stays what it would be
 without ``--prewarm``: the zygote's worker does exactly that (run/prewarm.py reads it back).
@@ -9,7 +10,6 @@ without ``--prewarm``: the zygote's worker does exactly that (run/prewarm.py rea
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -18,20 +18,7 @@ from openclaw_launch.topology.cpulist import parse_cpulist
 
 ZYGOTE_MODULE = "openclaw_launch.run.zygote"
 ZYGOTE_LINK_ENV = "OPENCLAW_ZYGOTE_LINK_FD"  # the zygote's end of the launcher's link (an fd it inherits)
-_MODULE_RE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 _MEM_FLAGS = {"--membind": "bind", "--preferred": "preferred"}
-
-
-def prewarm_modules(text: str) -> tuple[str, ...]:
-    """``"torch,numpy"`` -> ``("torch", "numpy")``; a name that is no module name raises ValueError."""
-    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
-    bad = [n for n in names if not _MODULE_RE.fullmatch(n)]
-    if not names or bad:
-        raise ValueError(
-            f"{text!r}: expected module names separated by commas (e.g. torch or torch,numpy)"
-            + (f"; not a module name: {', '.join(bad)}" if bad else "")
-        )
-    return names
 
 
 @dataclass(frozen=True)
@@ -48,8 +35,8 @@ def prewarm_plan(modules: Sequence[str], entry_kind: str, entry_argv: Sequence[s
     """The zygote for ranks that run ``entry_argv``; refused (exit 2) where it cannot stand for it."""
     if entry_kind == "exec" or tuple(entry_argv[1:2]) != ("-u",):
         raise PlanError(
-            "--prewarm needs a Python entry (a script or -m MODULE): with --no-python the command is "
-            "no Python the zygote could have imported for; drop --prewarm or run a Python entry"
+            "--prewarm (runtime.prewarm) needs a Python entry (a script or -m MODULE): with --no-python the "
+            "command is no Python the zygote could have imported for; drop --prewarm or run a Python entry"
         )
     python = entry_argv[0]
     return PrewarmPlan(tuple(modules), (python, "-u", "-m", ZYGOTE_MODULE, *modules), tuple(entry_argv))
