@@ -184,7 +184,7 @@ def test_the_gpu_outranks_what_the_script_said_and_a_kill_needs_the_oom_count() 
 
 def test_the_table_says_which_classes_a_restart_can_help() -> None:
     helps = {c.name for c in CLASSES if c.restart_helps}
-    assert helps == {"gpu-xid", "gpu-ecc", "node-lost", "hang", "nccl", "gloo", "fabric", "killed", "reform"}
+    assert helps == {"gpu-xid", "gpu-ecc", "node-lost", "hang", "nccl", "gloo", "fabric", "killed", "reform", "exclude"}
     assert {c.name for c in CLASSES if c.restart == CANNOT_HELP} == {"cuda-oom", "host-oom", "not-started"}
     assert all(c.restart in (CAN_HELP, MAY_HELP, CANNOT_HELP) for c in CLASSES)
     assert len(BY_NAME) == len(CLASSES)
