@@ -9,8 +9,9 @@ Two measures, for each command given (``--cmd NAME=COMMAND``, run by ``shlex.spl
 - ``sweep`` (``--sweep N``): N runs of each command, each given a SIGINT at a random time in [0, 2 x
   the slowest command's handler median]; each outcome counted: ``line`` (exit 130, no traceback:
   the launcher's), ``killed`` (ended by the signal itself, before Python handled it: a shell shows
-  130, no traceback), ``traceback`` (Python's own: the window this item is about), ``other`` (as
-  PID 1: the signal was dropped and the command ran its course).
+  130, no traceback), ``traceback`` (Python's own: the window this item is about), ``other`` (the job's
+  own stop once it runs: 130 after its summary lines; the floor's handler; as PID 1 also a dropped
+  signal: the command ran its course).
 
 The commands take turns, run by run. ``--load N`` runs N busy processes meanwhile (a loaded host,
 as the PID 1 finding's 0.15 s).
@@ -62,7 +63,7 @@ def _catches_sigterm(pid: int) -> bool:
 
 
 def _start(argv: list[str], pid1: bool) -> subprocess.Popen[bytes]:
-    prefix = ["unshare", "--pid", "--fork", "--mount-proc"] if pid1 else []
+    prefix = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc"] if pid1 else []
     return subprocess.Popen(prefix + argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
