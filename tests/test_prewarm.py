@@ -57,6 +57,8 @@ os.replace(os.path.join(out, f"{rank}-{attempt}.tmp"), os.path.join(out, f"{rank
 if rank == os.environ.get("PROBE_FAIL_RANK") and attempt == "0":  # once every rank has said who it is
     while len([n for n in os.listdir(out) if n.endswith("-0.json")]) < int(os.environ["WORLD_SIZE"]):
         time.sleep(0.01)
+    while os.environ.get("PROBE_GO") and not os.path.exists(os.environ["PROBE_GO"]):
+        time.sleep(0.01)
     sys.exit(int(os.environ.get("PROBE_FAIL_CODE", "3")))
 if os.environ.get("PROBE_SLEEP"):
     time.sleep(float(os.environ["PROBE_SLEEP"]))
@@ -92,7 +94,8 @@ def _finish(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
 
 
 def _seen(tmp_path: Path, rank: int, attempt: int = 0) -> dict[str, object]:
-    return json.loads((tmp_path / "out" / f"{rank}-{attempt}.json").read_text())  # type: ignore[no-any-return]
+    seen: dict[str, object] = json.loads((tmp_path / "out" / f"{rank}-{attempt}.json").read_text())
+    return seen
 
 
 def _descendants(pid: int) -> set[int]:
@@ -209,6 +212,24 @@ def test_an_import_that_fails_in_the_zygote_is_one_line_and_the_workers_start_ex
     assert code == 0, err
     assert err.count("--prewarm off: import no_such_module_here failed in the zygote") == 1, err
     assert ZYGOTE_ARGV not in " ".join(_seen(tmp_path, 1)["cmdline"])  # type: ignore[arg-type]
+
+
+def test_a_zygote_gone_mid_run_is_one_line_and_the_restart_starts_exec_d(tmp_path: Path) -> None:
+    script = _probe(tmp_path)
+    go = tmp_path / "go"
+    line = ["--prewarm", "json", "--nproc-per-node", "2", "--max-restarts", "1", str(script)]
+    proc = _launch(line, tmp_path, PROBE_FAIL_RANK="1", PROBE_GO=str(go))
+    wait_for(lambda: len(list((tmp_path / "out").glob("*-0.json"))) == 2, "both ranks never started")
+    workers = {_seen(tmp_path, rank)["pid"] for rank in (0, 1)}  # forked: the zygote's cmdline too
+    zygote_pid = next(p for p in _descendants(proc.pid) - workers if ZYGOTE_ARGV in _cmdline(p))
+    os.kill(zygote_pid, signal.SIGKILL)
+    wait_for(lambda: not _alive(zygote_pid), "the zygote was never collected")
+    go.touch()
+    code, _, err = _finish(proc)
+    assert code == 0, err
+    assert err.count(f"--prewarm off: the zygote (pid {zygote_pid}) ended with -9") == 1, err
+    for rank in (0, 1):
+        assert ZYGOTE_ARGV not in " ".join(_seen(tmp_path, rank, 1)["cmdline"])  # type: ignore[arg-type]
 
 
 def test_prewarm_is_refused_where_no_zygote_can_stand_for_the_command(tmp_path: Path) -> None:

@@ -139,13 +139,15 @@ class Zygote:
             self._unusable(f"the zygote (pid {self.pid}) ended with {self._proc.returncode}")
 
     def close(self) -> None:
-        """Close the link (the zygote exits at EOF) and collect it; SIGKILL after a short wait."""
+        """Close the link (a zygote that serves exits at EOF) and collect it; SIGKILL after a short
+        wait, or at once while it still imports (it reads no link then, and holds nothing)."""
         self._link.close()
         if self._reaped:
             return
-        with contextlib.suppress(subprocess.TimeoutExpired, ChildProcessError):
-            self._proc.wait(CLOSE_TIMEOUT_S)
-            return
+        if self._ready:
+            with contextlib.suppress(subprocess.TimeoutExpired, ChildProcessError):
+                self._proc.wait(CLOSE_TIMEOUT_S)
+                return
         with contextlib.suppress(ProcessLookupError, ChildProcessError):
             self._proc.kill()
             self._proc.wait()

@@ -56,8 +56,7 @@ class WorkerJob:
 def main(modules: Sequence[str]) -> int:
     link = socket.socket(fileno=int(os.environ.pop(ZYGOTE_LINK_ENV)))
     problem = _prewarm(modules)
-    _send(link, {"ready": problem is None, "problem": problem})
-    if problem is not None:
+    if not _send(link, {"ready": problem is None, "problem": problem}) or problem is not None:
         return 0
     job = _serve(link)
     if job is None:
@@ -115,7 +114,8 @@ def _serve(link: socket.socket) -> WorkerJob | None:
         try:
             problem = unsafe_to_fork()
             if problem is not None:
-                _send(link, {"pid": None, "problem": problem})
+                if not _send(link, {"pid": None, "problem": problem}):
+                    return None
                 continue
             pid_or_job = _fork_worker(link, request, fds)
         finally:
@@ -124,10 +124,9 @@ def _serve(link: socket.socket) -> WorkerJob | None:
                     os.close(fd)
         if isinstance(pid_or_job, WorkerJob):
             return pid_or_job
-        if isinstance(pid_or_job, str):
-            _send(link, {"pid": None, "problem": pid_or_job})
-        else:
-            _send(link, {"pid": pid_or_job, "problem": None})
+        answer = {"pid": None, "problem": pid_or_job} if isinstance(pid_or_job, str) else {"pid": pid_or_job}
+        if not _send(link, answer):
+            return None
 
 
 def _fork_worker(link: socket.socket, request: dict[str, Any], fds: list[int]) -> int | str | WorkerJob:
@@ -257,8 +256,13 @@ def _loaded_openblas() -> list[ctypes.CDLL]:
     return [ctypes.CDLL(p) for p in sorted(paths)]
 
 
-def _send(link: socket.socket, message: Mapping[str, Any]) -> None:
-    link.sendall((json.dumps(message) + "\n").encode())
+def _send(link: socket.socket, message: Mapping[str, Any]) -> bool:
+    """False: the launcher is gone (the zygote then ends quietly)."""
+    try:
+        link.sendall((json.dumps(message) + "\n").encode())
+    except OSError:
+        return False
+    return True
 
 
 def _receive(link: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
