@@ -31,7 +31,10 @@ class DroppedDatagrams:
         metadata=doc("failed the check: types, finite numbers, bounds, sizes, names, or another rank's number")
     )
     not_rank_process: int = field(
-        metadata=doc("sent by a process other than the one the launcher started for the rank (a forked child)")
+        metadata=doc(
+            "sent by a process other than the one the launcher started for the rank (a forked child), or without "
+            "the run's token (`OPENCLAW_TELEMETRY_TOKEN`: credentials forged with CAP_SYS_ADMIN)"
+        )
     )
     over_rate: int = field(metadata=doc("above the rank's rate limit (stats/inbox.py: `RATE_PER_S`, `BURST`)"))
 
