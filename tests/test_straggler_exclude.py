@@ -21,8 +21,10 @@ from guards import GUARD_S, wait_for
 from host import free_port, listening
 
 from openclaw_launch import exit_codes
+from openclaw_launch.agents.fate import AgentOptions, Fate
 from openclaw_launch.agents.straggler_actions import StragglerActions
 from openclaw_launch.agents.straggler_policy import Exclude, StragglerSettings
+from openclaw_launch.report.membership import Exclusion
 from openclaw_launch.stats.judged import Judged
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -203,3 +205,51 @@ def test_the_config_key_is_refused_with_its_line_when_the_job_is_not_elastic(tmp
     config.write_text(CONFIG.replace("exclude", "exclude\n  straggler_intervals: 1"))
     done = plan("--config", str(config), "--node", "node0")
     assert done.returncode == 2 and "runtime.straggler_intervals (line 8)" in done.stderr, done.stderr
+
+
+class FakeAgent:
+    """What StragglerActions uses of the elastic agent (straggler_actions.ExcludingAgent)."""
+
+    def __init__(self, nodes: tuple[str, ...]) -> None:
+        self.is_host = True
+        self.opt = AgentOptions("127.0.0.1", 1, nodes)
+        self.exclusions: list[Exclusion] = []
+        self.asked: list[tuple[int, str]] = []
+        self.taken: list[tuple[int, str, str, float | None]] = []
+
+    @property
+    def elastic_link(self) -> FakeAgent:
+        return self
+
+    def ask_exclude(self, node_rank: int, fate: str) -> None:
+        self.asked.append((node_rank, fate))
+
+    def take_out(self, node_rank: int, reason: str, evidence: str, step_time_before_s: float | None = None) -> None:
+        self.taken.append((node_rank, reason, evidence, step_time_before_s))
+        self.exclusions.append(Exclusion("h1", "h1", reason, evidence, 0, 0.0, step_time_before_s))
+
+
+def test_node_0_asks_takes_out_and_completes_the_record_and_a_refusal_starts_the_count_again() -> None:
+    lines: list[str] = []
+    settings = StragglerSettings(policy="exclude", intervals=2, cooldown_intervals=1)
+    actions = StragglerActions(settings, lines.append, lambda pid, sig: None)
+    agent = FakeAgent(("node0", "node1", "node2"))
+    slow = Judged(0, True, 0.08, "node1", 1, 1, 70.0, "input", "input")
+    actions.observe(slow, agent)
+    actions.observe(slow, agent)
+    assert [rank for rank, _ in agent.asked] == [1] and "taking node node1 (node rank 1) out" in lines[-1]
+    actions.refused("1 node(s) would be left")
+    assert "node node1 stays: 1 node(s) would be left" in lines[-1]
+    actions.observe(slow, agent)  # the count starts again: one interval is not enough
+    assert len(agent.asked) == 1
+    actions.observe(slow, agent)
+    fate = Fate.from_json(agent.asked[-1][1])
+    assert len(agent.asked) == 2 and fate.kind == "exclude" and fate.node == "node1"
+    actions.fate_came(fate, agent)
+    [(rank, reason, evidence, before)] = agent.taken
+    assert (rank, reason, before) == (1, "straggler", 0.08) and "2 live intervals in a row" in evidence
+    assert actions.observe(slow, agent) is None  # the stopping world's last lines do not count
+    agent.opt = AgentOptions("127.0.0.1", 1, ("node0", "node1", "node2"))  # a standby took rank 1
+    verified = actions.observe(Judged(1, True, 0.02), agent)
+    assert verified is not None and agent.exclusions[0].step_time_after_s == 0.02
+    assert "a standby holds its node rank 1 (node node1)" in lines[-1] and "verified" in lines[-1]
