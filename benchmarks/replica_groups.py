@@ -119,7 +119,9 @@ def one_run(launcher: str, args: argparse.Namespace) -> dict[str, object]:
         rejoin_t = next(t for _, t, a in steps(marks, 1) if a == 1)
         time.sleep(args.after_s)
         end_t = rejoin_t + args.after_s
-        (marks / "stop").touch()
+        last = max((step for step, _, _ in steps(marks, 0)), default=0)
+        (marks / ".stop").write_text(str(last + 5))  # every group ends after the same step
+        (marks / ".stop").replace(marks / "stop")
         for p in procs[::-1]:
             if p is not procs[0] or launcher == "ours":
                 p.wait(timeout=GUARD_S)

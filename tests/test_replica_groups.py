@@ -47,6 +47,12 @@ def _step(marks: Path, group: int) -> tuple[int, int]:
     return int(step), int(attempt)
 
 
+def _stop_after(marks: Path, step: int) -> None:
+    """Every group ends after ``step`` (tests/torchft_groups_worker.py reads D/stop)."""
+    (marks / ".stop").write_text(str(step))
+    (marks / ".stop").replace(marks / "stop")
+
+
 def _steps(marks: Path, group: int) -> list[tuple[int, float, int]]:
     """Every committed step of the group: (step, the worker's monotonic time, attempt)."""
     lines = (marks / f"steps-g{group}-r0.log").read_text().splitlines()
@@ -80,7 +86,7 @@ def test_a_killed_group_restarts_while_the_other_keeps_stepping(tmp_path: Path) 
         os.kill(int((marks / "pid-g1-r0-a0").read_text()), signal.SIGKILL)
         at_kill = _step(marks, 0)[0]
         back = wait_for(lambda: _step(marks, 1) if _step(marks, 1)[1] == 1 else None, "group 1 to step again")
-        (marks / "stop").touch()
+        _stop_after(marks, back[0] + 3)
         _, stderr = launcher.communicate(timeout=GUARD_S)
     finally:
         launcher.kill()
@@ -128,6 +134,20 @@ def test_nothing_outlives_a_killed_launcher(tmp_path: Path) -> None:
     finally:
         launcher.kill()
         launcher.wait()
+
+
+@needs_torch
+@needs_torchft
+def test_a_group_that_fails_for_good_leaves_the_others_and_names_the_exit_code(tmp_path: Path) -> None:
+    """Group 1 fails with no restart left: group 0 trains on alone to its end (its quorum shrinks),
+    and the job then exits with group 1's code."""
+    line = ["--nproc-per-node", "2", "--replica-groups", "2", WORKER, "--mark-dir", str(tmp_path)]
+    proc = _launcher(*line, "--steps", "10", "--fail-group", "1")
+    assert proc.returncode == 3, proc.stderr[-4000:]
+    assert "replica group 1 ended with exit code 3" in proc.stderr
+    assert "replica group 0: exit 0, 1 attempt(s)" in proc.stderr
+    assert "replica group 1: exit 3, 1 attempt(s)" in proc.stderr
+    assert "[group 0] [rank 0] torchft group 0 steps 10" in proc.stdout
 
 
 @needs_torchft

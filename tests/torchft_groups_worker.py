@@ -9,8 +9,9 @@ fut._fut``) when the peer group dies during that allreduce, so the surviving gro
 For the tests and benchmarks/replica_groups.py: ``--mark-dir D`` writes D/pid-gG-rR-aA (its pid,
 once), D/lighthouse (TORCHFT_LIGHTHOUSE), and after every committed step D/step-gG-rR (``STEP
 MONOTONIC_TIME ATTEMPT``, replaced atomically) and a line of the same in D/steps-gG-rR.log. It steps
-every ``--step-s`` seconds until D/stop exists (or ``--steps N`` are made), then prints ``torchft
-group G steps N`` and exits 0."""
+every ``--step-s`` seconds until the step D/stop names (or ``--steps N``) is made, then prints
+``torchft group G steps N`` and exits 0: every group ends after the same step, none is left in a
+step whose peer is gone. ``--fail-group G``: group G's ranks exit 3 at once."""
 
 from __future__ import annotations
 
@@ -30,6 +31,13 @@ def _arg(name: str, default: str) -> str:
     return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
 
 
+def _stop_step(marks: Path) -> int:
+    try:
+        return int((marks / "stop").read_text())
+    except (OSError, ValueError):  # not there yet (or being written)
+        return sys.maxsize
+
+
 def main() -> int:
     marks = Path(_arg("--mark-dir", "."))
     max_steps = int(_arg("--steps", "1000000"))
@@ -38,6 +46,8 @@ def main() -> int:
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     (marks / f"pid-g{group}-r{rank}-a{attempt}").write_text(str(os.getpid()))
     (marks / "lighthouse").write_text(os.environ["TORCHFT_LIGHTHOUSE"])
+    if _arg("--fail-group", "") == str(group):  # a group that cannot start: its launcher's restarts are spent
+        return 3
     model = nn.Linear(8, 2)
     optimizer: optim.Optimizer | None = None
 
@@ -62,7 +72,7 @@ def main() -> int:
     optimizer = Optimizer(manager, optim.AdamW(ddp.parameters()))
     step_file, tmp = marks / f"step-g{group}-r{rank}", marks / f".step-g{group}-r{rank}"
     log = (marks / f"steps-g{group}-r{rank}.log").open("a", buffering=1)
-    while manager.current_step() < max_steps and not (marks / "stop").exists():
+    while manager.current_step() < min(max_steps, _stop_step(marks)):
         inputs, labels = torch.randn(16, 8), torch.randint(0, 2, (16,))
         optimizer.zero_grad()
         nn.functional.cross_entropy(ddp(inputs), labels).backward()
