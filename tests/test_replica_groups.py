@@ -202,3 +202,30 @@ def test_without_torchft_replica_groups_are_one_line(tmp_path: Path) -> None:
     assert proc.returncode == 2, proc.stderr
     assert "needs torchft" in proc.stderr and "pip install" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_each_gpu_group_sees_only_its_gpus() -> None:
+    """The pure cut on a recorded 4-GPU shape (no torchft needed): group 1's ranks see GPUs 2 and 3 only,
+    each its own by index, as torchft's README gives each group's torchrun ``CUDA_VISIBLE_DEVICES``;
+    each group has its own statistics socket, slots numbered within it."""
+    from test_plan import config, dgx, node_from, plan_for, uuid
+
+    from openclaw_launch.plan.context import run_context
+    from openclaw_launch.plan.replica_groups import plan_replica_groups
+
+    topo = dgx(n=4)
+    plan = plan_for(config(node_from(topo)), topo, telemetry_mode="hooks")
+    contexts = [run_context(f"r-g{g}", "/tmp", None) for g in range(2)]
+    groups = plan_replica_groups(plan, 2, contexts, [29600, 29601], "/env/bin/torchft_lighthouse", 29510)
+    first, second = groups.groups
+    assert [r.gpu_uuid for r in second.ranks] == [uuid(2), uuid(3)]
+    assert [r.env["CUDA_VISIBLE_DEVICES"] for r in second.ranks] == [f"{uuid(2)},{uuid(3)}"] * 2
+    assert [r.env["OPENCLAW_CUDA_DEVICE_INDEX"] for r in second.ranks] == ["0", "1"]
+    assert [(r.env["RANK"], r.env["LOCAL_RANK"], r.env["MASTER_PORT"]) for r in second.ranks] == [
+        ("0", "0", "29601"),
+        ("1", "1", "29601"),
+    ]
+    assert {r.env["TORCHFT_LIGHTHOUSE"] for p in groups.groups for r in p.ranks} == {"http://10.0.0.1:29510"}
+    assert groups.lighthouse.argv[-2:] == ("--bind", "0.0.0.0:29510")
+    assert first.telemetry_socket != second.telemetry_socket
+    assert [r.env["OPENCLAW_TELEMETRY_SLOT"] for r in second.ranks] == ["0", "1"]
