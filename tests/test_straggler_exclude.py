@@ -102,6 +102,8 @@ def test_three_nodes_and_a_standby_the_slow_node_is_taken_out_and_replaced(tmp_p
     assert excluded["reason"] == "straggler" and "live intervals in a row" in excluded["evidence"]
     assert excluded["step_time_before_s"] > excluded["step_time_after_s"] > 0
     assert history[0]["failure"]["failure_class"] == "exclude"  # no failure: its own class
+    [once] = json.loads((tmp_path / "a-job.json").read_text())["exclusions"]  # every node's record, one entry
+    assert once["step_time_after_s"] == excluded["step_time_after_s"]  # the first node's: it verified it
 
 
 @pytest.mark.usefixtures("served_agent_stores")

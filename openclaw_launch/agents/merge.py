@@ -7,7 +7,7 @@ and rank), and every other key of a node's report aggregated as docs/report-form
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -20,6 +20,7 @@ from openclaw_launch.stats.verdict import RankFacts, find_stragglers, fixed_only
 
 if TYPE_CHECKING:
     from openclaw_launch.plan.model import LaunchPlan
+    from openclaw_launch.report.membership import Exclusion
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,7 @@ def merge_reports(
         stragglers=stragglers,
         hang=next((rep.hang for rep in reports if rep.hang is not None), None),
         ranks=tuple(ranks),
-        exclusions=tuple(dict.fromkeys(x for rep in reports for x in rep.exclusions)),
+        exclusions=_each_once(x for rep in reports for x in rep.exclusions),
         scope=JOB_SCOPE,
         nodes=tuple(NodeSummary(rep.node, rep.exit_code, rep.attempts, rep.signal_received) for rep in reports),
         missing_nodes=tuple(n for n in nodes if n not in got),
@@ -108,6 +109,15 @@ def merge_reports(
         step_imbalance=step_imbalance,
         memory_asymmetry=memory.asymmetry([m for p in payloads for m in p.memory]),
     )
+
+
+def _each_once(exclusions: Iterable[Exclusion]) -> tuple[Exclusion, ...]:
+    """Each node taken out once, by (node, world, reason): the first node's record first (only it knows
+    a straggler exclusion's step time after, agents/straggler_actions.py)."""
+    kept: dict[tuple[str, int, str], Exclusion] = {}
+    for x in exclusions:
+        kept.setdefault((x.node, x.world, x.reason), x)
+    return tuple(kept.values())
 
 
 def _attempts(reports: Sequence[NodeReport], fate_nodes: Mapping[int, str]) -> tuple[AttemptEntry, ...]:
