@@ -107,11 +107,13 @@ def test_a_killed_group_restarts_while_the_other_keeps_stepping(tmp_path: Path) 
     assert not listening(int((marks / "lighthouse").read_text().rsplit(":", 1)[1]))  # the lighthouse is gone
 
 
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 @needs_torch
 @needs_torchft
-def test_nothing_outlives_a_killed_launcher(tmp_path: Path) -> None:
+def test_nothing_outlives_the_launcher(tmp_path: Path, sig: signal.Signals) -> None:
     """SIGKILL to the launcher of the groups: its group launchers die with it (their guardians end
-    the workers), and so does the lighthouse."""
+    the workers), and so does the lighthouse. SIGTERM: it stops every group, then the lighthouse,
+    and exits 143."""
     marks = tmp_path / "marks"
     marks.mkdir()
     launcher = subprocess.Popen(
@@ -119,21 +121,26 @@ def test_nothing_outlives_a_killed_launcher(tmp_path: Path) -> None:
         + [WORKER, "--mark-dir", str(marks)],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         started = [marks / "pid-g0-r0-a0", marks / "pid-g1-r0-a0", marks / "lighthouse"]
         wait_for(lambda: all(p.exists() for p in started), "both groups' workers to start")
         port = int((marks / "lighthouse").read_text().rsplit(":", 1)[1])
         wait_for(lambda: listening(port), "the lighthouse to listen")
-        launcher.kill()
-        launcher.wait()
+        launcher.send_signal(sig)
+        _, stderr = launcher.communicate(timeout=GUARD_S)
         pids = [int(p.read_text()) for p in marks.glob("pid-*")]
         wait_for(lambda: not [p for p in pids if _alive(p)], lambda: f"the workers {pids} to be gone")
         wait_for(lambda: not listening(port), "the lighthouse to be gone")
     finally:
         launcher.kill()
-        launcher.wait()
+        launcher.communicate()
+    assert launcher.returncode == (-signal.SIGKILL if sig == signal.SIGKILL else 143), stderr[-4000:]
+    if sig == signal.SIGTERM:
+        assert "received SIGTERM: stopping 2 replica group(s)" in stderr
+        assert "replica group 1: exit 143" in stderr
 
 
 @needs_torch
