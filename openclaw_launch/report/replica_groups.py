@@ -35,7 +35,9 @@ class GroupEntry:
     exit_code: int = field(metadata=doc("the group launcher's exit code"))
     attempts: int = field(metadata=doc("attempts it ran (1 + its restarts)"))
     steps: int = field(metadata=doc("steps over every attempt (`progress.steps` summed)"))
-    progress: GroupProgress | None = field(metadata=doc("per attempt and restart; null: the group launcher died"))
+    progress: GroupProgress | None = field(
+        metadata=doc("per attempt and restart; null: its launcher wrote none (it did not start its workers, or died)")
+    )
     report: str | None = field(metadata=doc("the group's own node report (`--report` with `-gG`); null: none"))
 
 
@@ -64,7 +66,9 @@ def summary_line(entry: GroupEntry) -> str:
     text = f"replica group {entry.group}: exit {entry.exit_code}, {entry.attempts} attempt(s)"
     text += f" ({restarts} restart(s))" if restarts else ""
     if entry.progress is None:
-        return text + ", its launcher died"
+        return text + ", no account from its launcher (it did not start its workers, or died)"
+    if not entry.steps:  # the statistics count optimizer steps (or telemetry.step())
+        return text + ", no step seen (--telemetry off, or no optimizer step)"
     text += f", {entry.steps} step(s)"
     if entry.progress.rejoin_s:
         text += ", stepping again " + ", ".join(f"{s:.1f} s" for s in entry.progress.rejoin_s) + " after a failure"
