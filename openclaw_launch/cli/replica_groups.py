@@ -23,6 +23,8 @@ from openclaw_launch.plan.replica_groups import (
     replica_groups_problem,
 )
 
+MAX_PORT = 65535
+
 if TYPE_CHECKING:
     from openclaw_launch.config.model import Config
     from openclaw_launch.plan.model import LaunchPlan
@@ -56,6 +58,7 @@ def check_before_meeting(r: RunOptions, inputs: Inputs, elastic: bool) -> None:
             param_hint="--replica-groups",
         )
     nnodes = len(inputs.config.nodes) if inputs.config is not None else inputs.want.nnodes or 1
+    # the node's ranks are known once the plan is built: K dividing them is checked then
     problem = replica_groups_problem(groups, groups, nnodes, elastic or inputs.want.elastic is not None)
     if problem is not None:
         raise click.BadParameter(problem, param_hint="--replica-groups")
@@ -81,6 +84,12 @@ def replica_groups(
     contexts = [run_context(f"{plan.run_id}-g{g}", tempfile.gettempdir(), pid, c.tr.log_dir) for g in range(groups)]
     given = inputs.want.master_port if inputs.want.master_port is not None else config.runtime.master_port
     if given is not None and given != FREE_PORT:  # torchft's torchx recipe: group G at PORT+G
+        if given + groups - 1 > MAX_PORT:
+            raise click.BadParameter(
+                f"{groups} groups take MASTER_PORT {given}..{given + groups - 1}, beyond {MAX_PORT}: give a lower "
+                "--master-port (or runtime.master_port)",
+                param_hint="--replica-groups",
+            )
         ports: list[int | None] = [given + g for g in range(groups)]
     elif at_run:  # group 0 keeps the node's free port; the others draw theirs, held as it is
         ports = [plan.master_port, *(free_port() for _ in range(groups - 1))]
