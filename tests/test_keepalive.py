@@ -52,6 +52,11 @@ class Counted:
         self._count(*keys, *values)
         return values
 
+    def get_counters(self, keys: Sequence[str]) -> list[str]:
+        values = self.store.get_counters(keys)
+        self._count(*keys, *values)
+        return values
+
 
 @pytest.fixture(scope="module")
 def stores() -> Iterator[tuple[AgentStore, AgentStore]]:
@@ -65,7 +70,7 @@ def world(host: AgentStore, scope: str, nnodes: int) -> AgentStore:
     """A world of ``nnodes`` nodes whose counters are set (agents/meeting.py sets them at 0)."""
     scoped = host.within(scope)
     for rank in range(nnodes):
-        scoped.set(beat_key(rank), "0")
+        scoped.set_counter(beat_key(rank), 0)
     return scoped
 
 

@@ -23,13 +23,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from openclaw_launch.agents.store import SECRET_ENV  # the job's secret: in no fingerprint, never published
 from openclaw_launch.config.model import Config
 from openclaw_launch.plan.env import NIC_ENV, PER_RANK_ENV, common_env
 from openclaw_launch.plan.model import LaunchPlan
 from openclaw_launch.run.gpu_memory import NVML_RECORDING_ENV
 
 UNSET = "<unset>"
-SECRET_ENV = "OPENCLAW_JOB_SECRET"  # the job's secret (agents/liveness.py): in no fingerprint, never published
 #: The launcher's own variables that differ by node by design (a standby is one node's role; the tests'
 #: recorded NVML is one node's hardware, run/gpu_memory.py), never compared.
 _NOT_COMPARED = frozenset({SECRET_ENV, "OPENCLAW_STANDBY", NVML_RECORDING_ENV})

@@ -43,6 +43,7 @@ class KeepAliveStore(Protocol):
     def has(self, keys: Sequence[str]) -> bool: ...
     def add(self, key: str, amount: int) -> int: ...
     def get_many(self, keys: Sequence[str]) -> list[str]: ...
+    def get_counters(self, keys: Sequence[str]) -> list[str]: ...
 
 
 def beat_key(rank: int) -> str:
@@ -88,7 +89,7 @@ class KeepAlive:
         if not self.watched:
             return []
         if self.is_watcher:
-            counters = store.get_many([beat_key(r) for r in self.watched])
+            counters = store.get_counters([beat_key(r) for r in self.watched])
         else:
             counters = [str(store.add(beat_key(WATCHER), 0))]
         found = []

@@ -95,7 +95,7 @@ def meet(
 
     Only node 0 reads every node's fingerprint (about 2 kB each): when every node read every one,
     the store sent N times N of them (36 MB at 128 nodes, 150 GB at 8 192; issue 29)."""
-    store.set(f"hb/{me}", "0")
+    store.set_counter(f"hb/{me}", 0)
     store.set(f"fp/{me}", json.dumps({"node": name, "fingerprint": dict(fingerprint)}))
     verdict = _compare(store, nodes, timeout_s, say) if me == 0 else _verdict(store, len(nodes), timeout_s, say)
     if verdict.get("warned"):

@@ -3,6 +3,13 @@ its own port (not MASTER_PORT). torch is imported here and only here, only by th
 hosts it: the other nodes' agents are clients in the standard library (agents/tcpstore_client.py),
 and a one-node launch never pays for it.
 
+TCPStore has no authentication. With ``OPENCLAW_JOB_SECRET`` on every node, every text value the
+agents write carries an HMAC-SHA256 of its key and text under the job's secret (``sealed``), and a
+value read without one that matches stops the node with one line naming the key: a client without
+the secret can still read every value, overwrite or delete one (the job stops) and add to the
+counters (``add``: arrivals, keep-alives), but forges no verdict, fate, fingerprint, claim or port
+(docs/multinode.md, "Who may speak to the agents' store").
+
 Who hosts it: node rank 0 when the ranks are given; for node ranks by arrival (c10d without
 ``--node-rank``), torchrun's c10d rule: a launcher whose host is the endpoint's (``localhost``, a
 loopback address, or one of this host's names and addresses) tries to listen, and becomes a client
@@ -16,7 +23,7 @@ import copy
 import errno
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -133,11 +140,14 @@ def open_store(addr: str, port: int, host: bool | None, timeout_s: float) -> Age
 
 class AgentStore:
     """Keys are namespaced (``PREFIX`` + ``scope`` + key; an elastic job's worlds each have a scope of
-    their own, agents/elastic.py); values are text. Blocking calls: use from one thread at a time."""
+    their own, agents/elastic.py); values are text, sealed under the job's secret when there is one
+    (counters are not: ``add``, ``set_counter``, ``get_counters``). Blocking calls: use from one
+    thread at a time."""
 
     def __init__(self, addr: str, port: int, is_host: bool, timeout_s: float) -> None:
         self.addr, self.port, self.is_host = addr, port, is_host
         self.scope = ""
+        self._seal_key = _seal_key(os.environ)
         self._listener: socket.socket | None = None
         try:
             if is_host:  # the host listens on every interface
@@ -183,21 +193,77 @@ class AgentStore:
         self._store.set_timeout(timedelta(seconds=seconds))
 
     def set(self, key: str, value: str) -> None:
-        self._store.set(PREFIX + self.scope + key, value.encode())
+        full = PREFIX + self.scope + key
+        self._store.set(full, self._sealed(full, value.encode()))
 
     def get(self, key: str) -> str:
-        return bytes(self._store.get(PREFIX + self.scope + key)).decode()
+        full = PREFIX + self.scope + key
+        return self._opened(full, bytes(self._store.get(full)))
 
     def has(self, keys: Sequence[str]) -> bool:
         return bool(self._store.check([PREFIX + self.scope + k for k in keys]))
 
     def first(self, key: str, value: str) -> str:
         """Set ``key`` unless it is set; return what it holds now (the first writer wins)."""
-        return bytes(self._store.compare_set(PREFIX + self.scope + key, "", value.encode())).decode()
+        full = PREFIX + self.scope + key
+        return self._opened(full, bytes(self._store.compare_set(full, "", self._sealed(full, value.encode()))))
 
     def add(self, key: str, amount: int) -> int:
         """Add to a counter (created at 0); the new value: one number per caller, in call order."""
         return int(self._store.add(PREFIX + self.scope + key, amount))
 
-    def get_many(self, keys: Sequence[str]) -> list[str]:
+    def set_counter(self, key: str, value: int) -> None:
+        """A counter's first value (``add`` goes on from it): never sealed, a number to the store."""
+        self._store.set(PREFIX + self.scope + key, str(value).encode())
+
+    def get_counters(self, keys: Sequence[str]) -> list[str]:
+        """Counters (``add``, ``set_counter``) as the store holds them: not sealed."""
         return [bytes(v).decode() for v in self._store.multi_get([PREFIX + self.scope + k for k in keys])]
+
+    def get_many(self, keys: Sequence[str]) -> list[str]:
+        full = [PREFIX + self.scope + k for k in keys]
+        return [self._opened(f, bytes(v)) for f, v in zip(full, self._store.multi_get(full), strict=True)]
+
+    def _sealed(self, full_key: str, value: bytes) -> bytes:
+        """``value`` as stored: with the job's secret, ``SEAL`` + the MAC of key and value + a space first."""
+        return value if self._seal_key is None else SEAL + _mac(self._seal_key, full_key, value) + b" " + value
+
+    def _opened(self, full_key: str, stored: bytes) -> str:
+        """The text of a stored value; with the job's secret, only when its MAC is this job's."""
+        if self._seal_key is None:
+            return stored.decode()
+        import hmac
+
+        head, _, value = stored.partition(b" ")
+        if not (
+            head.startswith(SEAL) and hmac.compare_digest(head[len(SEAL) :], _mac(self._seal_key, full_key, value))
+        ):
+            raise AgentError(
+                f"the agents' store at {self.addr}:{self.port} holds {full_key[len(PREFIX) :]!r} without this job's "
+                f"seal: written by a client without {SECRET_ENV}, or a node has another; set the same {SECRET_ENV} "
+                'on every node (docs/multinode.md, "Who may speak to the agents\' store")'
+            )
+        return value.decode()
+
+
+#: What a sealed value starts with (the MAC's version).
+SEAL = b"sealed1:"
+#: The job's secret (agents/liveness.py, and these seals); in no fingerprint, never published.
+SECRET_ENV = "OPENCLAW_JOB_SECRET"
+
+
+def _seal_key(environ: Mapping[str, str]) -> bytes | None:
+    """The values' key from ``OPENCLAW_JOB_SECRET`` (agents/liveness.py's ``JobKey``), None without it."""
+    text = environ.get(SECRET_ENV)
+    if not text:
+        return None
+    from openclaw_launch.agents.liveness import JobKey
+
+    return JobKey.of(text, False).key
+
+
+def _mac(key: bytes, full_key: str, value: bytes) -> bytes:
+    import hashlib
+    import hmac
+
+    return hmac.new(key, b"openclaw-store/1\0" + full_key.encode() + b"\0" + value, hashlib.sha256).hexdigest().encode()
