@@ -50,7 +50,7 @@ def test_the_handlers_are_in_before_site_only_with_dash_s(tmp_path: Path, entry:
     launcher still finds its site-packages (click) and runs; under ``-m`` site runs first (the
     window docs/container.md gives)."""
     (tmp_path / "sitecustomize.py").write_text(SITE_SPY)
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}  # the spy first
     p = subprocess.run(
         [sys.executable, *entry, "--nproc-per-node", "1", "--no-python", "true"],
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=GUARD_S,
