@@ -11,6 +11,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -61,7 +62,8 @@ def job(tmp_path: Path, nnodes: str, nodes: Mapping[str, Mapping[str, str]], ste
     ckpt = str(tmp_path / "ckpt")
     line = [*elastic_line(port, nnodes), *POLICY]
     work = [WORKER, "--steps", str(steps), "--ckpt", ckpt]
-    procs = {"a": launcher([*line, "--report", str(tmp_path / "a.json"), *work], tmp_path, "a")}
+    host = ["--report", str(tmp_path / "a.json"), "--exclude-file", str(tmp_path / "exclude.txt")]
+    procs = {"a": launcher([*line, *host, *work], tmp_path, "a")}
     wait_for(lambda: listening(port), "the host never listened", poll_s=0.05)
     try:
         for name, env in nodes.items():
@@ -100,6 +102,8 @@ def test_three_nodes_and_a_standby_the_slow_node_is_taken_out_and_replaced(tmp_p
     assert [h["membership"]["world_size"] for h in history] == [3, 3]
     [excluded] = history[1]["membership"]["excluded"]
     assert excluded["reason"] == "straggler" and "live intervals in a row" in excluded["evidence"]
+    assert "the next world: no straggler" in excluded["evidence"] or "the next world: straggler" in excluded["evidence"]
+    assert socket.gethostname() in (tmp_path / "exclude.txt").read_text()  # --exclude-file: the launcher's host
     assert excluded["step_time_before_s"] > excluded["step_time_after_s"] > 0
     assert history[0]["failure"]["failure_class"] == "exclude"  # no failure: its own class
     [once] = json.loads((tmp_path / "a-job.json").read_text())["exclusions"]  # every node's record, one entry
@@ -254,4 +258,5 @@ def test_node_0_asks_takes_out_and_completes_the_record_and_a_refusal_starts_the
     agent.opt = AgentOptions("127.0.0.1", 1, ("node0", "node1", "node2"))  # a standby took rank 1
     verified = actions.observe(Judged(1, True, 0.02), agent)
     assert verified is not None and agent.exclusions[0].step_time_after_s == 0.02
+    assert agent.exclusions[0].evidence.endswith("; the next world: no straggler")
     assert "a standby holds its node rank 1 (node node1)" in lines[-1] and "verified" in lines[-1]

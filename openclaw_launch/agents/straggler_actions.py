@@ -138,7 +138,7 @@ class StragglerActions:
     def observe(self, judged: Judged, agent: ExcludingAgent) -> Action | None:
         """An interval's verdict: the policy's action, its line said. An ``Exclude`` is asked of the
         rendezvous (``pending`` until its fate comes or a refusal); a ``Verified`` completes the
-        exclusion's record (its step time after)."""
+        exclusion's record (its step time after, and the next world's verdict in its evidence)."""
         nodes = agent.opt.nodes
         waiting = self.accepted or self.pending
         if waiting is not None and judged.attempt <= waiting.attempt:
@@ -158,8 +158,9 @@ class StragglerActions:
                 agent.elastic_link.ask_exclude(action.node_rank, self.fate_of(action).to_json())
             case Verified(named=named, text=text):
                 self._say(_PREFIX + ("warning: " if named else "") + text)
+                after = f"; the next world: {action.verdict}" + (", the replacement" if named else "")
                 agent.exclusions = [
-                    replace(x, step_time_after_s=action.step_after_s)
+                    replace(x, step_time_after_s=action.step_after_s, evidence=x.evidence + after)
                     if x.reason == STRAGGLER and x.world == action.excluded.attempt
                     else x
                     for x in agent.exclusions
