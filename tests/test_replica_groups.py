@@ -160,7 +160,7 @@ def test_a_group_that_fails_for_good_leaves_the_others_and_names_the_exit_code(t
 @needs_torchft
 def test_the_plan_shows_each_groups_world() -> None:
     line = ["plan", "--json", "--nproc-per-node", "4", "--replica-groups", "2", "--master-port", "29700", WORKER]
-    proc = _launcher(*line)
+    proc = _launcher(*line, env={**os.environ, "TORCHFT_MANAGER_PORT": "29512"})  # torchft's README line's
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     envs = [r["env"] for r in doc["ranks"]]
@@ -172,6 +172,7 @@ def test_the_plan_shows_each_groups_world() -> None:
         ("1", "1", "2", "29701"),
     ]
     assert [(e["REPLICA_GROUP_ID"], e["NUM_REPLICA_GROUPS"]) for e in envs] == [("0", "2")] * 2 + [("1", "2")] * 2
+    assert [e["TORCHFT_MANAGER_PORT"] for e in envs] == ["29512", "29512", "29513", "29513"]  # each group's rank 0 binds
     lighthouse = doc["replica_groups"]["lighthouse"]
     assert {e["TORCHFT_LIGHTHOUSE"] for e in envs} == {lighthouse["address"]} == {"http://127.0.0.1:<free-port>"}
     assert Path(lighthouse["argv"][0]).name == "torchft_lighthouse"

@@ -96,4 +96,5 @@ def replica_groups(
     else:
         ports = [None] * groups
     assert command is not None  # check_before_meeting found it
-    return plan_replica_groups(plan, groups, contexts, ports, command, free_port() if at_run else None)
+    lighthouse_port = free_port() if at_run else None
+    return plan_replica_groups(plan, groups, contexts, ports, command, lighthouse_port, dict(os.environ))

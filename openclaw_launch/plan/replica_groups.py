@@ -16,7 +16,7 @@ examples read; the Manager of each group's rank 0 asks the lighthouse for a quor
 from __future__ import annotations
 
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from openclaw_launch.codec import to_json
@@ -30,6 +30,8 @@ from openclaw_launch.telemetry import wire
 LIGHTHOUSE_COMMAND = "torchft_lighthouse"
 #: What every rank of group G is told, beside its own world's torchrun variables.
 GROUP_ENV = ("REPLICA_GROUP_ID", "NUM_REPLICA_GROUPS", "TORCHFT_LIGHTHOUSE")
+#: The Manager's port on each group's rank 0 (torchft/manager.py; default 0: a free one).
+MANAGER_PORT_ENV = "TORCHFT_MANAGER_PORT"
 INSTALL_HINT = "pip install 'openclaw-launch[torchft]' (or: pip install torchft)"
 # The lighthouse's settings: torchft's README's minimum and tick; a quorum waits at most 1 s for a
 # group that heartbeats but has not joined (one restarting), not torchft's default 60 s; a group
@@ -127,10 +129,12 @@ def plan_replica_groups(
     master_ports: Sequence[int | None],
     lighthouse_command: str,
     lighthouse_port: int | None,
+    base_env: Mapping[str, str] | None = None,
 ) -> ReplicaGroupsPlan:
     """Cut the node's plan into ``groups`` worlds. ``contexts``: each group's run facts (run id
     ``RUNID-gG``, its run directory); ``master_ports``: each group's MASTER_PORT (None: found free
-    at run); ``lighthouse_command``: torchft's lighthouse executable."""
+    at run); ``lighthouse_command``: torchft's lighthouse executable; ``base_env``: the launcher's
+    environment (a ``TORCHFT_MANAGER_PORT`` there is every group's otherwise)."""
     problem = replica_groups_problem(groups, len(plan.ranks), plan.nnodes, plan.elastic is not None)
     if problem is None and plan.parallel is not None:
         problem = "not with a TP/PP/DP layout (--tp/--pp/--dp, parallel:): each replica group is one data-parallel copy"
@@ -141,10 +145,13 @@ def plan_replica_groups(
     shown_port = FREE_PORT_PLACEHOLDER if lighthouse_port is None else str(lighthouse_port)
     address = f"http://{plan.master_addr}:{shown_port}"
     size = len(plan.ranks) // groups
+    manager_port = _manager_port(plan, base_env or {})
     cut = tuple(
         _group_plan(plan, g, groups, plan.ranks[g * size : (g + 1) * size], contexts[g], master_ports[g], address)
         for g in range(groups)
     )
+    if manager_port:  # torchft's README line sets one (29512): each group's rank 0 binds it, so group G gets P+G
+        cut = tuple(_with_env(p, {MANAGER_PORT_ENV: str(manager_port + g)}) for g, p in enumerate(cut))
     lighthouse = LighthousePlan(
         lighthouse_argv(lighthouse_command, lighthouse_port, plan.master_addr), lighthouse_port, address
     )
@@ -191,6 +198,16 @@ def _group_plan(
         telemetry_socket=socket,
         run_dir=context.run_dir,
     )
+
+
+def _manager_port(plan: LaunchPlan, base_env: Mapping[str, str]) -> int | None:
+    """A TORCHFT_MANAGER_PORT given (the config's ``runtime.env``, else the launching environment)."""
+    given = plan.ranks[0].env.get(MANAGER_PORT_ENV, base_env.get(MANAGER_PORT_ENV, "")) if plan.ranks else ""
+    return int(given) if given.isdigit() and int(given) > 0 else None
+
+
+def _with_env(plan: LaunchPlan, extra: Mapping[str, str]) -> LaunchPlan:
+    return replace(plan, ranks=tuple(replace(r, env={**r.env, **extra}) for r in plan.ranks))
 
 
 def format_replica_groups(groups: ReplicaGroupsPlan) -> str:
