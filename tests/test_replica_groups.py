@@ -172,7 +172,7 @@ def test_the_plan_shows_each_groups_world() -> None:
         ("1", "1", "2", "29701"),
     ]
     assert [(e["REPLICA_GROUP_ID"], e["NUM_REPLICA_GROUPS"]) for e in envs] == [("0", "2")] * 2 + [("1", "2")] * 2
-    assert [e["TORCHFT_MANAGER_PORT"] for e in envs] == ["29512", "29512", "29513", "29513"]  # each group's rank 0 binds
+    assert [e["TORCHFT_MANAGER_PORT"] for e in envs] == ["29512", "29512", "29513", "29513"]  # rank 0 binds it
     lighthouse = doc["replica_groups"]["lighthouse"]
     assert {e["TORCHFT_LIGHTHOUSE"] for e in envs} == {lighthouse["address"]} == {"http://127.0.0.1:<free-port>"}
     assert Path(lighthouse["argv"][0]).name == "torchft_lighthouse"
