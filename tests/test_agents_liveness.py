@@ -17,7 +17,8 @@ import pytest
 from guards import wait_for
 
 from openclaw_launch.agents.admission import refusal
-from openclaw_launch.agents.liveness import HELLO_MAX_BYTES, JobKey, LivenessServer, connect
+from openclaw_launch.agents.job_secret import JobKey
+from openclaw_launch.agents.liveness import HELLO_MAX_BYTES, LivenessServer, connect
 from openclaw_launch.agents.store import AgentError
 
 KEY = JobKey.of("s3cret", True)

@@ -12,7 +12,8 @@ import pytest
 from host import free_port, needs_torch
 from test_agents_loopback import finish, start
 
-from openclaw_launch.agents.store import SECRET_ENV, AgentError, AgentStore
+from openclaw_launch.agents.job_secret import SECRET_ENV
+from openclaw_launch.agents.store import AgentError, AgentStore
 
 pytestmark = needs_torch
 

@@ -39,7 +39,8 @@ from openclaw_launch.agents.admission import admission_print, refusal
 from openclaw_launch.agents.elastic_reform import WorldForming
 from openclaw_launch.agents.exclusions import Exclusions, refused_text
 from openclaw_launch.agents.fate import EXIT_NODE_LOST, Fate
-from openclaw_launch.agents.liveness import BEAT, PING, PONG, JobKey, LivenessServer, connect
+from openclaw_launch.agents.job_secret import JobKey
+from openclaw_launch.agents.liveness import BEAT, PING, PONG, LivenessServer, connect
 from openclaw_launch.agents.meeting import WAIT_NOTE_S
 from openclaw_launch.agents.membership import (
     ID_KEY,

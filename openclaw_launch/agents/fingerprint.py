@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from openclaw_launch.agents.store import SECRET_ENV  # the job's secret: in no fingerprint, never published
+from openclaw_launch.agents.job_secret import SECRET_ENV  # the job's secret: in no fingerprint, never published
 from openclaw_launch.config.model import Config
 from openclaw_launch.plan.env import NIC_ENV, PER_RANK_ENV, common_env
 from openclaw_launch.plan.model import LaunchPlan

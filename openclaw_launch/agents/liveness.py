@@ -27,7 +27,6 @@ keeps out the rest from this port.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import hmac
 import json
 import secrets
@@ -40,7 +39,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from openclaw_launch.agents.fingerprint import SECRET_ENV
+from openclaw_launch.agents.job_secret import SECRET_ENV, JobKey
 from openclaw_launch.agents.store import AgentError
 
 PROTOCOL = b"openclaw-live/1"
@@ -51,30 +50,6 @@ BEAT = b"."
 PING = b"?"  # the first node asks a waiting member whether its launcher runs
 PONG = b"!"  # its answer: two launcher ticks came after the question (a frozen launcher has none)
 _SELECT_S = 0.5
-
-
-@dataclass(frozen=True)
-class JobKey:
-    """The job's secret as an HMAC key; ``published``: the text to put in the store (None: the
-    secret came from ``OPENCLAW_JOB_SECRET`` and never travels)."""
-
-    key: bytes
-    published: str | None
-
-    @classmethod
-    def of(cls, text: str, published: bool) -> JobKey:
-        return cls(hashlib.sha256(b"openclaw job secret\0" + text.encode()).digest(), text if published else None)
-
-    @classmethod
-    def for_host(cls, environ: Mapping[str, str]) -> JobKey:
-        given = environ.get(SECRET_ENV)
-        return cls.of(given, False) if given else cls.of(secrets.token_hex(32), True)
-
-    @classmethod
-    def for_member(cls, environ: Mapping[str, str], published: str) -> JobKey:
-        """``OPENCLAW_JOB_SECRET`` when set, else what the first node published ("" if nothing)."""
-        given = environ.get(SECRET_ENV)
-        return cls.of(given, False) if given else cls.of(published, True)
 
 
 def mac(key: JobKey, rdzv_id: str, nonce: bytes, direction: bytes, body: bytes) -> str:

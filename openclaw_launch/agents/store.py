@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
+from openclaw_launch.agents.job_secret import SECRET_ENV, JobKey
 from openclaw_launch.errors import OpenclawError
 
 PREFIX = "openclaw/"
@@ -248,17 +249,13 @@ class AgentStore:
 
 #: What a sealed value starts with (the MAC's version).
 SEAL = b"sealed1:"
-#: The job's secret (agents/liveness.py, and these seals); in no fingerprint, never published.
-SECRET_ENV = "OPENCLAW_JOB_SECRET"
 
 
 def _seal_key(environ: Mapping[str, str]) -> bytes | None:
-    """The values' key from ``OPENCLAW_JOB_SECRET`` (agents/liveness.py's ``JobKey``), None without it."""
+    """The values' key from ``OPENCLAW_JOB_SECRET`` (agents/job_secret.py's ``JobKey``), None without it."""
     text = environ.get(SECRET_ENV)
     if not text:
         return None
-    from openclaw_launch.agents.liveness import JobKey
-
     return JobKey.of(text, False).key
 
 
