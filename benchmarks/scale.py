@@ -18,6 +18,8 @@ port (``ss -ti``), per second: the agents' (or torchrun's rendezvous's) whole tr
 (benchmarks/scale_netns.py; root): their addresses differ from the store's, their traffic crosses
 a link; every launcher's endpoint is then ``10.78.1.1``.
 
+``SCALE_KEEP_DIR=DIR`` keeps a failed re-forming's directory (the launchers' logs) under DIR.
+
 ``--served-store`` keeps every openclaw agent's store in one serving process
 (openclaw_launch/agents/served_store.py) so that N helpers do not each import torch on this one
 machine (at real scale each node pays its own import, on its own host); without it the helpers'
@@ -36,6 +38,7 @@ import argparse
 import contextlib
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -51,6 +54,7 @@ from scale_netns import ENDPOINT, inside, namespaces
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = str(ROOT / "benchmarks" / "scale_worker.py")
 SERVED_ENV = "OPENCLAW_AGENT_STORE_SERVER"
+KEEP_ENV = "SCALE_KEEP_DIR"  # where a failed re-forming's directory is copied (its launchers' logs)
 
 
 def free_port() -> int:
@@ -254,6 +258,8 @@ def run_reform(which: str, n: int, served: bool, timeout_s: float, react_s: floa
         kill_tree(job.procs[n // 2].pid)
         if not wait(lambda: ready(job.directory, killed_at) >= n - 1, react_s):
             count = ready(job.directory, killed_at)
+            if KEEP_ENV in os.environ:  # the launchers' logs, to see why
+                shutil.copytree(job.directory, Path(os.environ[KEEP_ENV]) / f"reform-{which}-{n}", dirs_exist_ok=True)
             return {"start_s": start_s, "error": f"{count} of {n - 1} re-formed in {react_s:g} s"}
         return {"start_s": start_s, "reform_s": time.monotonic() - killed}
 
