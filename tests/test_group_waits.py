@@ -17,7 +17,7 @@ from guards import GUARD_S
 from openclaw_launch.plan.parallel import ParallelLayout
 from openclaw_launch.stats.groups import namer, waits_text
 from openclaw_launch.telemetry import wire
-from openclaw_launch.telemetry.groups import group_key, ranks_text
+from openclaw_launch.telemetry.groups import group_key, mesh_dim_of, ranks_text
 
 WORKER = Path(__file__).resolve().parent / "telemetry_workers" / "group_waits.py"
 
@@ -52,6 +52,8 @@ def test_groups_are_named_by_the_plan_then_the_mesh_then_the_world_then_their_ra
     assert name(group_key(range(8))) == "world"
     assert name(group_key([0, 3], "dp_shard")) == "dp_shard"  # a DeviceMesh dimension the plan did not lay out
     assert name(group_key([0, 3])) == "ranks 0,3"
+    # torch's groups: a DeviceMesh dimension's, an unnamed 1-D mesh's (FSDP2 without a mesh), the default group
+    assert [mesh_dim_of(d) for d in ("mesh_dp_shard", "mesh_default", "default_pg")] == ["dp_shard", "", ""]
     alone = namer(None, 4)  # no layout: the world and the ranks
     assert alone(group_key([3, 2, 1, 0])) == "world" and alone(group_key([0, 2])) == "ranks 0,2"
     dp_only = namer(ParallelLayout(tp=1, pp=1, dp=4, order=(0, 1, 2, 3), nvlinked=None), 4)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 SPELLED_RANKS = 32  # a group of at most this many ranks is keyed by its ranks spelled out
 MESH_PREFIX = "mesh_"  # DeviceMesh's groups: ``group_desc`` "mesh_<dim name>"
+UNNAMED_MESH_DIM = "default"  # torch's name for the dimension of a 1-D mesh made without names
 
 
 def ranks_text(ranks: Sequence[int]) -> str:
@@ -33,6 +34,15 @@ def group_key(ranks: Sequence[int], mesh_dim: str = "") -> str:
     """``<mesh dim>@<ranks>``: what a worker books a group's waits under (``mesh_dim`` empty when
     the group is no DeviceMesh dimension)."""
     return f"{mesh_dim}@{ranks_text(ranks)}"
+
+
+def mesh_dim_of(group_desc: str) -> str:
+    """The DeviceMesh dimension a group's ``group_desc`` names; empty for another group, or for a
+    mesh made without names (FSDP2's ``fully_shard`` without a mesh: its world is no dimension)."""
+    if not group_desc.startswith(MESH_PREFIX):
+        return ""
+    dim = group_desc[len(MESH_PREFIX) :]
+    return "" if dim == UNNAMED_MESH_DIM else dim
 
 
 def split_key(key: str) -> tuple[str, str]:

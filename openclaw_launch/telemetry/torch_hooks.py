@@ -109,8 +109,7 @@ class _Groups:
         if key is None:
             try:
                 pg = group if group is not None else self._dist.group.WORLD
-                desc = str(getattr(pg, "group_desc", "") or "")
-                mesh_dim = desc[len(groups.MESH_PREFIX) :] if desc.startswith(groups.MESH_PREFIX) else ""
+                mesh_dim = groups.mesh_dim_of(str(getattr(pg, "group_desc", "") or ""))
                 key = groups.group_key(self._dist.get_process_group_ranks(pg), mesh_dim)
             except (RuntimeError, ValueError, AttributeError, TypeError):  # no such group (yet): not booked
                 return ""
