@@ -86,7 +86,7 @@ class Recorder:
         # hooks with hang detection on; called by the progress thread.
         self.gpu_position: Callable[[], tuple[int, int] | None] | None = None
         self._flush_lock = threading.Lock()  # the main thread, the progress thread and SIGTERM flush
-        self._sigterm = SigtermFlush(self.flush)  # armed by watch_sigterm
+        self._sigterm = SigtermFlush(self.flush_waiting_at_most)  # armed by watch_sigterm
         self._progress_on = False  # a progress thread runs (hang detection)
         atexit.register(self.close)
 
@@ -312,6 +312,15 @@ class Recorder:
     def flush(self, final: bool = False) -> None:
         with self._flush_lock:
             self._flush(final)
+
+    def flush_waiting_at_most(self, wait_s: float) -> None:
+        """SIGTERM's flush (telemetry/sigterm_flush.py): skipped when the lock is not free within
+        ``wait_s`` (its handler may have interrupted this very thread inside ``flush``)."""
+        if self._flush_lock.acquire(timeout=wait_s):
+            try:
+                self._flush(False)
+            finally:
+                self._flush_lock.release()
 
     def _flush(self, final: bool) -> None:
         batch = self._batch
