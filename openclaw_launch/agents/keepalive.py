@@ -17,7 +17,7 @@ node's own end is sent, node 0 looks for every node's ``end/a/r`` (one ``check``
   when all are in, publishes their distinct outcomes as ``outcomes/a``; any other node looks for
   that one key (its store loop reads ``fate/a`` too: one ``check``).
 
-So a node other than the first makes one call per tick and two per beat (three per tick while it
+So a node other than the first makes one call per tick and two per beat (two per tick while it
 waits for the others' ends), each of a few dozen bytes, however many nodes there are; node 0 the
 same, its read of the counters about 20 bytes a node. A lost node is found by node 0,
 which writes the attempt's fate ``lost`` and the lost node's end (no end will come from it): every
