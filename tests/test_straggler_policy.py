@@ -1,5 +1,6 @@
-"""The straggler policy (``--on-straggler``, issue 28), pure: the decision (agents/straggler_policy.py)
-and the rendezvous's guard (agents/membership.exclusion_refusal). tests/test_straggler_exclude.py runs it."""
+"""The straggler policy (``--on-straggler``, issue 28), pure: the decision (agents/straggler_policy.py),
+its evidence per interval (stats/job_live.py ``judge_interval``) and the rendezvous's guard
+(agents/membership.exclusion_refusal). tests/test_straggler_exclude.py runs it."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import pytest
 from openclaw_launch.agents.membership import ElasticSpec, Member, exclusion_refusal
 from openclaw_launch.agents.straggler_policy import Exclude, Note, StragglerSettings, StragglerWatch, Verified
 from openclaw_launch.config import defaults
+from openclaw_launch.stats.collect import OWN, STEP, PhaseSummary, RankSummary
+from openclaw_launch.stats.job_live import LIVE_WINDOWS, NodeInterval, judge, judge_interval
 from openclaw_launch.stats.judged import Judged
 
 EXCLUDE = StragglerSettings(policy="exclude", intervals=3, exclude_pct=10.0, cooldown_intervals=5)
@@ -107,3 +110,29 @@ def test_the_rendezvous_refuses_below_min_and_takes_a_standby() -> None:
     assert exclusion_refusal((0, 1), 1, (), standby, spec, 3) is None  # the standby keeps the size
     assert "no restart" in str(exclusion_refusal((0, 1, 2), 1, (), (), spec, 0))
     assert "not a node" in str(exclusion_refusal((0, 1, 2), 0, (), (), spec, 3))  # the first node hosts it
+
+
+def _node(node_rank: int, slow_from: int, windows: int = LIVE_WINDOWS) -> NodeInterval:
+    """A node's one rank over ``windows`` windows of a 40 ms step: its own time 10 ms, 30 ms from
+    window ``slow_from`` on (the rest of the step waits in ``sync``)."""
+    rows = []
+    for k in range(windows):
+        own_s = (0.03 if k >= slow_from else 0.01) + 1e-4 * (k % 3)
+        rows.append((k, {STEP: 0.04, OWN: own_s, "forward": own_s, "sync": 0.04 - own_s}))
+    phases = {"forward": PhaseSummary(0.01, 0.01, 0.01, 0.25), "sync": PhaseSummary(0.03, 0.03, 0.03, 0.75)}
+    rank = RankSummary(
+        node_rank, 200, 150, 0.04, 0.04, 0.04, 0.04, 0.04, phases, ("sync",), None, None, "api", 0, tuple(rows)
+    )
+    return NodeInterval(f"node{node_rank}", node_rank, 1, (rank,))
+
+
+def test_the_policys_interval_is_judged_on_its_own_steps_not_the_lines_window() -> None:
+    """Node 1 slows down in the last 4 of the 24 windows: the line's verdict (its last 120 steps) does
+    not name it yet; the interval since window 19, its steps alone, names it with the whole excess."""
+    nodes = [_node(k, 20 if k == 1 else LIVE_WINDOWS) for k in range(3)]
+    assert not judge(nodes, 3, [], 5.0).found
+    verdict, upto = judge_interval(nodes, 3, [], 5.0, after=19)
+    assert verdict is not None and verdict.found and verdict.found[0].node == "node1", verdict
+    assert upto == LIVE_WINDOWS - 1 and verdict.found[0].excess_pct > 40 and verdict.step_p50_s == 0.04
+    # fewer new windows than the verdict trusts: nothing yet, and the next interval starts from the same window
+    assert judge_interval(nodes, 3, [], 5.0, after=LIVE_WINDOWS - 3) == (None, LIVE_WINDOWS - 3)

@@ -8,8 +8,11 @@ The rules, with their defaults in config/defaults.py:
 - ``none`` and ``report`` never act (``report`` is the job's line on node 0, as before).
 - ``exclude`` takes a node out only when the verdict named it the job's straggler in ``intervals``
   consecutive judged intervals (never fewer than two: ``limits.MIN_STRAGGLER_INTERVALS``), each time
-  with an excess of at least ``exclude_pct`` % of the job's step. An interval that names nobody (a
-  balanced job), another node, a smaller excess, or that cannot judge yet breaks the run.
+  with an excess of at least ``exclude_pct`` % of the job's step. Each judged interval is separate
+  evidence: the verdict over the steps since the previous one only (stats/job_live.py
+  ``judge_interval``: at least 3 windows of 5 steps in common on every rank; an interval with fewer
+  comes with the next), not the live line's last 120 steps. An interval that names nobody (a
+  balanced job), another node, a smaller excess, or whose attempt has too few steps breaks the run.
 - At most one exclusion per ``cooldown_intervals`` intervals (counted from the last one decided).
 - Node 0 hosts the rendezvous and is never taken out (said once per run of intervals).
 - MIN (and a standby to take the node's place) is the rendezvous's to check (agents/elastic.py): it

@@ -23,6 +23,12 @@ The attempt contract: the key carries the attempt, so a restart's (or a re-forme
 line judges only that attempt's summaries; the node count of the attempt is the world's
 (``GROUP_WORLD_SIZE``), and a node whose key did not change over ``STALE_READS`` reads is left
 out of the verdict and named as silent.
+
+Two windows, one for each use: the line (and the metrics) judge each rank's last ``LIVE_WINDOWS``
+windows, steady from one interval to the next; node 0's straggler policy (agents/straggler_policy.py)
+gets the verdict over the steps since its previous judged interval only (``judge_interval``), so
+that intervals in a row are separate evidence, and a slowdown counts from its first interval, not
+once its windows are most of the line's.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from openclaw_launch.codec import from_json, to_json
-from openclaw_launch.stats.collect import RankSummary
+from openclaw_launch.stats.collect import STEP, RankSummary
 from openclaw_launch.stats.judged import Judged
 
 if TYPE_CHECKING:
@@ -171,6 +177,29 @@ def judge(nodes: Sequence[NodeInterval], nnodes: int, silent: Sequence[int], thr
     return JobVerdict(text, tuple(nodes), found, tuple(silent), p50, judged=True)
 
 
+def judge_interval(
+    nodes: Sequence[NodeInterval], nnodes: int, silent: Sequence[int], threshold_pct: float, after: int
+) -> tuple[JobVerdict | None, int]:
+    """The straggler policy's evidence: the verdict (``judge``) over every rank's windows after window
+    ``after`` (the last one the previous judged interval judged), its ``step_p50_s`` theirs. None
+    while the ranks have fewer than the verdict's ``MIN_WINDOWS`` in common since (under them it
+    would fall back to the attempt's means): the next interval judges them with its own. Returns
+    the verdict and the last window it judged (the next one's ``after``)."""
+    from openclaw_launch.stats.verdict import MIN_WINDOWS
+
+    def fresh(r: RankSummary) -> RankSummary:
+        return dataclasses.replace(r, windows=tuple(w for w in r.windows if w[0] > after))
+
+    since = [dataclasses.replace(n, ranks=tuple(fresh(r) for r in n.ranks)) for n in nodes]
+    measured = [r for n in since for r in n.ranks if r.measured_steps]
+    common = set.intersection(*({k for k, _ in r.windows} for r in measured)) if measured else set()
+    if len(common) < MIN_WINDOWS:
+        return None, after
+    verdict = judge(since, nnodes, silent, threshold_pct)
+    steps = [statistics.median(w.get(STEP, 0.0) for k, w in r.windows if k in common) for r in measured]
+    return dataclasses.replace(verdict, step_p50_s=statistics.median(steps)), max(common)
+
+
 def judged_ranks(ranks: Sequence[RankSummary]) -> list[RankSummary]:
     """The ranks the live verdict compares. The verdict compares each rank with the median of all
     the others, window by window: its cost grows with the square of the ranks (1024 ranks: 39 s on
@@ -254,6 +283,7 @@ class JobLive:
         self._seq: dict[int, int] = {}  # attempt -> this node's lines in it
         self._seen: dict[str, tuple[int, int]] = {}  # key -> (seq, reads it stayed so)
         self._attempt = -1
+        self._judged_upto = -1  # the policy's last judged window of the attempt (judge_interval)
         self.errors = 0  # intervals lost to the store (not reached, failed mid-call)
         self._thread = threading.Thread(target=self._run, name="openclaw-job-live", daemon=True)
         self._thread.start()
@@ -289,7 +319,7 @@ class JobLive:
 
     def _once(self, interval: Interval) -> None:
         if interval.attempt != self._attempt:  # a restart or a re-formed world: from nothing
-            self._attempt, self._seen = interval.attempt, {}
+            self._attempt, self._seen, self._judged_upto = interval.attempt, {}, -1
         if self._client is None:
             self._client = self.target.connect(self.target.host, self.target.port, STORE_TIMEOUT_S)
         seq = self._seq[interval.attempt] = self._seq.get(interval.attempt, 0) + 1
@@ -317,6 +347,22 @@ class JobLive:
         if interval.show:
             self._on_line(judged.text)
         if self._on_judged is not None:
-            self._on_judged(judged_of(interval.attempt, judged))
+            self._judge_interval(interval, nodes, sorted(silent), judged)
         if self._on_snapshot is not None:
             self._on_snapshot(job_snapshot(run_id, interval.attempt, judged))
+
+    def _judge_interval(
+        self, interval: Interval, nodes: Sequence[NodeInterval], silent: Sequence[int], line: JobVerdict
+    ) -> None:
+        """Node 0's policy gets the interval's own verdict; while the attempt has too few steps for
+        the line, that (it starts the policy's count again); an interval with too few new windows
+        gives nothing (the next judges its steps)."""
+        assert self._on_judged is not None
+        if not line.judged:
+            self._on_judged(judged_of(interval.attempt, line))
+            return
+        verdict, self._judged_upto = judge_interval(
+            nodes, interval.nnodes, silent, self.target.threshold_pct, self._judged_upto
+        )
+        if verdict is not None:
+            self._on_judged(judged_of(interval.attempt, verdict))
