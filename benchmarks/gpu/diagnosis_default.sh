@@ -111,7 +111,8 @@ if want_section == "hang":
     print(f"{'PASS' if ok else 'FAIL'} {name}: {line.strip()}; kind {cause.get('kind')}; {numbers}")
     sys.exit(0)
 found = report.get("stragglers") or []
-line = next((l for l in console.splitlines() if "straggler:" in l), "(no verdict)")
+lines = console.splitlines()  # the exit summary's verdict, else the last live line's
+line = next((l for l in lines if l.startswith("straggler:")), None) or next((l for l in reversed(lines) if "straggler:" in l), "(no verdict)")
 top = found[0] if found else {}
 if want_rank == "-1":
     ok = rc == want_rc and not found
