@@ -5,6 +5,7 @@ round trip and the merged judgement."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -123,6 +124,7 @@ def test_node0_names_the_middle_nodes_straggler_live_within_two_intervals(tmp_pa
         cmd = [sys.executable, "-m", "openclaw_launch", "--config", str(config), "--node", node]
         cmd += ["--master-port", master, "--agent-port", agent, "--run-id", "joblive", "--console-ranks", "none"]
         cmd += ["--metrics-port", "0"] if node == "node0" else []  # node 0 serves the job's numbers
+        cmd += ["--job-report", str(tmp_path / "job.json")] if node == "node0" else []
         cmd += ["--stats-interval-s", str(INTERVAL_S), NANOGPT, "--steps", "5000"]
         cmd += ["--slow-rank", "1", "--slow-ms", "50"]  # rank 1: node1's one rank, the middle node
         out = None if node == "node0" else logs.setdefault(node, open(tmp_path / f"{node}.log", "w"))  # noqa: SIM115
@@ -172,6 +174,9 @@ def test_node0_names_the_middle_nodes_straggler_live_within_two_intervals(tmp_pa
     assert re.search(STRAGGLER_METRIC, metrics), metrics
     own = [line for line in (seen + rest).splitlines() if "openclaw-launch: stats:" in line]
     assert own and not any("straggler: rank" in line for line in own)  # node 0's own line: one rank, nothing to name
+    # the job report aligns every node's steps (one rank a node: no node can by itself): rank 1 the slowest
+    imbalance = json.loads((tmp_path / "job.json").read_text())["step_imbalance"]
+    assert imbalance is not None and not imbalance["variance"] and imbalance["slowest_share"]["1"] > 0.9, imbalance
 
 
 @needs_torch
