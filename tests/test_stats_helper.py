@@ -41,6 +41,8 @@ class _Plan:
     ranks: tuple[_Rank, ...] = field(default_factory=lambda: tuple(_Rank(i, i, u) for i, u in enumerate(UUIDS)))
     run_id: str = "helper-test"
     node: str = "n0"
+    world_size: int = len(UUIDS)
+    parallel: None = None  # no TP/PP/DP layout: the waits' groups are named by their ranks
 
 
 def _session(tmp: Path, said: list[str], **kw: Any) -> StatsSession:
