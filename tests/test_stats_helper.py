@@ -35,6 +35,13 @@ class _Rank:
 
 
 @dataclass(frozen=True)
+class _RunDir:
+    """What the session reads of the run directory: the statistics channel's token."""
+
+    token: str
+
+
+@dataclass(frozen=True)
 class _Plan:
     """What the session reads of a plan."""
 
@@ -43,6 +50,7 @@ class _Plan:
     node: str = "n0"
     world_size: int = len(UUIDS)
     parallel: None = None  # no TP/PP/DP layout: the waits' groups are named by their ranks
+    run_dir: _RunDir = field(default_factory=lambda: _RunDir("test-token"))
 
 
 def _session(tmp: Path, said: list[str], **kw: Any) -> StatsSession:
