@@ -1,4 +1,5 @@
-"""What the tests ask of the host, shared: a free port, whether one is listened on, whether torch is there.
+"""What the tests ask of the host, shared: a free port, whether one is listened on, whether torch is
+there, a process's first child and whether it catches a signal (read from /proc).
 
 A port comes from the kernel (a bind to port 0), never from a fixed number, so that tests running
 side by side (pytest-xdist) never pick the same one. Whether torch is installed is asked without
@@ -9,8 +10,10 @@ from __future__ import annotations
 
 import importlib.util
 import socket
+from pathlib import Path
 
 import pytest
+from guards import wait_for
 
 needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 
@@ -30,3 +33,27 @@ def listening(port: int) -> bool:
     except OSError:
         return False
     return True
+
+
+def first_child(pid: int) -> int:
+    """The first child of ``pid`` (``unshare --fork``'s PID 1, say), waited for."""
+
+    def child() -> int | None:
+        try:
+            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        except OSError:
+            return None
+        return int(children[0]) if children else None
+
+    return wait_for(child, f"process {pid} started no child", poll_s=0.001)
+
+
+def catches_signal(pid: int, sig: int) -> bool:
+    """Whether ``pid`` has a handler for ``sig`` now (its SigCgt mask); False once it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("SigCgt:"):
+                return bool(int(line.split()[1], 16) & (1 << (sig - 1)))
+    except OSError:
+        pass
+    return False

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from cli_runner import Invocation, invoke
 from guards import GUARD_S, wait_for
+from host import catches_signal, first_child
 
 LAUNCHER = [sys.executable, "-m", "openclaw_launch"]
 
@@ -107,27 +108,6 @@ def test_one_rule_for_every_duration() -> None:
 # ---- 4. start-up: signals, open files, a missing command, an unwritable report --------------------
 
 
-def _first_child(pid: int) -> int:
-    def child() -> int | None:
-        try:
-            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-        except OSError:
-            return None
-        return int(children[0]) if children else None
-
-    return wait_for(child, "unshare started no child", poll_s=0.001)
-
-
-def _catches(pid: int, sig: int) -> bool:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("SigCgt:"):
-                return bool(int(line.split()[1], 16) & (1 << (sig - 1)))
-    except OSError:
-        pass
-    return False
-
-
 needs_unshare = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare (a PID namespace)"
 )
@@ -158,10 +138,10 @@ def test_signal_at_start_up_as_pid_1(sig: int, delay_s: float) -> None:
         text=True,
     )
     try:
-        pid1 = _first_child(proc.pid)
+        pid1 = first_child(proc.pid)
         # SIGTERM caught: startup.install ran (SIGINT's handler, installed first, is ours too; the
         # interpreter's own SIGINT handler, before any of our code, raises KeyboardInterrupt)
-        wait_for(lambda: _catches(pid1, signal.SIGTERM) or proc.poll() is not None, "no handler", poll_s=0.0002)
+        wait_for(lambda: catches_signal(pid1, signal.SIGTERM) or proc.poll() is not None, "no handler", poll_s=0.0002)
         time.sleep(delay_s)
         os.kill(pid1, sig)
         out, err = proc.communicate(timeout=GUARD_S)  # not dropped: the sleep's 60 s would end it 0

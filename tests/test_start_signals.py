@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from guards import GUARD_S, wait_for
+from host import catches_signal, first_child
 
 ROOT = Path(__file__).resolve().parent.parent
 ENTRY = str(ROOT / "openclaw_launch" / "__main__.py")
@@ -59,27 +60,6 @@ def test_the_handlers_are_in_before_site_only_with_dash_s(tmp_path: Path, entry:
     assert p.stdout.splitlines()[0] == f"handled at site: {before_site}", p.stdout
 
 
-def _first_child(pid: int) -> int:
-    def child() -> int | None:
-        try:
-            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-        except OSError:
-            return None
-        return int(children[0]) if children else None
-
-    return wait_for(child, "unshare started no child", poll_s=0.001)
-
-
-def _catches(pid: int, sig: int) -> bool:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("SigCgt:"):
-                return bool(int(line.split()[1], 16) & (1 << (sig - 1)))
-    except OSError:
-        pass
-    return False
-
-
 @pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare (a PID namespace)"
 )
@@ -94,8 +74,8 @@ def test_a_signal_as_soon_as_pid_1_catches_it_before_site(sig: int, tmp_path: Pa
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
     )  # fmt: skip
     try:
-        pid1 = _first_child(proc.pid)
-        wait_for(lambda: _catches(pid1, signal.SIGTERM) or proc.poll() is not None, "no handler", poll_s=0.0002)
+        pid1 = first_child(proc.pid)
+        wait_for(lambda: catches_signal(pid1, signal.SIGTERM) or proc.poll() is not None, "no handler", poll_s=0.0002)
         os.kill(pid1, sig)
         out, err = proc.communicate(timeout=GUARD_S)
     finally:
