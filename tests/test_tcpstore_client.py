@@ -60,6 +60,26 @@ def test_a_get_waits_for_its_key_and_a_wait_past_the_timeout_raises_then_the_lin
     assert ours.get("after") == b"ok"
 
 
+def test_wait_until_ends_when_its_key_is_set_or_at_its_timeout_or_at_a_wake_up_without_raising(
+    server: tuple[object, int],
+) -> None:
+    """An elastic waiting member's one blocking wait (agents/elastic.py): woken by the host's set,
+    cancelled at its own timeout or when another socket has data; the connection works after each."""
+    torch_store, port = server
+    ours = TCPStoreClient("127.0.0.1", port, timedelta(seconds=5))
+    threading.Timer(0.2, lambda: torch_store.set("news/1", b"1")).start()  # type: ignore[attr-defined]
+    assert ours.wait_until(["news/1"], 5.0)
+    assert not ours.wait_until(["news/2"], 0.1)
+    here, there = socket.socketpair()
+    with here, there:
+        there.send(b"?")
+        assert not ours.wait_until(["news/2"], 120.0, wake=here)  # at once: the wake socket had data
+    torch_store.set("news/2", b"1")  # type: ignore[attr-defined]
+    assert ours.wait_until(["news/2"], 0.1)
+    ours.set("after", b"ok")
+    assert ours.get("after") == b"ok"
+
+
 def test_nothing_listening_is_an_error_within_the_timeout() -> None:
     with pytest.raises(StoreClientError, match=r"timed out after 0.5s while trying to connect"):
         TCPStoreClient("127.0.0.1", free_port(), timedelta(seconds=0.5))

@@ -20,8 +20,15 @@ of another ``--rdzv-id`` is refused, touching nothing), and under ``el/<rdzv-id>
 host's MIN:MAX), ``secret`` (the job's secret when ``OPENCLAW_JOB_SECRET`` is not set), ``count``
 (member ids by arrival), ``master_port`` (node rank 0's free port), ``live_port`` (the first node's
 liveness port), ``w/<n>`` (world n: member ids and tokens by node rank, or why there is none),
-``round`` (the newest world's n), ``done`` (the job ended), ``bye/<id>`` (a waiting member saw it)
-and ``r<n>/...`` (world n's keys).
+``round`` (the newest world's n), ``done`` (the job ended), ``bye/<id>`` (a waiting member saw it),
+``news`` and ``news/<k>`` (the first node's k-th change that a waiting member looks for: a world
+published or closed, the job's end) and ``r<n>/...`` (world n's keys).
+
+A waiting member (a standby, an arrival, every node between two worlds) costs the store O(1) while
+nothing changes: one blocking wait on ``news/<k+1>`` (k: the counter ``news`` it read), answered the
+moment the first node sets it, else cancelled after ``NEWS_WAIT_S`` or at once when the first node
+asks on its liveness link: two store requests a ``NEWS_WAIT_S`` (2 a second); at each change, the
+counter and its few keys once (docs/multinode.md's cost table).
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ from collections.abc import Callable
 from typing import Any
 
 from openclaw_launch.agents.admission import admission_print, refusal
-from openclaw_launch.agents.elastic_reform import WorldForming
+from openclaw_launch.agents.elastic_reform import NEWS, WorldForming
 from openclaw_launch.agents.exclusions import Exclusions, refused_text
 from openclaw_launch.agents.fate import EXIT_NODE_LOST, Fate
 from openclaw_launch.agents.job_secret import JobKey
@@ -58,7 +65,8 @@ REFORM = "reform"  # the fate of a world that takes in a node that arrived (agen
 EXCLUDE = "exclude"  # the fate of a world whose straggler node the first node takes out (agents/straggler_policy.py)
 _POLL_S = 0.05
 _BYE_WAIT_S = 5.0  # at the end, how long the first node waits for the waiting members to see it
-_BEAT_S = 0.5  # a waiting member's beat on its liveness link (while its launcher ticks)
+_BEAT_S = 0.5  # a waiting member's beat on its liveness link (while its launcher ticks), at most this often
+NEWS_WAIT_S = 1.0  # a waiting member's one blocking wait for the first node's next change, at most this long
 
 
 def world_scope(round_number: int) -> str:
@@ -98,6 +106,7 @@ class Rendezvous(WorldForming):
         self.names: tuple[str, ...] = ()  # the current world's node names by rank (agents/fate.py's fates)
         self._lock = threading.Lock()  # the first node: what the liveness thread and the main thread share
         self._members: dict[int, Member] = {}
+        self._news = 0  # the first node's changes so far (``_announce``)
         self._dead: set[int] = set()
         self._world: tuple[int, ...] = ()
         self._running = False
@@ -136,6 +145,7 @@ class Rendezvous(WorldForming):
                 store.set("secret", key.published)
             store.set("spec", self.spec.text)
             store.set("master_port", str(master_port))
+            store.set_counter(NEWS, 0)
             self._port = LivenessServer(key, self.rdzv_id, self._admit, self._on_gone, self.say, self._joined)
             store.set("live_port", str(self._port.start(store.addr)))
             self._root.set(ID_KEY, self.rdzv_id)  # last: a launcher that sees it finds the rest
@@ -182,9 +192,14 @@ class Rendezvous(WorldForming):
         with contextlib.suppress(OSError):
             self._keep.setblocking(False)
             try:
-                asked = PING in self._keep.recv(256)
+                heard: bytes | None = self._keep.recv(256)
             except BlockingIOError:
-                asked = False
+                heard = None  # nothing came
+            if heard == b"":  # the first node closed the link (it ended): nothing to beat on, nor to wake a wait
+                self._keep.close()
+                self._keep = None
+                return
+            asked = heard is not None and PING in heard
             if asked and self._asked_at is None:
                 self._asked_at = ticks
             now = time.monotonic()
@@ -228,34 +243,47 @@ class Rendezvous(WorldForming):
     def await_world(self, ticks: Callable[[], int]) -> dict[str, Any]:
         """The newest world after this launcher's last that holds it: ``rank``, ``nnodes``,
         ``master_port``, ``round``, ``tokens``, ``nodes`` (config node names, by node rank); or
-        ``done`` (the job ended without it), or ``closed`` (fewer than MIN nodes are left). While
-        it waits, it beats on its liveness link as long as its launcher's loop runs (``ticks()``: its
-        ticks so far)."""
-        store = self.store
+        ``done`` (the job ended without it), or ``closed`` (fewer than MIN nodes are left). It looks
+        at each of the first node's changes (``news/<k>``), blocked on the store in between; while it
+        waits, it beats on its liveness link as long as its launcher's loop runs (``ticks()``: its
+        ticks so far), and answers the first node's question within two ticks."""
         while True:
-            self.beat(ticks())
-            if store.has([f"out/{self.member_id}"]):  # this node was taken out of the job
-                return {"out": json.loads(store.get(f"out/{self.member_id}"))}
-            if store.has(["done"]):
-                store.set(f"bye/{self.member_id}", "1")
-                return {"done": True}
-            newest = int(store.get("round")) if store.has(["round"]) else -1
-            if newest > self.round:
-                world = json.loads(store.get(f"w/{newest}"))
-                if "closed" in world:
-                    return {"closed": world["closed"], "excluded": world.get("excluded", [])}
-                if self.member_id in world["members"]:
-                    self.round = newest
-                    return {
-                        "rank": world["members"].index(self.member_id),
-                        "nnodes": len(world["members"]),
-                        "master_port": int(store.get("master_port")),
-                        "round": newest,
-                        "tokens": world["tokens"],
-                        "nodes": world["nodes"],
-                        "excluded": world.get("excluded", []),
-                    }
-            time.sleep(_POLL_S)
+            seen = int(self.store.get_counters([NEWS])[0])  # read before the keys: a later change is news/seen+1
+            answer = self._world_news()
+            if answer is not None:
+                return answer
+            while True:
+                self.beat(ticks())
+                wait_s = _POLL_S if self._asked_at is not None else NEWS_WAIT_S  # asked: its ticks, soon
+                if self.store.wait([f"{NEWS}/{seen + 1}"], wait_s, self._keep):
+                    break
+
+    def _world_news(self) -> dict[str, Any] | None:
+        """``await_world``'s answer from the store as it is now, or None (nothing for this launcher yet)."""
+        store = self.store
+        if store.has([f"out/{self.member_id}"]):  # this node was taken out of the job
+            return {"out": json.loads(store.get(f"out/{self.member_id}"))}
+        if store.has(["done"]):
+            store.set(f"bye/{self.member_id}", "1")
+            return {"done": True}
+        newest = int(store.get("round")) if store.has(["round"]) else -1
+        if newest <= self.round:
+            return None
+        world = json.loads(store.get(f"w/{newest}"))
+        if "closed" in world:
+            return {"closed": world["closed"], "excluded": world.get("excluded", [])}
+        if self.member_id not in world["members"]:
+            return None
+        self.round = newest
+        return {
+            "rank": world["members"].index(self.member_id),
+            "nnodes": len(world["members"]),
+            "master_port": int(store.get("master_port")),
+            "round": newest,
+            "tokens": world["tokens"],
+            "nodes": world["nodes"],
+            "excluded": world.get("excluded", []),
+        }
 
     def exclude(self, node_rank: int, fate: Fate) -> str | None:
         """The first node: stop the running world to take node rank ``node_rank`` out (the straggler policy,
@@ -288,6 +316,7 @@ class Rendezvous(WorldForming):
             self.say(dropped)
         with contextlib.suppress(Exception):
             self.store.set("done", "1")
+            self._announce()
             until = time.monotonic() + _BYE_WAIT_S
             while waiting and not self.store.has(waiting) and time.monotonic() < until:
                 time.sleep(_POLL_S)

@@ -19,6 +19,7 @@ from openclaw_launch.codec import to_json
 from openclaw_launch.report.membership import Exclusion
 
 _POLL_S = 0.05
+NEWS = "news"  # the counter of the first node's changes a waiting member looks for (``news/<k>``: the k-th)
 
 
 class WorldForming:
@@ -38,6 +39,7 @@ class WorldForming:
     _running: bool
     _port: LivenessServer | None
     _pinged_at: float | None
+    _news: int  # the first node's changes a waiting member looks for, so far (agents/elastic.py's ``news``)
     exclusions: Exclusions
     _out: set[int]  # the members of the nodes taken out
 
@@ -131,6 +133,14 @@ class WorldForming:
         record = {"closed": why, "excluded": [to_json(x) for x in excluded]}
         self.store.set(f"w/{self.round + 1}", json.dumps(record))
         self.store.set("round", str(self.round + 1))
+        self._announce()
+
+    def _announce(self) -> None:
+        """A change the waiting members look for was made: ``news/<k>`` wakes each one's blocking wait
+        (agents/elastic.py's ``await_world``), then the counter ``news`` says k (a member reads it first)."""
+        self._news += 1
+        self.store.set(f"{NEWS}/{self._news}", "1")
+        self.store.set_counter(NEWS, self._news)
 
     def _ping_waiting(self) -> float:
         """(Under the lock.) Ask every waiting member whether its launcher runs; when it was asked."""
@@ -151,3 +161,4 @@ class WorldForming:
         record = {"members": list(world), "tokens": tokens, "nodes": nodes, "excluded": [to_json(x) for x in excluded]}
         self.store.set(f"w/{self.round + 1}", json.dumps(record))
         self.store.set("round", str(self.round + 1))
+        self._announce()

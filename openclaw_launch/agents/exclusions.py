@@ -77,23 +77,27 @@ def members_faults(
 ) -> dict[int, Fault]:
     """(The first node.) Each member's word at the end of ``world``; a member that is gone (its link
     closed) is not waited for; one silent for ``timeout_s`` (``--agent-timeout-s``) counts as
-    without a fault."""
+    without a fault. One look a poll at every word still awaited (one store request, whatever the
+    number of members), and one read of all once they are there."""
     waiting = set(members)
     faults: dict[int, Fault] = {}
     start = noted = time.monotonic()
     while waiting:
-        for member_id in sorted(waiting):
-            key = ready_key(world, member_id)
-            if store.has([key]):
-                waiting.discard(member_id)
-                said = json.loads(store.get(key))
-                if said is not None:
-                    faults[member_id] = Fault(**said)
-            elif gone(member_id):
-                waiting.discard(member_id)
+        if store.has([ready_key(world, m) for m in waiting]):
+            _read_words(store, world, sorted(waiting), faults)
+            break
+        for member_id in sorted(m for m in waiting if gone(m)):  # its word if it said one
+            waiting.discard(member_id)
+            if store.has([ready_key(world, member_id)]):
+                _read_words(store, world, [member_id], faults)
         now = time.monotonic()
         if waiting and now - start > timeout_s:
-            say(f"no word from member(s) {sorted(waiting)} in {timeout_s:g} s (--agent-timeout-s): re-forming without")
+            said = [m for m in sorted(waiting) if store.has([ready_key(world, m)])]
+            _read_words(store, world, said, faults)
+            waiting -= set(said)
+            if waiting:
+                silent = sorted(waiting)
+                say(f"no word from member(s) {silent} in {timeout_s:g} s (--agent-timeout-s): re-forming without")
             break
         if waiting and now - noted >= _NOTE_S:
             noted = now
@@ -101,6 +105,16 @@ def members_faults(
         if waiting:
             time.sleep(_POLL_S)
     return faults
+
+
+def _read_words(store: AgentStore, world: int, member_ids: list[int], faults: dict[int, Fault]) -> None:
+    """The words of ``member_ids`` (each one set) in one read; their faults into ``faults``."""
+    if not member_ids:
+        return
+    for member_id, text in zip(member_ids, store.get_many([ready_key(world, m) for m in member_ids]), strict=True):
+        said = json.loads(text)
+        if said is not None:
+            faults[member_id] = Fault(**said)
 
 
 class Exclusions:

@@ -23,6 +23,7 @@ import copy
 import errno
 import os
 import socket
+import time
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
@@ -32,6 +33,7 @@ from openclaw_launch.errors import OpenclawError
 
 PREFIX = "openclaw/"
 _NOFILE_UNLIMITED_HARD = 1 << 20  # the store host's open files when the hard limit is unlimited (nr_open)
+_HOST_PAUSE_S = 0.05  # the host's own ``wait``: its pause between its two looks
 
 
 class AgentError(OpenclawError):
@@ -203,6 +205,19 @@ class AgentStore:
 
     def has(self, keys: Sequence[str]) -> bool:
         return bool(self._store.check([PREFIX + self.scope + k for k in keys]))
+
+    def wait(self, keys: Sequence[str], timeout_s: float, wake: socket.socket | None = None) -> bool:
+        """True once every key is set; False after ``timeout_s``, or as soon as ``wake`` has something
+        to read. A client's is one blocking WAIT on the server, answered the moment the keys are set
+        (agents/tcpstore_client.py's ``wait_until``); the host's own (its keys are its own writes: it
+        never waits for them in the elastic protocol) looks once, and again after a pause."""
+        full = [PREFIX + self.scope + k for k in keys]
+        if not self.is_host:
+            return bool(self._store.wait_until(full, timeout_s, wake))
+        if self._store.check(full):
+            return True
+        time.sleep(min(timeout_s, _HOST_PAUSE_S))
+        return bool(self._store.check(full))
 
     def first(self, key: str, value: str) -> str:
         """Set ``key`` unless it is set; return what it holds now (the first writer wins)."""

@@ -10,12 +10,15 @@ uint64 length and the bytes, counts as uint64, numbers as int64. Keys carry torc
 so a torch client and this one see the same keys on one server. ``get`` and ``multi_get`` first
 wait for their keys, as torch's do, and a wait that outlasts the timeout is cancelled and raises.
 
-Only the calls the agents make (agents/store.py) are here, with torch's names and semantics.
+Only the calls the agents make (agents/store.py) are here, with torch's names and semantics, and one of
+its own: ``wait_until``, a wait that also ends at its own timeout or when another socket has something
+to read (an elastic waiting member's, agents/elastic.py), then cancelled, without raising.
 """
 
 from __future__ import annotations
 
 import os
+import select
 import socket
 import struct
 import time
@@ -97,6 +100,22 @@ class TCPStoreClient:
         self._send(bytes([MULTI_GET]) + _count(keys) + b"".join(_string(k) for k in keys))
         return [self._blob() for _ in keys]
 
+    def wait_until(self, keys: Sequence[str], timeout_s: float, wake: socket.socket | None = None) -> bool:
+        """True once every key is set (the server answers the moment the last is); False when
+        ``timeout_s`` passed or ``wake`` has something to read first (the wait is then cancelled: two
+        requests in all, however long it waited)."""
+        self._send(bytes([WAIT]) + _count(keys) + b"".join(_string(k) for k in keys))
+        watch = select.poll()
+        watch.register(self._sock, select.POLLIN)
+        if wake is not None:
+            watch.register(wake, select.POLLIN)
+        ready = {fd for fd, _ in watch.poll(max(timeout_s, 0.0) * 1000)}
+        if self._sock.fileno() in ready:
+            if self._value("<B") != STOP_WAITING:
+                raise StoreClientError("the store answered a wait out of protocol")
+            return True
+        return self._cancel_wait()
+
     def close(self) -> None:
         self._sock.close()
 
@@ -113,16 +132,23 @@ class TCPStoreClient:
         try:
             answer = self._value("<B", self._timeout_s)
         except TimeoutError:
-            self._send(bytes([CANCEL_WAIT]))
-            answer = self._value("<B")
-            if answer == STOP_WAITING:  # the keys came just before the cancel: its answer follows
-                answer = self._value("<B")
-            if answer != WAIT_CANCELED:
-                raise StoreClientError("the store answered a cancelled wait out of protocol") from None
+            self._cancel_wait()  # torch's client raises even when the keys came just before the cancel
             shown = ", ".join(KEY_PREFIX + k for k in keys)
             raise StoreClientError(f"wait timeout after {self._timeout_s * 1000:.0f}ms, keys: {shown}") from None
         if answer != STOP_WAITING:
             raise StoreClientError("the store answered a wait out of protocol")
+
+    def _cancel_wait(self) -> bool:
+        """Cancel the pending wait; True when its keys came just before the cancel (the server then
+        answers the wait, then the cancel)."""
+        self._send(bytes([CANCEL_WAIT]))
+        answer = self._value("<B")
+        came = answer == STOP_WAITING
+        if came:
+            answer = self._value("<B")
+        if answer != WAIT_CANCELED:
+            raise StoreClientError("the store answered a cancelled wait out of protocol")
+        return came
 
     def _send(self, data: bytes) -> None:
         try:
