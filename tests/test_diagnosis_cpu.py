@@ -17,7 +17,7 @@ from guards import GUARD_S
 from openclaw_launch.report.build import load_report
 from openclaw_launch.report.format import format_report, step_split
 from openclaw_launch.stats.phases import INPUT, WAIT, WORK, kind, split
-from openclaw_launch.telemetry import recorder, torch_hooks, wire
+from openclaw_launch.telemetry import recorder, torch_hooks, wire, wire_check
 
 ROOT = Path(__file__).resolve().parent.parent
 LOOP = str(ROOT / "tests" / "telemetry_workers" / "nanogpt_loop.py")
@@ -53,7 +53,7 @@ def _one_step(tmp_path: Path, body: list[tuple[str, object]]) -> dict[str, float
             clock.now += float(arg)  # type: ignore[arg-type]
     rec.step("optimizer")
     rec.close()
-    batch = wire.decode(sock.recv(65536))
+    batch = wire_check.decode(sock.recv(65536))
     sock.close()
     assert batch is not None
     [_, (_, phases)] = batch.steps  # the first boundary ends a step of its own (since the recorder was made)
@@ -112,7 +112,7 @@ def test_under_nccl_the_host_waiting_for_the_gpu_is_a_wait_phase(tmp_path: Path)
         assert torch.ones(3).sum().item() == 3.0 and torch.ones(2).tolist() == [1.0, 1.0]
         rec.step("optimizer")
         rec.close()
-        batch = wire.decode(sock.recv(65536))
+        batch = wire_check.decode(sock.recv(65536))
         assert batch is not None and wire.DEVICE_WAIT in batch.sync_phases
         [_, (_, phases)] = batch.steps
         assert phases[wire.DEVICE_WAIT] > 0

@@ -16,7 +16,7 @@ from guards import GUARD_S
 
 from openclaw_launch.plan.parallel import ParallelLayout
 from openclaw_launch.stats.groups import namer, waits_text
-from openclaw_launch.telemetry import wire
+from openclaw_launch.telemetry import wire, wire_check
 from openclaw_launch.telemetry.groups import group_key, mesh_dim_of, ranks_text
 
 WORKER = Path(__file__).resolve().parent / "telemetry_workers" / "group_waits.py"
@@ -64,7 +64,7 @@ def test_large_groups_are_keyed_short_and_stay_apart() -> None:
     assert ranks_text(range(0, 128, 2)) == "0-126/2"
     uneven = [*range(40), 99]
     assert ranks_text(uneven).startswith("0..99#41#") and ranks_text(uneven) != ranks_text([*range(39), 98, 99])
-    assert len(group_key(range(8192))) < wire.MAX_NAME_CHARS
+    assert len(group_key(range(8192))) < wire_check.MAX_NAME_CHARS
 
 
 def test_the_waits_line_shows_the_longest_groups_above_half_a_percent() -> None:
@@ -73,10 +73,12 @@ def test_the_waits_line_shows_the_longest_groups_above_half_a_percent() -> None:
     assert waits_text({}) == ""
 
 
-@pytest.mark.parametrize("bad", [{"@0,1": -1.0}, {"": 0.1}, {f"@{n}": 0.1 for n in range(wire.MAX_GROUPS + 1)}, [1]])
+@pytest.mark.parametrize(
+    "bad", [{"@0,1": -1.0}, {"": 0.1}, {f"@{n}": 0.1 for n in range(wire_check.MAX_GROUPS + 1)}, [1]]
+)
 def test_a_batchs_group_waits_round_trip_and_bad_ones_are_refused(bad: object) -> None:
     batch = wire.Batch(rank=0, steps=[(0.02, {"collective": 0.01})], group_waits={"@0,1": 0.01, "dp@0,2": 0.002})
-    assert wire.decode(wire.encode(batch)) == batch
+    assert wire_check.decode(wire.encode(batch)) == batch
     raw = json.loads(wire.encode(batch))
     raw["gw"] = bad
-    assert wire.decode(json.dumps(raw).encode()) is None
+    assert wire_check.decode(json.dumps(raw).encode()) is None

@@ -18,7 +18,7 @@ from guards import GUARD_S
 
 from openclaw_launch.plan.context import MAX_RUN_ID_BYTES, run_context
 from openclaw_launch.stats.hang import HANG_EXIT_CODE
-from openclaw_launch.telemetry import wire
+from openclaw_launch.telemetry import wire, wire_check
 
 WORKER = str(Path(__file__).parent / "telemetry_workers" / "untrusted.py")
 ROOT = str(Path(__file__).parent.parent)
@@ -180,13 +180,13 @@ def test_the_socket_name_is_short_whatever_the_run_id(run_id: str) -> None:
     ],
 )
 def test_a_datagram_that_fails_the_check_decodes_to_none(data: bytes) -> None:
-    assert wire.decode_any(data) is None
+    assert wire_check.decode_any(data) is None
 
 
 def test_valid_datagrams_pass_the_check_unchanged() -> None:
     batch = wire.Batch(rank=3, steps=[(0.1, {"forward": 0.04})] * wire.MAX_BATCH_STEPS, step_source="api", final=True)
-    assert wire.decode(wire.encode(batch)) == batch
+    assert wire_check.decode(wire.encode(batch)) == batch
     progress = wire.Progress(3, 7, 0.2, "collective", 0.1, "all_reduce", wire.dump_signal())
-    assert wire.decode_any(wire.encode_progress(progress)) == progress
+    assert wire_check.decode_any(wire.encode_progress(progress)) == progress
     on_gpu = wire.Progress(3, 7, 0.2, "device-wait", 0.1, gpu=(-1, 29))  # GPU before step 0's first mark
-    assert wire.decode_any(wire.encode_progress(on_gpu)) == on_gpu
+    assert wire_check.decode_any(wire.encode_progress(on_gpu)) == on_gpu

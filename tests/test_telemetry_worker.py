@@ -14,7 +14,7 @@ import pytest
 from guards import GUARD_S
 from host import needs_torch
 
-from openclaw_launch.telemetry import recorder, wire
+from openclaw_launch.telemetry import recorder, wire, wire_check
 
 HERE = Path(__file__).parent
 PROBE = HERE / "telemetry_workers" / "argv_probe.py"
@@ -54,7 +54,7 @@ def test_phases_are_exclusive_and_add_up_to_at_most_the_step(inbox) -> None:  # 
     rec.step("api")
     rec.step("optimizer")  # the API owns the step boundary: ignored
     rec.close()
-    batch = wire.decode(sock.recv(65536))
+    batch = wire_check.decode(sock.recv(65536))
     assert batch is not None and batch.rank == 3 and batch.final and batch.step_source == "api"
     [(first_s, first), (step_s, phases)] = batch.steps
     assert (first_s, first) == (0.0, {})
@@ -74,7 +74,7 @@ def test_a_phase_across_a_step_boundary_is_split(inbox) -> None:  # type: ignore
     rec.leave()
     rec.step("api")
     rec.close()
-    batch = wire.decode(sock.recv(65536))
+    batch = wire_check.decode(sock.recv(65536))
     assert batch is not None
     assert [p for _, p in batch.steps[1:]] == [pytest.approx({"compute": 0.003}), pytest.approx({"compute": 0.002})]
 
@@ -89,9 +89,9 @@ def test_a_gone_launcher_costs_nothing(tmp_path: Path) -> None:
 
 def test_bad_datagrams_decode_to_none() -> None:
     for data in (b"", b"garbage", b"[]", json.dumps({"v": 99}).encode(), json.dumps({"v": 1, "rank": "x"}).encode()):
-        assert wire.decode(data) is None
+        assert wire_check.decode(data) is None
     batch = wire.Batch(rank=1, steps=[(0.5, {"input": 0.1})], gpu_sync_s=0.2, gpu_collectives=4)
-    assert wire.decode(wire.encode(batch)) == batch
+    assert wire_check.decode(wire.encode(batch)) == batch
 
 
 def test_api_is_a_no_op_without_the_launcher_and_cheap_to_import() -> None:

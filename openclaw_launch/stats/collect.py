@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from openclaw_launch.stats.histogram import LogHistogram
 from openclaw_launch.stats.phases import INPUT_PHASES
-from openclaw_launch.telemetry import wire
+from openclaw_launch.telemetry import wire, wire_check
 
 WARMUP_STEPS = 3
 OTHER = "other"  # step time no phase claimed
@@ -226,7 +226,7 @@ class Collector:
         self.bad_datagrams = 0
 
     def feed(self, data: bytes) -> None:
-        batch = wire.decode(data)
+        batch = wire_check.decode(data)
         if batch is None:
             self.bad_datagrams += 1
             return

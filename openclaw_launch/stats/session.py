@@ -17,7 +17,7 @@ from openclaw_launch.stats import groups
 from openclaw_launch.stats.collect import Collector, RankSummary
 from openclaw_launch.stats.imbalance import StepAlignment
 from openclaw_launch.stats.inbox import Inbox
-from openclaw_launch.telemetry import wire
+from openclaw_launch.telemetry import wire, wire_check
 
 if TYPE_CHECKING:
     from openclaw_launch.plan.model import LaunchPlan, RankPlan
@@ -136,7 +136,7 @@ class StatsSession(Participant):
         """A rank's datagrams: checked (telemetry/wire.py), a bad one counted and dropped."""
         received = self.inbox.receive(fd, time.monotonic())
         for rank, datagram in received:
-            item = wire.decode_any(datagram)
+            item = wire_check.decode_any(datagram)
             if item is None or item.rank != rank:
                 self.inbox.invalid(rank)
                 continue
