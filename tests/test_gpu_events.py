@@ -19,7 +19,7 @@ from openclaw_launch.report.build import straggler_entry
 from openclaw_launch.report.format import format_verdict
 from openclaw_launch.stats.collect import GPU_BUSY, Collector, RankSummary
 from openclaw_launch.stats.verdict import find_stragglers
-from openclaw_launch.telemetry import gpu_events, wire
+from openclaw_launch.telemetry import gpu_events, wire, wire_check
 from openclaw_launch.telemetry.gpu_events import SAMPLE_EVERY_STEPS, GpuSampler
 
 
@@ -164,11 +164,11 @@ def test_a_gpu_far_behind_keeps_a_bounded_number_of_samples_pending() -> None:
 
 def test_gpu_samples_travel_in_the_batch_and_bad_ones_are_refused() -> None:
     batch = wire.Batch(rank=1, steps=[(0.05, {})], gpu_busy=[(5, 0.012), (10, 0.0125)])
-    decoded = wire.decode(wire.encode(batch))
+    decoded = wire_check.decode(wire.encode(batch))
     assert decoded is not None and decoded.gpu_busy == [(5, 0.012), (10, 0.0125)]
     for bad in (b"[[5, -1.0]]", b"[[5]]", b'[["5", 0.1]]', b'{"5": 0.1}'):
         raw = wire.encode(batch).replace(b"[[5,0.012],[10,0.0125]]", bad)
-        assert wire.decode(raw) is None, bad
+        assert wire_check.decode(raw) is None, bad
 
 
 # ---- the verdict ------------------------------------------------------------------------------
@@ -250,7 +250,7 @@ def _run_rank(tmp_path: Path, code: str, progress_s: float | None = None) -> lis
         quiet_since: float | None = None
         while quiet_since is None or time.monotonic() - quiet_since < 0.5:  # read as the launcher does
             try:
-                item = wire.decode_any(sock.recv(65536))
+                item = wire_check.decode_any(sock.recv(65536))
             except TimeoutError:
                 if quiet_since is None and proc.poll() is not None:
                     quiet_since = time.monotonic()

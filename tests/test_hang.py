@@ -23,7 +23,7 @@ from openclaw_launch.run.participant import StopKind, StopReason
 from openclaw_launch.stats.hang import HANG_EXIT_CODE, HangWatch
 from openclaw_launch.stats.hang_monitor import HangMonitor, HangOs, excerpt
 from openclaw_launch.stats.result import Hang
-from openclaw_launch.telemetry import wire
+from openclaw_launch.telemetry import wire, wire_check
 
 WORKER = str(Path(__file__).parent / "telemetry_workers" / "hang.py")
 STEPPER = str(Path(__file__).parent / "telemetry_workers" / "stepper.py")  # no torch, no collective
@@ -384,7 +384,7 @@ def test_progress_thread_reports_the_phase_a_rank_is_blocked_in(tmp_path: Path) 
     rec.enter(wire.COLLECTIVE, "barrier")  # entered right after the boundary: still reported
     rec.start_progress(0.05)
     try:
-        got = wire.decode_any(inbox.recv(1 << 16))
+        got = wire_check.decode_any(inbox.recv(1 << 16))
         assert isinstance(got, wire.Progress)
         assert (got.rank, got.steps, got.phase, got.collective) == (3, 1, "collective", "barrier")  # 1 boundary: 1 step
     finally:

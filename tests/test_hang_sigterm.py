@@ -17,7 +17,7 @@ import pytest
 from guards import GUARD_S
 from host import free_port, needs_torch
 
-from openclaw_launch.telemetry import wire
+from openclaw_launch.telemetry import wire, wire_check
 
 ROOT = str(Path(__file__).parent.parent)
 STEPS = 8  # boundaries: 8 steps, all within one flush interval (none sent before the signal)
@@ -75,7 +75,7 @@ def test_sigterm_flushes_the_batch_and_ends_as_before(tmp_path: Path, mode: str,
         inbox.settimeout(0.5)
         try:
             while True:
-                item = wire.decode_any(inbox.recv(1 << 16))
+                item = wire_check.decode_any(inbox.recv(1 << 16))
                 if isinstance(item, wire.Batch):
                     steps += len(item.steps)
         except TimeoutError:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from guards import GUARD_S
 
-from openclaw_launch.telemetry import recorder, wire
+from openclaw_launch.telemetry import recorder, wire, wire_check
 
 
 class FakeClock:
@@ -45,7 +45,7 @@ def _steps(tmp_path: Path, script: list[tuple[str, object]]) -> list[tuple[float
     rec.close()
     steps: list[tuple[float, dict[str, float]]] = []
     while True:  # a batch goes out every half second of the fake clock too; the last is the final one
-        batch = wire.decode(sock.recv(65536))
+        batch = wire_check.decode(sock.recv(65536))
         assert batch is not None
         steps += batch.steps
         if batch.final:
@@ -95,9 +95,9 @@ def test_accumulation_micro_batches_each_fetch_as_host_and_clipping_stays_work(t
 
 def test_a_pipeline_stage_travels_with_the_batch() -> None:
     batch = wire.Batch(rank=2, steps=[(0.1, {wire.P2P: 0.05})], pipeline=(2, 4, 8))
-    assert wire.decode(wire.encode(batch)) == batch
+    assert wire_check.decode(wire.encode(batch)) == batch
     bad = wire.encode(batch).replace(b'"pp":[2,4,8]', b'"pp":[5,4,8]')
-    assert wire.decode(bad) is None
+    assert wire_check.decode(bad) is None
 
 
 def test_a_pipeline_schedule_made_notes_the_stage_this_rank_runs(tmp_path: Path) -> None:
