@@ -10,6 +10,13 @@ Per launcher and N, one line each of:
   rank exits 3 -> every launcher gone, and their exit codes.
 - ``reform``: elastic ``--nnodes 1:N``: once every worker runs, one node (its launcher and every
   process under it) is SIGKILLed -> every survivor's worker of the new world running.
+- ``phases`` (ours only): static, ``LOGLEVEL=INFO``, each launcher's lines stamped as read
+  (benchmarks/scale_phases.py): the start split into each node's own part and the wait that grows
+  with N; then every worker steps (``--step-s``, ``telemetry.step()``) with ``--stats-interval-s``,
+  and once node 0's ``job stats:`` line judges, rank N/2 sleeps ``--slow-s`` more a step: ``live``,
+  from its first slow step to node 0's line naming it (``named_before``: lines naming any straggler
+  before); then every worker ends (``DIR/stop``): ``merge``, from the last worker's exit to node 0's
+  ``--job-report`` written (its mtime), and every launcher gone.
 
 ``store``: over the same idle window, the requests (TCP data segments in: one per request of
 either store client) and the bytes both ways on every server-side connection of the endpoint's
@@ -27,7 +34,7 @@ torch imports are part of the numbers.
 
     python benchmarks/scale.py [--nodes 8,32] [--launchers ours,torchrun] [--scenarios start,reform]
         [--torchrun-max-nodes 32] [--served-store] [--netns-nodes 0] [--idle-s 5] [--timeout-s 600]
-        [--react-timeout-s 60]
+        [--react-timeout-s 60] [--step-s 0.1] [--slow-s 0.1] [--stats-interval-s 1]
 
 prints one line per run and a markdown table at the end.
 """
@@ -50,10 +57,12 @@ from pathlib import Path
 
 import psutil
 from scale_netns import ENDPOINT, inside, namespaces
+from scale_phases import Stamper, first, has_lines, live_verdict, merge, node_zero, stamped, start_split
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = str(ROOT / "benchmarks" / "scale_worker.py")
 SERVED_ENV = "OPENCLAW_AGENT_STORE_SERVER"
+JUDGED = re.compile(r"job stats: .*; (no straggler|straggler:)")  # node 0's live line, judged
 KEEP_ENV = "SCALE_KEEP_DIR"  # where a failed re-forming's directory is copied (its launchers' logs)
 
 
@@ -63,12 +72,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def command(which: str, nnodes: str, endpoint: str, directory: Path, fail_rank: int) -> list[str]:
+def command(
+    which: str, nnodes: str, endpoint: str, directory: Path, fail_rank: int, phases: argparse.Namespace | None
+) -> list[str]:
     line = ["--nnodes", nnodes, "--nproc-per-node", "1", "--rdzv-backend", "c10d"]
     restarts = "3" if ":" in nnodes else "0"  # static: one rank's failure ends the job (one fate)
     line += ["--rdzv-endpoint", endpoint, "--max-restarts", restarts]
     head = [sys.executable, "-m", "openclaw_launch"] if which == "ours" else ["torchrun"]
-    return [*head, *line, WORKER, str(directory), "--fail-rank", str(fail_rank)]
+    worker = [WORKER, str(directory), "--fail-rank", str(fail_rank)]
+    if phases is not None:  # stepping workers, one of them slowed later; the job report on node 0
+        line += ["--stats-interval-s", str(phases.stats_interval_s), "--job-report", str(directory / "job.json")]
+        worker += ["--step-s", str(phases.step_s), "--slow-rank", str(phases.slow_rank), "--slow-s", str(phases.slow_s)]
+    return [*head, *line, *worker]
 
 
 def wait(condition: Callable[[], bool], timeout_s: float, poll_s: float = 0.05) -> bool:
@@ -89,6 +104,15 @@ def ready(directory: Path, since: float = 0.0) -> int:
         with contextlib.suppress(OSError, ValueError, IndexError):
             count += float(path.read_text().split()[0]) > since
     return count
+
+
+def ready_times(directory: Path) -> dict[int, float]:
+    """Each rank's first worker's ready time (``time.time()``)."""
+    out = {}
+    for path in directory.glob("ready-*-0"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            out[int(path.name.split("-")[1])] = float(path.read_text().split()[0])
+    return out
 
 
 def tree(pid: int) -> list[psutil.Process]:
@@ -164,28 +188,46 @@ class Job:
     """N launchers of one job, their output in files (nothing to drain)."""
 
     def __init__(
-        self, which: str, n: int, elastic: bool, directory: Path, env: dict[str, str], netns: list[str], in_ns: int
+        self,
+        which: str,
+        n: int,
+        elastic: bool,
+        directory: Path,
+        env: dict[str, str],
+        netns: list[str],
+        in_ns: int,
+        phases: argparse.Namespace | None = None,
     ) -> None:
-        """``in_ns`` of the ``n`` launchers (the last ones) run in the namespaces ``netns``, round-robin."""
+        """``in_ns`` of the ``n`` launchers (the last ones) run in the namespaces ``netns``, round-robin;
+        ``phases``: the ``phases`` scenario's knobs (the launchers' lines stamped, ``self.execs``)."""
         self.which, self.n, self.directory = which, n, directory
         self.port = port = free_port()
         endpoint = f"{ENDPOINT if netns else '127.0.0.1'}:{port}"
         nnodes = f"1:{n}" if elastic else str(n)
-        fail_rank = -1 if elastic else n // 2
+        fail_rank = -1 if elastic or phases is not None else n // 2
         environ = {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "SLURM", "TORCHELASTIC"))}
         environ.update(env, PYTHONPATH=str(ROOT))
+        if phases is not None:
+            environ["LOGLEVEL"] = "INFO"  # job/info_log.py: the rendezvous's result, each worker's spawn
+        self.logs = [directory / f"launcher-{node}.log" for node in range(n)]
         self.started = time.monotonic()
+        self.execs: list[float] = []
         self.procs: list[subprocess.Popen[bytes]] = []
         for node in range(n):
-            with open(directory / f"launcher-{node}.log", "wb") as log:
+            with open(self.logs[node], "wb") as log:
                 ns = netns[node % len(netns)] if netns and node >= n - in_ns else None
-                cmd = command(which, nnodes, endpoint, directory, fail_rank)
+                cmd = command(which, nnodes, endpoint, directory, fail_rank, phases)
                 if netns and which == "torchrun":  # by its c10d rule only the hostname's addresses host
                     cmd[1:1] = ["--rdzv-conf", f"is_host={'true' if node == 0 else 'false'}"]
                 cmd = inside(ns, cmd)
+                out = subprocess.PIPE if phases is not None else log
+                self.execs.append(time.time())
                 self.procs.append(
-                    subprocess.Popen(cmd, cwd=directory, env=environ, stdout=log, stderr=subprocess.STDOUT)
+                    subprocess.Popen(cmd, cwd=directory, env=environ, stdout=out, stderr=subprocess.STDOUT)
                 )
+        self.stamper = None
+        if phases is not None:
+            self.stamper = Stamper([p.stdout for p in self.procs if p.stdout is not None], self.logs)
 
     def tail(self) -> str:
         logs = sorted(self.directory.glob("launcher-*.log"))
@@ -198,11 +240,19 @@ class Job:
                 kill_tree(p.pid)
         for p in self.procs:
             p.wait()
+        if self.stamper is not None:
+            self.stamper.join(10)
 
 
 @contextlib.contextmanager
 def running(
-    which: str, n: int, elastic: bool, served: bool, timeout_s: float, in_ns: int
+    which: str,
+    n: int,
+    elastic: bool,
+    served: bool,
+    timeout_s: float,
+    in_ns: int,
+    phases: argparse.Namespace | None = None,
 ) -> Iterator[tuple[Job, float | str]]:
     """A job of ``n`` launchers (``in_ns`` of them in network namespaces), and how long until every
     worker ran (or why it did not); stopped and its directory removed at the end."""
@@ -210,7 +260,7 @@ def running(
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="scale-"))
         env = stack.enter_context(served_store(served, Path(tmp)))
         netns = stack.enter_context(namespaces(in_ns > 0))
-        job = Job(which, n, elastic, Path(tmp), env, netns, in_ns)
+        job = Job(which, n, elastic, Path(tmp), env, netns, in_ns, phases)
         try:
             if wait(lambda: ready(job.directory) >= n, timeout_s):
                 yield job, time.monotonic() - job.started
@@ -264,6 +314,39 @@ def run_reform(which: str, n: int, served: bool, timeout_s: float, react_s: floa
         return {"start_s": start_s, "reform_s": time.monotonic() - killed}
 
 
+def run_phases(
+    n: int, served: bool, timeout_s: float, react_s: float, in_ns: int, knobs: argparse.Namespace
+) -> dict[str, object]:
+    phases = argparse.Namespace(**vars(knobs), slow_rank=n // 2)
+    with running("ours", n, False, served, timeout_s, in_ns, phases) as (job, start_s):
+        if isinstance(start_s, str):
+            return {"error": start_s}
+        wait(lambda: has_lines(job.logs), 10, 0.2)
+        result: dict[str, object] = {"start_s": start_s, **start_split(job.execs, job.logs, ready_times(job.directory))}
+        zero = node_zero(job.logs)
+        if zero is None:
+            return {**result, "error": "no launcher said it is node rank 0"}
+        log = job.logs[zero]
+        (job.directory / "go-0").touch()
+        if not wait(lambda: first(stamped(log), JUDGED) is not None, react_s, 0.2):
+            return {**result, "error": f"node 0's job line judged nothing in {react_s:g} s"}
+        (job.directory / "slow").touch()
+        slowed = job.directory / "slowed"
+        if not wait(slowed.exists, react_s):
+            return {**result, "error": f"rank {n // 2} did not slow down in {react_s:g} s"}
+        slow_at = float(slowed.read_text())
+        naming = re.compile(rf"job stats: .*; straggler: node \S+ rank {n // 2} \(")
+        wait(lambda: first(stamped(log), naming, slow_at) is not None, react_s, 0.2)
+        result.update(live_verdict(stamped(log), naming, slow_at, react_s))
+        stopped = time.monotonic()
+        (job.directory / "stop").touch()
+        if not wait(lambda: all(p.poll() is not None for p in job.procs), react_s):
+            return {**result, "error": f"launchers still ran {react_s:g} s after the workers' end"}
+        result["all_gone_s"] = time.monotonic() - stopped
+        result.update(merge(job.directory, n))
+        return result
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--nodes", default="8,32")
@@ -280,17 +363,24 @@ def main() -> None:
         default=60.0,
         help="how long the launchers may take to end after a failure, or to re-form after a loss",
     )
+    p.add_argument("--step-s", type=float, default=0.1, help="phases: each worker's step (a sleep)")
+    p.add_argument("--slow-s", type=float, default=0.1, help="phases: what rank N/2 sleeps more a step")
+    p.add_argument("--stats-interval-s", type=float, default=1.0, help="phases: the launchers' live line")
     args = p.parse_args()
+    knobs = argparse.Namespace(step_s=args.step_s, slow_s=args.slow_s, stats_interval_s=args.stats_interval_s)
     rows: list[tuple[str, int, str, dict[str, object]]] = []
     for n in (int(x) for x in args.nodes.split(",")):
         for scenario in args.scenarios.split(","):
             for which in args.launchers.split(","):  # interleaved: both launchers at one N, then the next
-                if which == "torchrun" and n > args.torchrun_max_nodes:
+                if which == "torchrun" and (n > args.torchrun_max_nodes or scenario == "phases"):
                     continue
                 served = args.served_store and which == "ours"
                 if scenario == "start":
                     react_s, in_ns = args.react_timeout_s, min(args.netns_nodes, n - 1)
                     result = run_start(which, n, served, args.idle_s, args.timeout_s, react_s, in_ns)
+                elif scenario == "phases":
+                    in_ns = min(args.netns_nodes, n - 1)
+                    result = run_phases(n, served, args.timeout_s, args.react_timeout_s, in_ns, knobs)
                 else:
                     in_ns = min(args.netns_nodes, n - 1)
                     result = run_reform(which, n, served, args.timeout_s, args.react_timeout_s, in_ns)
