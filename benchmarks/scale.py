@@ -25,7 +25,7 @@ port (``ss -ti``), per second: the agents' (or torchrun's rendezvous's) whole tr
 (benchmarks/scale_netns.py; root): their addresses differ from the store's, their traffic crosses
 a link; every launcher's endpoint is then ``10.78.1.1``.
 
-``SCALE_KEEP_DIR=DIR`` keeps a failed re-forming's directory (the launchers' logs) under DIR.
+``SCALE_KEEP_DIR=DIR`` keeps a failed re-forming's (or phases') directory (the launchers' logs) under DIR.
 
 ``--served-store`` keeps every openclaw agent's store in one serving process
 (openclaw_launch/agents/served_store.py) so that N helpers do not each import torch on this one
@@ -63,7 +63,7 @@ ROOT = Path(__file__).resolve().parent.parent
 WORKER = str(ROOT / "benchmarks" / "scale_worker.py")
 SERVED_ENV = "OPENCLAW_AGENT_STORE_SERVER"
 JUDGED = re.compile(r"job stats: .*; (no straggler|straggler:)")  # node 0's live line, judged
-KEEP_ENV = "SCALE_KEEP_DIR"  # where a failed re-forming's directory is copied (its launchers' logs)
+KEEP_ENV = "SCALE_KEEP_DIR"  # where a failed re-forming's (or phases') directory is copied (its launchers' logs)
 
 
 def free_port() -> int:
@@ -300,6 +300,12 @@ def run_start(
         return {**result, "fate_s": time.monotonic() - go, "exit_codes": sorted({p.returncode for p in job.procs})}
 
 
+def keep(job: Job, name: str) -> None:
+    """A failed run's directory (the launchers' logs, to see why) under ``SCALE_KEEP_DIR`` if set."""
+    if KEEP_ENV in os.environ:
+        shutil.copytree(job.directory, Path(os.environ[KEEP_ENV]) / name, dirs_exist_ok=True)
+
+
 def run_reform(which: str, n: int, served: bool, timeout_s: float, react_s: float, in_ns: int) -> dict[str, object]:
     with running(which, n, True, served, timeout_s, in_ns) as (job, start_s):
         if isinstance(start_s, str):
@@ -308,8 +314,7 @@ def run_reform(which: str, n: int, served: bool, timeout_s: float, react_s: floa
         kill_tree(job.procs[n // 2].pid)
         if not wait(lambda: ready(job.directory, killed_at) >= n - 1, react_s):
             count = ready(job.directory, killed_at)
-            if KEEP_ENV in os.environ:  # the launchers' logs, to see why
-                shutil.copytree(job.directory, Path(os.environ[KEEP_ENV]) / f"reform-{which}-{n}", dirs_exist_ok=True)
+            keep(job, f"reform-{which}-{n}")
             return {"start_s": start_s, "error": f"{count} of {n - 1} re-formed in {react_s:g} s"}
         return {"start_s": start_s, "reform_s": time.monotonic() - killed}
 
@@ -329,7 +334,9 @@ def run_phases(
         log = job.logs[zero]
         (job.directory / "go-0").touch()
         if not wait(lambda: first(stamped(log), JUDGED) is not None, react_s, 0.2):
-            return {**result, "error": f"node 0's job line judged nothing in {react_s:g} s"}
+            keep(job, f"phases-{n}")
+            said = sum("job stats:" in text for _, text in stamped(log))
+            return {**result, "error": f"node 0's job line judged nothing in {react_s:g} s ({said} job line(s))"}
         (job.directory / "slow").touch()
         slowed = job.directory / "slowed"
         if not wait(slowed.exists, react_s):
