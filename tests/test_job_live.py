@@ -27,6 +27,7 @@ from openclaw_launch.stats.job_live import (
     Interval,
     JobLive,
     JobLiveTarget,
+    StoreClient,
     decode_node,
     encode_node,
     encode_ranks,
@@ -211,3 +212,27 @@ def test_an_attempt_judges_only_its_own_keys_and_a_node_that_stops_writing_is_si
     finally:
         node0.close()
         node1.close()
+
+
+def test_node0s_line_says_so_when_the_store_does_not_answer() -> None:
+    """A store that cannot be reached costs node 0's verdict for the interval, never its line: the
+    line says that no verdict came and why; another node's lost write says nothing (node 0 names
+    it silent)."""
+
+    def unreachable(host: str, port: int, timeout_s: float) -> StoreClient:
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    target = JobLiveTarget("127.0.0.1", free_port(), "lost", 5.0, unreachable)
+    lines: list[str] = []
+    node0, node1 = JobLive(target, lines.append, None), JobLive(target, lines.append, None)
+    try:
+        node1.submit(Interval(0, "node1", 1, 2, ()))
+        wait_for(lambda: node1.errors == 1, "node 1's write was not tried")
+        node0.submit(Interval(0, "node0", 0, 2, ()))
+        wait_for(lambda: lines, "node 0 said nothing")
+    finally:
+        node0.close()
+        node1.close()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("no verdict this interval: the agents' store at 127.0.0.1:"), lines
+    assert "Connection refused" in lines[0] and lines[0].endswith("1 interval(s) lost so far"), lines

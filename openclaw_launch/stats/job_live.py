@@ -309,13 +309,25 @@ class JobLive:
         while (interval := self._queue.get()) is not None:
             try:
                 self._once(interval)
-            except Exception:  # the store gone or out of protocol: this line is lost, the next connects again
+            except Exception as exc:  # the store gone or out of protocol: this line is lost, the next connects again
                 self.errors += 1
                 if self._client is not None:
                     self._client.close()
                 self._client = None
+                if interval.node_rank == 0 and interval.show:  # node 0's line says so, never goes silent
+                    self._on_line(self._lost_line(exc))
         if self._client is not None:
             self._client.close()
+
+    def _lost_line(self, exc: Exception) -> str:
+        """Node 0's line for an interval the store did not answer (its own write, a read of the
+        nodes' summaries): the job's verdict is missing this interval, and why."""
+        where = f"{self.target.host}:{self.target.port}"
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return (
+            f"no verdict this interval: the agents' store at {where} did not answer ({why}); "
+            f"{self.errors} interval(s) lost so far"
+        )
 
     def _once(self, interval: Interval) -> None:
         if interval.attempt != self._attempt:  # a restart or a re-formed world: from nothing
