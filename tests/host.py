@@ -9,11 +9,15 @@ importing it: collecting the suite must not pay torch's import (seconds of CPU p
 from __future__ import annotations
 
 import importlib.util
+import os
+import signal
 import socket
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
-from guards import wait_for
+from guards import GUARD_S, wait_for
 
 needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 
@@ -57,3 +61,27 @@ def catches_signal(pid: int, sig: int) -> bool:
     except OSError:
         pass
     return False
+
+
+def signal_pid1_once_caught(command: list[str], sig: int, delay_s: float = 0.0, **popen: object) -> tuple[int, str]:
+    """Run ``command`` as PID 1 of a new PID namespace (``unshare --pid --fork``), send it ``sig``
+    ``delay_s`` after it first catches SIGTERM (as PID 1 the kernel drops a signal with the default
+    disposition), and return its exit code and output (stdout + stderr)."""
+    proc = subprocess.Popen(
+        ["unshare", "--pid", "--fork", "--mount-proc", *command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **popen,  # type: ignore[call-overload]
+    )
+    try:
+        pid1 = first_child(proc.pid)
+        wait_for(lambda: catches_signal(pid1, signal.SIGTERM) or proc.poll() is not None, "no handler", poll_s=0.0002)
+        time.sleep(delay_s)
+        os.kill(pid1, sig)
+        out, err = proc.communicate(timeout=GUARD_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, out + err

@@ -17,13 +17,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from cli_runner import Invocation, invoke
 from guards import GUARD_S, wait_for
-from host import catches_signal, first_child
+from host import signal_pid1_once_caught
 
 LAUNCHER = [sys.executable, "-m", "openclaw_launch"]
 
@@ -120,37 +119,14 @@ def test_signal_at_start_up_as_pid_1(sig: int, delay_s: float) -> None:
     """As PID 1 the kernel drops a signal with the default disposition: the launcher catches the
     stopping signals before its imports, so one sent as soon as it can be caught (and at a few
     points after) ends it with 128+N, one line, no traceback."""
-    proc = subprocess.Popen(
-        [
-            "unshare",
-            "--pid",
-            "--fork",
-            "--mount-proc",
-            *LAUNCHER,
-            "--nproc-per-node",
-            "1",
-            "--no-python",
-            "sleep",
-            "60",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    # caught: startup.install ran (SIGINT's handler, installed first, is ours too; the interpreter's
+    # own SIGINT handler, before any of our code, raises KeyboardInterrupt); not dropped: the job's
+    # sleep 60 would end it 0
+    code, output = signal_pid1_once_caught(
+        [*LAUNCHER, "--nproc-per-node", "1", "--no-python", "sleep", "60"], sig, delay_s
     )
-    try:
-        pid1 = first_child(proc.pid)
-        # SIGTERM caught: startup.install ran (SIGINT's handler, installed first, is ours too; the
-        # interpreter's own SIGINT handler, before any of our code, raises KeyboardInterrupt)
-        wait_for(lambda: catches_signal(pid1, signal.SIGTERM) or proc.poll() is not None, "no handler", poll_s=0.0002)
-        time.sleep(delay_s)
-        os.kill(pid1, sig)
-        out, err = proc.communicate(timeout=GUARD_S)  # not dropped: the sleep's 60 s would end it 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 128 + sig, err
-    assert "Traceback" not in out + err, err
+    assert code == 128 + sig, output
+    assert "Traceback" not in output, output
 
 
 SPY_ON_IMPORTS = """

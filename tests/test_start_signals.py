@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from guards import GUARD_S, wait_for
-from host import catches_signal, first_child
+from guards import GUARD_S
+from host import signal_pid1_once_caught
 
 ROOT = Path(__file__).resolve().parent.parent
 ENTRY = str(ROOT / "openclaw_launch" / "__main__.py")
@@ -68,19 +68,8 @@ def test_a_signal_as_soon_as_pid_1_catches_it_before_site(sig: int, tmp_path: Pa
     """As PID 1 started as the container's ENTRYPOINT is: the first moment SIGTERM is caught is
     before site; a signal then ends the launcher with 128+N, no traceback (and is not dropped: the
     job's ``sleep 60`` would end it 0)."""
-    proc = subprocess.Popen(
-        ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-S", ENTRY,
-         "--nproc-per-node", "1", "--no-python", "sleep", "60"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-    )  # fmt: skip
-    try:
-        pid1 = first_child(proc.pid)
-        wait_for(lambda: catches_signal(pid1, signal.SIGTERM) or proc.poll() is not None, "no handler", poll_s=0.0002)
-        os.kill(pid1, sig)
-        out, err = proc.communicate(timeout=GUARD_S)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 128 + sig, err
-    assert "Traceback" not in out + err, err
+    code, output = signal_pid1_once_caught(
+        [sys.executable, "-S", ENTRY, "--nproc-per-node", "1", "--no-python", "sleep", "60"], sig, cwd=tmp_path
+    )
+    assert code == 128 + sig, output
+    assert "Traceback" not in output, output
