@@ -46,12 +46,24 @@ def _affinity() -> dict[str, str]:
 
 
 def _sleeper(setsid: bool) -> int:
+    """Fork a sleeping grandchild; return only once it is in its own session when asked.
+
+    Waiting on a pipe closes the race where the test reads the pid (and its
+    session) before the child has run ``setsid``.
+    """
+    r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
+        os.close(r)
         if setsid:
             os.setsid()
+        os.write(w, b"1")
+        os.close(w)
         time.sleep(3600)
         os._exit(0)
+    os.close(w)
+    os.read(r, 1)
+    os.close(r)
     return pid
 
 
