@@ -10,7 +10,7 @@ rank could not send ends the alignment of its later steps), and a step's *work* 
 the phases that wait for peers (``sync_phases``), so the rank that makes the others wait shows the
 most work.
 
-Pure arithmetic on the batches the session already takes: O(ranks) per step, and at most
+Pure arithmetic on the batches the session already takes: O(ranks log ranks) per step, and at most
 ``MAX_PENDING_STEPS`` steps held while a rank's batch is late. ``judge`` decides whether it is a
 finding (``StepImbalance.variance``).
 
@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from openclaw_launch.stats.collect import WARMUP_STEPS
 from openclaw_launch.stats.histogram import LogHistogram
+from openclaw_launch.stats.median import medians_of_others
 from openclaw_launch.telemetry import wire
 
 # The finding needs this many aligned steps: fewer, and "how often each rank was the slowest" is chance.
@@ -205,20 +206,17 @@ def _standard_error(t: _Tally, rank: int) -> float:
 
 
 def _tally_step(t: _Tally, works: dict[int, float]) -> None:
-    """One aligned step: its slowest rank, and its work over the other ranks' median."""
-    import statistics
-
+    """One aligned step: its slowest rank, and each rank's work over the other ranks' median (the
+    step's works sorted once, stats/median.py: O(ranks log ranks) a step)."""
     slowest = max(sorted(works), key=works.__getitem__)
-    median_work = statistics.median(w for rank, w in works.items() if rank != slowest)
+    others_median = dict(zip(works, medians_of_others(list(works.values())), strict=True))
+    median_work = others_median[slowest]
     t.steps += 1
     t.slowest[slowest] = t.slowest.get(slowest, 0) + 1
     t.cost.add(works[slowest] - median_work)
     t.work_total_s += median_work
-    ordered = sorted(works.values())
     for rank, work in works.items():
-        others = list(ordered)
-        others.remove(work)
-        excess = work - statistics.median(others)
+        excess = work - others_median[rank]
         t.excess_sum_s[rank] = t.excess_sum_s.get(rank, 0.0) + excess
         t.excess_sq_s2[rank] = t.excess_sq_s2.get(rank, 0.0) + excess * excess
 

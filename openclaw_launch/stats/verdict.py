@@ -35,15 +35,17 @@ when no CPU signal does, by the same window rule.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from openclaw_launch.config.defaults import STRAGGLER_THRESHOLD_MARGIN as THRESHOLD_MARGIN
 from openclaw_launch.config.defaults import STRAGGLER_THRESHOLD_PCT
 from openclaw_launch.stats import imbalance, phases
 from openclaw_launch.stats.collect import GPU_BUSY, INPUT_STAGE, OWN, STEP, RankSummary
+from openclaw_launch.stats.median import medians_of_others
 from openclaw_launch.stats.phases import GPU_WORK, INPUT_PHASES
 from openclaw_launch.stats.result import MEMORY_ASYMMETRY_SHARE, DroppedDatagrams, GpuStats, RunStatistics, Straggler
 from openclaw_launch.telemetry import wire
@@ -102,39 +104,41 @@ def find_stragglers(
     if median_step <= 0:
         return []
     floor_s = slowdown_floor_s(threshold_pct, median_step)
-
-    def own_excess(r: RankSummary) -> Excess:
-        if use_gpu:  # the flight recorder's wait is per run, not per window
-            return Excess(busy[r.rank] - statistics.median(busy[o.rank] for o in judged if o is not r), 0.0)
-        return excess(r, [o for o in judged if o is not r], OWN)
-
-    slow = max(judged, key=lambda r: own_excess(r).estimate_s)
-    busy_excess = own_excess(slow)
-    section, phase_excess = _phase(slow, judged, use_gpu)
+    table: Excesses = functools.cache(functools.partial(excesses, judged))  # each key's, once
+    own: Mapping[int, Excess]
+    if use_gpu:  # the flight recorder's wait is per run, not per window
+        values = [busy[r.rank] for r in judged]
+        own = {r.rank: Excess(v - m, 0.0) for r, v, m in zip(judged, values, medians_of_others(values), strict=True)}
+    else:
+        own = table(OWN)
+    slow = max(judged, key=lambda r: own[r.rank].estimate_s)
+    busy_excess = own[slow.rank]
+    section, phase_excess = _phase(slow, judged, use_gpu, table)
     # It holds the others back (its own time is significantly longer) by at least the threshold in
     # its own time or in one phase: the phase is measured directly, the own time loses a little of
     # the excess to the others' wake-up from waiting.
     if not (busy_excess.significant() and (busy_excess.reaches(floor_s) or phase_excess.reaches(floor_s))):
-        gpu_slow = _gpu_straggler(judged, floor_s)
+        gpu_slow = _gpu_straggler(judged, floor_s, table)
         if gpu_slow is not None:  # its GPU work, timed on the GPU, is longer: the CPU cannot see it
             slow = gpu_slow
-            section, phase_excess = GPU_WORK, _gpu_excess(slow, judged)
+            section, phase_excess = GPU_WORK, table(GPU_BUSY)[slow.rank]
         elif source == "cpu-phases":
             return []  # the wait signal says nobody holds the others back
         else:
             # No wait signal tells the ranks apart (GPU ranks without the flight recorder: the CPU
             # does not wait in NCCL). Waiting for input is measured on the CPU and comes before the
             # step's work, so a rank that waits longer for its data than the others still holds them back.
-            slow = max(judged, key=lambda r: _input_excess(r, judged).estimate_s)
-            busy_excess = _input_excess(slow, judged)
+            inputs = table(INPUT_STAGE)
+            slow = max(judged, key=lambda r: inputs[r.rank].estimate_s)
+            busy_excess = inputs[slow.rank]
             if not (busy_excess.significant() and busy_excess.reaches(floor_s)):
                 return []
-            section, phase_excess = _phase(slow, judged, use_gpu)
+            section, phase_excess = _phase(slow, judged, use_gpu, table)
     others = [r for r in judged if r is not slow]
     if use_gpu and section != GPU_WORK and not (phase_excess.significant() and phase_excess.reaches(floor_s)):
         section, phase_excess = GPU_WORK, busy_excess  # not in its input: its GPU work (or launches)
     if section == INPUT_STAGE:  # the input/host stage: name the part of it carrying more
-        section = max(INPUT_PHASES, key=lambda p: excess(slow, others, p).estimate_s)
+        section = max(INPUT_PHASES, key=lambda p: table(p)[slow.rank].estimate_s)
     facts_slow = facts.get(slow.rank, RankFacts(node="?"))
     peers_wait = statistics.median(waited[r.rank] for r in others) - waited[slow.rank]
     return [
@@ -197,18 +201,33 @@ class Excess:
         return self.estimate_s > 0 and self.estimate_s >= floor_s
 
 
-def excess(rank: RankSummary, others: Sequence[RankSummary], key: str) -> Excess:
-    """``rank``'s excess in ``key`` (a phase, or collect's OWN / INPUT_STAGE / GPU_BUSY) over
-    ``others``. With fewer than ``MIN_WINDOWS`` common windows: from the means, without an error.
-    A phase a window lacks was 0 there; GPU_BUSY is compared only where every rank has a sample."""
-    by_window = [dict(r.windows) for r in (rank, *others)]
+# A key's excesses of every judged rank (``excesses`` on them, each key computed once a verdict).
+Excesses = Callable[[str], Mapping[int, Excess]]
+
+
+def excesses(ranks: Sequence[RankSummary], key: str) -> dict[int, Excess]:
+    """Each rank's excess in ``key`` (a phase, or collect's OWN / INPUT_STAGE / GPU_BUSY) over the
+    other ``ranks``, by rank. With fewer than ``MIN_WINDOWS`` windows common to all: from the means,
+    without an error. A phase a window lacks was 0 there; GPU_BUSY is compared only where every rank
+    has a sample. Each window's values are sorted once for every rank's others' median
+    (stats/median.py): O(n log n) a window, not O(n² log n)."""
+    by_window = [dict(r.windows) for r in ranks]
     common = sorted(set.intersection(*(set(w) for w in by_window)))
     if key == GPU_BUSY:
         common = [k for k in common if all(key in w[k] for w in by_window)]
     if len(common) < MIN_WINDOWS:
-        return Excess(_mean(rank, key) - statistics.median(_mean(o, key) for o in others), 0.0)
-    mine, theirs = by_window[0], by_window[1:]
-    diffs = [mine[k].get(key, 0.0) - statistics.median(w[k].get(key, 0.0) for w in theirs) for k in common]
+        means = [_mean(r, key) for r in ranks]
+        return {r.rank: Excess(v - m, 0.0) for r, v, m in zip(ranks, means, medians_of_others(means), strict=True)}
+    diffs: list[list[float]] = [[] for _ in ranks]
+    for k in common:
+        values = [w[k].get(key, 0.0) for w in by_window]
+        for row, v, m in zip(diffs, values, medians_of_others(values), strict=True):
+            row.append(v - m)
+    return {r.rank: _window_excess(row) for r, row in zip(ranks, diffs, strict=True)}
+
+
+def _window_excess(diffs: Sequence[float]) -> Excess:
+    """The median of a rank's per-window differences, with its standard error from their spread."""
     middle = statistics.median(diffs)
     spread_s = 1.4826 * statistics.median(abs(d - middle) for d in diffs)  # robust standard deviation
     return Excess(middle, 1.253 * spread_s / math.sqrt(len(diffs)))  # the median's standard error
@@ -228,38 +247,30 @@ def _typical(r: RankSummary, key: str, default: float) -> float:
     return statistics.median(values) if values else default
 
 
-def _phase(slow: RankSummary, judged: Sequence[RankSummary], use_gpu: bool) -> tuple[str, Excess]:
+def _phase(slow: RankSummary, judged: Sequence[RankSummary], use_gpu: bool, table: Excesses) -> tuple[str, Excess]:
     """The phase in which ``slow`` exceeds the others most: the input/host stage (as a whole), a
     work phase (not with the flight recorder: the CPU's view of GPU work is launches) or, with
-    sampled GPU work on every rank, its GPU work (``GPU_WORK``)."""
-    others = [r for r in judged if r is not slow]
+    sampled GPU work on every rank, its GPU work (``GPU_WORK``). ``table``: the judged ranks' excesses."""
     sync = set().union(*(r.sync_phases for r in judged))
-    candidates = {INPUT_STAGE: _input_excess(slow, judged)}
+    candidates = {INPUT_STAGE: table(INPUT_STAGE)[slow.rank]}
     if not use_gpu:
         work = sorted(p for p in slow.phases if phases.kind(p, sync) == phases.WORK)
-        candidates.update({p: excess(slow, others, p) for p in work})
+        candidates.update({p: table(p)[slow.rank] for p in work})
     if all(r.gpu_busy_s is not None for r in judged):  # its GPU work, timed on the GPU
-        candidates[GPU_WORK] = _gpu_excess(slow, judged)
+        candidates[GPU_WORK] = table(GPU_BUSY)[slow.rank]
     section = max(candidates, key=lambda p: candidates[p].estimate_s)
     return section, candidates[section]
 
 
-def _gpu_excess(rank: RankSummary, ranks: Sequence[RankSummary]) -> Excess:
-    return excess(rank, [o for o in ranks if o is not rank], GPU_BUSY)
-
-
-def _gpu_straggler(judged: Sequence[RankSummary], floor_s: float) -> RankSummary | None:
+def _gpu_straggler(judged: Sequence[RankSummary], floor_s: float, table: Excesses) -> RankSummary | None:
     """The rank whose GPU work (CUDA events on sampled steps) exceeds the others' significantly and
     by about the threshold, when every rank has samples."""
     if not all(r.gpu_busy_s is not None for r in judged):
         return None
-    slow = max(judged, key=lambda r: _gpu_excess(r, judged).estimate_s)
-    found = _gpu_excess(slow, judged)
+    gpu = table(GPU_BUSY)
+    slow = max(judged, key=lambda r: gpu[r.rank].estimate_s)
+    found = gpu[slow.rank]
     return slow if found.significant() and found.reaches(floor_s) else None
-
-
-def _input_excess(rank: RankSummary, ranks: Sequence[RankSummary]) -> Excess:
-    return excess(rank, [o for o in ranks if o is not rank], INPUT_STAGE)
 
 
 def is_pipeline(ranks: Sequence[RankSummary]) -> bool:
