@@ -53,8 +53,6 @@ if TYPE_CHECKING:
 KEY_ROOT = "openclaw/live"  # under the agents' own prefix (agents/store.py PREFIX)
 LIVE_WINDOWS = 24  # the windows (of 5 steps) a rank's interval summary carries: the verdict's evidence
 STORE_TIMEOUT_S = 2.0  # connect and every call: a slow store costs a line, never a stuck helper
-JUDGED_MAX = 32  # ranks the live verdict compares at most (judged_ranks: its cost is quadratic)
-CANDIDATES = 4  # of those, the longest in each signal the verdict names a rank by
 CLOSE_WAIT_S = 0.5  # at the end, how long the helper waits for a call in flight (it exits anyway)
 STALE_READS = 3  # node 0's reads with a node's key unchanged before that node is left out
 LIVE_MIN_STEPS = 20  # measured steps a rank needs in the attempt before the job's line judges (4 windows)
@@ -162,10 +160,7 @@ def judge(nodes: Sequence[NodeInterval], nnodes: int, silent: Sequence[int], thr
     if min(r.measured_steps for r in measured) < LIVE_MIN_STEPS:
         text += f"; too few steps to judge (fewer than {LIVE_MIN_STEPS} on a rank)"
         return JobVerdict(text, tuple(nodes), (), tuple(silent), p50)
-    judged = judged_ranks(measured)
-    found = tuple(verdict.find_stragglers(judged, facts, threshold_pct))
-    if len(judged) < len(measured):
-        text += f" (judged on {len(judged)})"
+    found = tuple(verdict.find_stragglers(measured, facts, threshold_pct))
     if found:
         s = found[0]
         text += f"; straggler: node {s.node} rank {s.rank} ({s.phase}, {s.section}) +{s.excess_pct:.0f} %"
@@ -198,35 +193,6 @@ def judge_interval(
     verdict = judge(since, nnodes, silent, threshold_pct)
     steps = [statistics.median(w.get(STEP, 0.0) for k, w in r.windows if k in common) for r in measured]
     return dataclasses.replace(verdict, step_p50_s=statistics.median(steps)), max(common)
-
-
-def judged_ranks(ranks: Sequence[RankSummary]) -> list[RankSummary]:
-    """The ranks the live verdict compares. The verdict compares each rank with the median of all
-    the others, window by window: its cost grows with the square of the ranks (1024 ranks: 39 s on
-    the 2-core box, longer than an interval). Over ``JUDGED_MAX`` ranks the line judges the
-    ``CANDIDATES`` longest in each signal the verdict names a rank by (its own time: the step less
-    its wait for the others; its input/host stage; its GPU work), and beside them others spread
-    evenly over the rest in the order of their own time, whose median stands for the others'. The
-    job report at the end judges every rank."""
-    if len(ranks) <= JUDGED_MAX:
-        return list(ranks)
-    from openclaw_launch.stats import verdict
-    from openclaw_launch.stats.phases import INPUT_PHASES
-
-    waited = verdict.waited_for_others(ranks)
-    signals = [
-        lambda r: r.step_mean_s - waited[r.rank],
-        lambda r: sum(r.phase_mean(p) for p in INPUT_PHASES),
-        lambda r: r.gpu_busy_s or 0.0,
-    ]
-    picked: dict[int, RankSummary] = {}
-    for signal in signals:
-        for r in sorted(ranks, key=signal, reverse=True)[:CANDIDATES]:
-            picked[r.rank] = r
-    rest = sorted((r for r in ranks if r.rank not in picked), key=signals[0])
-    room = JUDGED_MAX - len(picked)
-    picked.update({r.rank: r for r in (rest[i * len(rest) // room] for i in range(room))})
-    return sorted(picked.values(), key=lambda r: r.rank)
 
 
 def job_snapshot(run_id: str, attempt: int, judged: JobVerdict) -> dict[str, Any]:
