@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 
@@ -236,3 +237,66 @@ def test_node0s_line_says_so_when_the_store_does_not_answer() -> None:
     assert len(lines) == 1, lines
     assert lines[0].startswith("no verdict this interval: the agents' store at 127.0.0.1:"), lines
     assert "Connection refused" in lines[0] and lines[0].endswith("1 interval(s) lost so far"), lines
+
+
+class ScriptedStore:
+    """A store client whose writes work until told to fail (a stalled or lost store)."""
+
+    def __init__(self, failing: bool) -> None:
+        self.failing, self.sets = failing, 0
+
+    def set(self, key: str, value: bytes) -> None:
+        if self.failing:
+            raise TimeoutError("timed out")
+        self.sets += 1
+
+    def check(self, keys: Sequence[str]) -> bool:
+        return True
+
+    def multi_get(self, keys: Sequence[str]) -> list[bytes]:
+        return [b"" for _ in keys]
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_node_holds_one_connection_and_after_an_error_connects_once_more_then_gives_up() -> None:
+    """One connection however many intervals; after a lost one, one reconnect at the next interval
+    (said); a reconnect that fails ends this node's part (said once): no new connection an interval."""
+    opened: list[ScriptedStore] = []
+    refuse = [False]
+
+    def connect(host: str, port: int, timeout_s: float) -> StoreClient:
+        if refuse[0]:
+            raise ConnectionRefusedError(111, "Connection refused")
+        opened.append(ScriptedStore(failing=False))
+        return opened[-1]
+
+    notes: list[str] = []
+    live = JobLive(JobLiveTarget("127.0.0.1", 1, "held", 5.0, connect), lambda text: None, None, None, notes.append)
+    done = [0]
+
+    def interval() -> None:  # one interval, handled (written or lost) before the next is given
+        before = done[0]
+        live.submit(Interval(0, "node1", 1, 2, ()))
+        wait_for(lambda: sum(s.sets for s in opened) + live.errors > before, "the interval was not handled")
+        done[0] = sum(s.sets for s in opened) + live.errors
+
+    try:
+        for _ in range(20):
+            interval()
+        assert (len(opened), live.connections, notes) == (1, 1, []), notes
+        opened[0].failing = True  # the store stops answering: this interval is lost
+        interval()
+        assert len(opened) == 1 and "connecting again once at the next interval (connection 2 of" in notes[-1]
+        for _ in range(5):
+            interval()
+        assert (len(opened), live.errors) == (2, 1) and opened[1].sets == 5
+        opened[1].failing, refuse[0] = True, True  # lost again, and the reconnect is refused
+        for _ in range(10):
+            interval()
+    finally:
+        live.close()
+    assert live.connections == 3 and live.errors == 11, (live.connections, live.errors)
+    assert "gave up on the agents' store at 127.0.0.1:1 (connection 3 of at most 3 failed" in notes[-1], notes
+    assert len(notes) == 3, notes

@@ -12,8 +12,9 @@ Its messages (``VOCABULARY``, run/helper.py's typed link):
   summary per GPU, a ``GpuStats`` in the codec's JSON, the NVML events seen so far: XID,
   uncorrectable ECC), ``GpuError`` (NVML did not start), ``StatsFileError`` (the first line that
   could not be written: a full disk), ``JobLine`` (node 0 of a multi-node job: the job's live line),
-  ``JobJudged`` (node 0: every interval's verdict, for the straggler policy), ``Finished`` (the final
-  round and errors).
+  ``JobJudged`` (node 0: every interval's verdict, for the straggler policy), ``JobLiveNote`` (any
+  node: its connection to the agents' store lost, made again or given up, stats/job_live_store.py;
+  said as a warning), ``Finished`` (the final round and errors).
 """
 
 from __future__ import annotations
@@ -71,6 +72,11 @@ class JobJudged(Message):
 
 
 @dataclass(frozen=True)
+class JobLiveNote(Message):
+    text: str  # the job's live verdict's connection to the agents' store changed (stats/job_live_store.py)
+
+
+@dataclass(frozen=True)
 class GpuRound(Message):
     latest: dict[str, dict[str, Any]]  # the last sample per GPU (stats/gpu.py's Sample)
     summaries: dict[str, Any]  # the running summary per GPU: a GpuStats in the codec's JSON, decoded when asked
@@ -97,14 +103,15 @@ class Finished(Message):
 
 VOCABULARY = Vocabulary(
     to_helper=(Publish, Append, LiveInterval, Finish),
-    to_launcher=(GpuRound, GpuError, StatsFileError, JobLine, JobJudged, Finished),
+    to_launcher=(GpuRound, GpuError, StatsFileError, JobLine, JobJudged, JobLiveNote, Finished),
 )
 
 
 class StatsHelper:
     """The launcher's side: non-blocking sends, ``drain`` from the supervisor's event loop.
     ``on_warning`` is told, once each, when NVML did not start in the helper and when the stats
-    file could not be written."""
+    file could not be written, and each time the job's live verdict's connection to the agents'
+    store is lost, made again or given up (at most a few times a job: stats/job_live_store.py)."""
 
     def __init__(
         self,
@@ -210,6 +217,8 @@ class StatsHelper:
                 self._on_job_line(text)
             case JobJudged(verdict=verdict) if self._on_judged is not None:
                 self._on_judged(verdict)
+            case JobLiveNote(text=text):
+                self._on_warning(f"job stats: {text}")
             case StatsFileError(text=text) if self.stats_file_error is None:
                 self.stats_file_error = text
                 self._on_warning(f"{text}; the job goes on, later lines may be lost (in the report)")
@@ -248,7 +257,10 @@ def _serve(
         def judged(verdict: Judged) -> None:
             link.send(JobJudged(verdict))
 
-        live = JobLive(job_live, job_line, server.publish_job if server is not None else None, judged)
+        def note(text: str) -> None:
+            link.send(JobLiveNote(text))
+
+        live = JobLive(job_live, job_line, server.publish_job if server is not None else None, judged, note)
 
     def file_error(text: str) -> None:  # from the writer's thread (the link's sends are serialised)
         link.send(StatsFileError(text))

@@ -7,7 +7,8 @@ ranks window by window, so the job's line judges the last 120 steps at most, and
 stay bounded however long the job) to its statistics helper process (stats/helper.py). The helper,
 on a thread of its own, writes them to the agents' store (agents/store.py, through the
 standard-library client agents/tcpstore_client.py) under ``node_key``: the run id, the attempt and
-the node rank, one key per node, overwritten each interval. Node 0's helper then reads every
+the node rank, one key per node, overwritten each interval, on the one connection the helper holds
+for the job's life (stats/job_live_store.py). Node 0's helper then reads every
 node's key of the attempt with one ``multi_get`` (a ``check`` first for the keys it has not seen
 yet: ``multi_get`` waits for all its keys), judges the merged ranks with the verdict's own pure
 functions (stats/verdict.py ``find_stragglers``), sends the line to its launcher, which prints it
@@ -17,7 +18,7 @@ functions (stats/verdict.py ``find_stragglers``), sends the line to its launcher
 Nothing here runs in the launcher's process but the encoding (``encode_ranks``): the network I/O
 is the helper's, never the supervisor loop's. A store that cannot be reached (node 0 gone at the
 job's end, a restart's re-formed world) costs that interval's line and nothing else; the thread
-connects again at the next one.
+connects again once, at the next one (at most ``MAX_CONNECTIONS`` in the job).
 
 The attempt contract: the key carries the attempt, so a restart's (or a re-formed world's) first
 line judges only that attempt's summaries; the node count of the attempt is the world's
@@ -41,10 +42,11 @@ import statistics
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from openclaw_launch.codec import from_json, to_json
 from openclaw_launch.stats.collect import STEP, RankSummary
+from openclaw_launch.stats.job_live_store import HeldConnection, StoreClient
 from openclaw_launch.stats.judged import Judged
 
 if TYPE_CHECKING:
@@ -52,19 +54,9 @@ if TYPE_CHECKING:
 
 KEY_ROOT = "openclaw/live"  # under the agents' own prefix (agents/store.py PREFIX)
 LIVE_WINDOWS = 24  # the windows (of 5 steps) a rank's interval summary carries: the verdict's evidence
-STORE_TIMEOUT_S = 2.0  # connect and every call: a slow store costs a line, never a stuck helper
 CLOSE_WAIT_S = 0.5  # at the end, how long the helper waits for a call in flight (it exits anyway)
 STALE_READS = 3  # node 0's reads with a node's key unchanged before that node is left out
 LIVE_MIN_STEPS = 20  # measured steps a rank needs in the attempt before the job's line judges (4 windows)
-
-
-class StoreClient(Protocol):
-    """The calls made on the agents' store (agents/tcpstore_client.py's TCPStoreClient has them)."""
-
-    def set(self, key: str, value: bytes) -> None: ...
-    def check(self, keys: Sequence[str]) -> bool: ...
-    def multi_get(self, keys: Sequence[str]) -> list[bytes]: ...
-    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -228,8 +220,9 @@ class Interval:
 
 
 class JobLive:
-    """The helper's side: a thread that takes the latest interval (an older one not yet sent is
-    dropped: only the newest matters), writes it, and on node 0 reads and judges every node's."""
+    """The helper's side: a thread that connects to the store once, then takes the latest interval
+    (an older one not yet sent is dropped: only the newest matters), writes it, and on node 0 reads
+    and judges every node's."""
 
     def __init__(
         self,
@@ -237,15 +230,18 @@ class JobLive:
         on_line: Callable[[str], None],
         on_snapshot: Callable[[dict[str, Any]], None] | None,
         on_judged: Callable[[Judged], None] | None = None,
+        on_note: Callable[[str], None] = lambda text: None,
     ) -> None:
         """Node 0: ``on_line`` gets the job's line when it is shown, ``on_snapshot`` the metrics and
-        ``on_judged`` the verdict (its straggler policy, agents/straggler_policy.py) every interval."""
+        ``on_judged`` the verdict (its straggler policy, agents/straggler_policy.py) every interval.
+        Every node: ``on_note`` is told when its connection to the store is lost, made again or
+        given up (stats/job_live_store.py)."""
         self.target = target
         self._on_line = on_line
         self._on_snapshot = on_snapshot
         self._on_judged = on_judged
         self._queue: queue.Queue[Interval | None] = queue.Queue(maxsize=1)
-        self._client: StoreClient | None = None
+        self._store = HeldConnection(target.connect, target.host, target.port, on_note)
         self._seq: dict[int, int] = {}  # attempt -> this node's lines in it
         self._seen: dict[str, tuple[int, int]] = {}  # key -> (seq, reads it stayed so)
         self._attempt = -1
@@ -271,45 +267,45 @@ class JobLive:
         with contextlib.suppress(queue.Full):
             self._queue.put_nowait(item)
 
+    @property
+    def connections(self) -> int:
+        """The connections to the store this node's thread has opened (or tried) so far in the job."""
+        return self._store.opened
+
     def _run(self) -> None:
+        self._store.open()
         while (interval := self._queue.get()) is not None:
             try:
-                self._once(interval)
-            except Exception as exc:  # the store gone or out of protocol: this line is lost, the next connects again
+                self._once(interval, self._store.client())
+            except Exception as exc:  # the store gone or out of protocol: this line is lost, the next reconnects once
                 self.errors += 1
-                if self._client is not None:
-                    self._client.close()
-                self._client = None
+                self._store.lost(exc)
                 if interval.node_rank == 0 and interval.show:  # node 0's line says so, never goes silent
                     self._on_line(self._lost_line(exc))
-        if self._client is not None:
-            self._client.close()
+        self._store.close()
 
     def _lost_line(self, exc: Exception) -> str:
         """Node 0's line for an interval the store did not answer (its own write, a read of the
         nodes' summaries): the job's verdict is missing this interval, and why."""
-        where = f"{self.target.host}:{self.target.port}"
         why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return (
-            f"no verdict this interval: the agents' store at {where} did not answer ({why}); "
+            f"no verdict this interval: the agents' store at {self._store.where} did not answer ({why}); "
             f"{self.errors} interval(s) lost so far"
         )
 
-    def _once(self, interval: Interval) -> None:
+    def _once(self, interval: Interval, store: StoreClient) -> None:
         if interval.attempt != self._attempt:  # a restart or a re-formed world: from nothing
             self._attempt, self._seen, self._judged_upto = interval.attempt, {}, -1
-        if self._client is None:
-            self._client = self.target.connect(self.target.host, self.target.port, STORE_TIMEOUT_S)
         seq = self._seq[interval.attempt] = self._seq.get(interval.attempt, 0) + 1
         run_id = self.target.run_id
         blob = encode_node(interval.node, interval.node_rank, seq, interval.ranks)
-        self._client.set(node_key(run_id, interval.attempt, interval.node_rank), blob)
+        store.set(node_key(run_id, interval.attempt, interval.node_rank), blob)
         if interval.node_rank != 0:
             return
         keys = [node_key(run_id, interval.attempt, k) for k in range(interval.nnodes)]
-        ready = [k for k in keys if k in self._seen or self._client.check([k])]
+        ready = [k for k in keys if k in self._seen or store.check([k])]
         nodes, silent = [], []
-        for key, value in zip(ready, self._client.multi_get(ready) if ready else [], strict=True):
+        for key, value in zip(ready, store.multi_get(ready) if ready else [], strict=True):
             node = decode_node(value)
             if node is None:
                 continue
