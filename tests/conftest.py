@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -22,6 +23,15 @@ import pytest
 from guards import wait_for
 
 from openclaw_launch.agents.served_store import SERVER_ENV
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A suite started from a background job (``cmd &`` in a script) inherits SIGINT ignored, and
+    every launcher it starts would inherit that too and rightly keep it ignored (as ``nohup`` jobs
+    expect). The signal tests are about a launcher whose SIGINT is live: catching it here makes
+    every child start with the default disposition (exec resets caught signals, not ignored ones)."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session", autouse=True)
