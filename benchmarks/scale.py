@@ -15,8 +15,13 @@ Per launcher and N, one line each of:
   with N; then every worker steps (``--step-s``, ``telemetry.step()``) with ``--stats-interval-s``,
   and once node 0's ``job stats:`` line judges, rank N/2 sleeps ``--slow-s`` more a step: ``live``,
   from its first slow step to node 0's line naming it (``named_before``: lines naming any straggler
-  before); then every worker ends (``DIR/stop``): ``merge``, from the last worker's exit to node 0's
-  ``--job-report`` written (its mtime), and every launcher gone.
+  before); with ``--hold-s S`` the job steps S more, then: ``job_lines`` (node 0's, from its first
+  judged line), ``job_line_max_gap_s`` (the longest wait for the next), ``no_verdict_lines``,
+  ``store_conns`` (the store's established connections then) and ``store_conns_new`` (those not there
+  at the first judged line: a node that connected again), ``store_notes`` (the launchers' warnings
+  that a job-live connection was lost or given up); then every worker ends (``DIR/stop``):
+  ``merge``, from the last worker's exit to node 0's ``--job-report`` written (its mtime), and every
+  launcher gone.
 
 ``store``: over the same idle window, the requests (TCP data segments in: one per request of
 either store client) and the bytes both ways on every server-side connection of the endpoint's
@@ -34,7 +39,7 @@ torch imports are part of the numbers.
 
     python benchmarks/scale.py [--nodes 8,32] [--launchers ours,torchrun] [--scenarios start,reform]
         [--torchrun-max-nodes 32] [--served-store] [--netns-nodes 0] [--idle-s 5] [--timeout-s 600]
-        [--react-timeout-s 60] [--step-s 0.1] [--slow-s 0.1] [--stats-interval-s 1]
+        [--react-timeout-s 60] [--step-s 0.1] [--slow-s 0.1] [--stats-interval-s 1] [--hold-s 0]
 
 prints one line per run and a markdown table at the end.
 """
@@ -57,7 +62,7 @@ from pathlib import Path
 
 import psutil
 from scale_netns import ENDPOINT, inside, namespaces
-from scale_phases import Stamper, first, has_lines, live_verdict, merge, node_zero, stamped, start_split
+from scale_phases import Stamper, first, has_lines, held, live_verdict, merge, node_zero, peers, stamped, start_split
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = str(ROOT / "benchmarks" / "scale_worker.py")
@@ -337,6 +342,9 @@ def run_phases(
             keep(job, f"phases-{n}")
             said = sum("job stats:" in text for _, text in stamped(log))
             return {**result, "error": f"node 0's job line judged nothing in {react_s:g} s ({said} job line(s))"}
+        judged = first(stamped(log), JUDGED)
+        assert judged is not None
+        before = peers(job.port)
         (job.directory / "slow").touch()
         slowed = job.directory / "slowed"
         if not wait(slowed.exists, react_s):
@@ -345,6 +353,8 @@ def run_phases(
         naming = re.compile(rf"job stats: .*; straggler: node \S+ rank {n // 2} \(")
         wait(lambda: first(stamped(log), naming, slow_at) is not None, react_s, 0.2)
         result.update(live_verdict(stamped(log), naming, slow_at, react_s))
+        time.sleep(knobs.hold_s)  # the window whose job lines are counted
+        result.update(held(stamped(log), job.logs, judged[0], peers(job.port), before))
         stopped = time.monotonic()
         (job.directory / "stop").touch()
         if not wait(lambda: all(p.poll() is not None for p in job.procs), react_s):
@@ -373,8 +383,11 @@ def main() -> None:
     p.add_argument("--step-s", type=float, default=0.1, help="phases: each worker's step (a sleep)")
     p.add_argument("--slow-s", type=float, default=0.1, help="phases: what rank N/2 sleeps more a step")
     p.add_argument("--stats-interval-s", type=float, default=1.0, help="phases: the launchers' live line")
+    p.add_argument("--hold-s", type=float, default=0.0, help="phases: how long the job steps on once named")
     args = p.parse_args()
-    knobs = argparse.Namespace(step_s=args.step_s, slow_s=args.slow_s, stats_interval_s=args.stats_interval_s)
+    knobs = argparse.Namespace(
+        step_s=args.step_s, slow_s=args.slow_s, stats_interval_s=args.stats_interval_s, hold_s=args.hold_s
+    )
     rows: list[tuple[str, int, str, dict[str, object]]] = []
     for n in (int(x) for x in args.nodes.split(",")):
         for scenario in args.scenarios.split(","):

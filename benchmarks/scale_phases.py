@@ -19,10 +19,12 @@ ready file has the time it ran. With the harness's own time of each launcher's e
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import selectors
 import statistics
+import subprocess
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -33,6 +35,9 @@ ARRIVED = re.compile(r"node rank \d+ of \d+ \(by arrival")
 VERDICT = "attempt 0: rendezvous complete"
 NODE_ZERO = "group_rank=0 "
 RANK = re.compile(r"global_ranks=\[(\d+)\]")
+JOB_LINE = "openclaw-launch: job stats:"
+NO_VERDICT = "no verdict this interval"
+STORE_NOTE = re.compile(r"warning: job stats: (lost the connection|could not connect|gave up)")
 
 
 class Stamper:
@@ -150,3 +155,32 @@ def merge(directory: Path, n: int) -> dict[str, object]:
     if len(exits) < n or not report.exists():
         return {"error": f"{len(exits)} of {n} workers' exits, the job report written: {report.exists()}"}
     return {"merge_s": report.stat().st_mtime - max(exits)}
+
+
+def peers(port: int) -> set[str]:
+    """The peers (address:port) of every established server-side connection of ``port`` (the store's):
+    one per client connection; the same set later means that nobody connected again."""
+    out = subprocess.run(
+        ["ss", "-tnH", "state", "established", f"( sport = :{port} )"], capture_output=True, text=True, timeout=30
+    ).stdout
+    return {line.split()[-1] for line in out.splitlines() if line.strip()}
+
+
+def held(
+    lines: Sequence[tuple[float, str]], logs: Sequence[Path], since: float, now: set[str], before: set[str]
+) -> dict[str, object]:
+    """Node 0's job lines read from ``since`` (its first judged one) to now: how many, the longest gap
+    between two (the window's ends counted), how many said that no verdict came; the store's
+    connections now (``now``: its peers) and those that were not there at ``since`` (``before``); the
+    launchers' warnings that a job-live connection was lost, refused or given up."""
+    until = time.time()
+    job = [(when, text) for when, text in lines if since <= when <= until and JOB_LINE in text]
+    marks = [since, *(when for when, _ in job), until]
+    return {
+        "job_lines": len(job),
+        "job_line_max_gap_s": max(b - a for a, b in itertools.pairwise(marks)),
+        "no_verdict_lines": sum(NO_VERDICT in text for _, text in job),
+        "store_conns": len(now),
+        "store_conns_new": len(now - before),
+        "store_notes": sum(len(STORE_NOTE.findall(log.read_text(errors="replace"))) for log in logs),
+    }
