@@ -16,7 +16,7 @@ import functools
 import types
 import typing
 from collections.abc import Mapping
-from typing import Any, TypeVar, Union, get_args, get_origin
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 T = TypeVar("T")
 # metadata keys of a report field (see ``doc``)
@@ -101,6 +101,11 @@ def _decode(tp: Any, value: Any, path: str, schema: int | None) -> Any:
         return _decode_fields(typing.cast(type, inner), value, path, schema)
     if inner is Any:
         return value
+    if origin is Literal:  # one of the listed values, of their type (True is not 1)
+        if not any(type(value) is type(a) and value == a for a in get_args(inner)):
+            choices = ", ".join(repr(a) for a in get_args(inner))
+            raise ReportShapeError(f"{path or 'the report'}: expected one of {choices}, found {_show(value)}")
+        return value
     if inner is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise _wrong(path, tp, value)
@@ -150,6 +155,8 @@ def type_name(tp: Any) -> str:
         name = f"[{', '.join(type_name(a) for a in args)}]" if fixed else f"[{type_name(args[0])}]"
     elif origin in (dict, Mapping) or dataclasses.is_dataclass(inner):
         name = "object"
+    elif origin is Literal:
+        name = " or ".join(f"`{a}`" for a in get_args(inner))
     else:
         name = {int: "int", float: "number", str: "string", bool: "bool"}.get(inner, "any")
     return f"{name} or null" if nullable else name

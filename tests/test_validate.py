@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from openclaw_launch.codec import ReportShapeError, from_json, to_json
 from openclaw_launch.config.model import Config, GpuSpec, NodeSpec, Runtime
 from openclaw_launch.config.reader import load_config
 from openclaw_launch.errors import PlanError, TopologyError
@@ -20,10 +21,11 @@ from openclaw_launch.validate.host import run_checks
 from openclaw_launch.validate.results import (
     CheckResult,
     Thresholds,
+    ValidateReport,
     exit_code,
     format_results,
-    results_to_json,
     summarize,
+    validate_report,
 )
 
 CONTEXT = run_context("r", "/tmp", None)  # a plan that is not run: no pid in its run directory
@@ -500,7 +502,7 @@ def test_format_empty() -> None:
 
 def test_json_shape() -> None:
     results = mixed_results()
-    doc = json.loads(json.dumps(results_to_json(results)))
+    doc = json.loads(json.dumps(to_json(validate_report(results))))
     assert doc["schema"] == 1
     assert set(doc) == {"schema", "checks", "summary"}
     assert len(doc["checks"]) == len(results)
@@ -509,6 +511,12 @@ def test_json_shape() -> None:
         assert c["status"] in ("pass", "warn", "fail")
     n_pass, n_warn, n_fail = summarize(results)
     assert doc["summary"] == {"passed": n_pass, "warnings": n_warn, "failed": n_fail}
+    assert from_json(ValidateReport, doc) == validate_report(results)  # typed both ways, one codec
+    doc["checks"][0]["status"] = "ok"
+    with pytest.raises(
+        ReportShapeError, match=r"checks\[0\]\.status: expected one of 'pass', 'warn', 'fail', found 'ok'"
+    ):
+        from_json(ValidateReport, doc)
 
 
 def test_exit_code_policy() -> None:

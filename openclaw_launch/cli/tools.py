@@ -292,10 +292,11 @@ def _gpu_memory_mib(uuids: list[str]) -> dict[str, float]:
 def validate(config_path: str, node: str | None, topology_path: str | None, as_json: bool) -> None:
     """Check the config against the machine, and show this node's fingerprint; exit 0 only if no
     check failed."""
+    from openclaw_launch.codec import to_json
     from openclaw_launch.topology.live import HOST_ROOT
     from openclaw_launch.validate.fingerprint import format_fingerprint, node_fingerprint
     from openclaw_launch.validate.host import run_checks
-    from openclaw_launch.validate.results import exit_code, format_results, results_to_json
+    from openclaw_launch.validate.results import exit_code, format_results, validate_report
 
     try:
         config = load_config(config_path)
@@ -321,7 +322,7 @@ def validate(config_path: str, node: str | None, topology_path: str | None, as_j
         warn(w)
     if as_json:
         shown = {"fingerprint": fp} if isinstance(fp, dict) else {"fingerprint": None, "fingerprint_error": fp}
-        click.echo(json.dumps({**results_to_json(results), **shown}, indent=2))
+        click.echo(json.dumps({**to_json(validate_report(results)), **shown}, indent=2))
     else:
         click.echo(format_results(results) + "\n" + format_fingerprint(fp))
     sys.exit(exit_code(results))

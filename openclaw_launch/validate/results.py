@@ -8,7 +8,7 @@ and ``validate/fabric.py`` (PCIe/AER, NVLink, InfiniBand, NIC).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 Status = Literal["pass", "warn", "fail"]
@@ -94,9 +94,6 @@ class CheckResult:
     expected: str  # the configured value or the threshold; "" when nothing is expected
     message: str = ""  # why it matters / what to do; one line
 
-    def to_json(self) -> dict[str, str]:
-        return asdict(self)
-
 
 def summarize(results: Sequence[CheckResult]) -> tuple[int, int, int]:
     """(passed, warnings, failed)."""
@@ -121,14 +118,25 @@ def format_results(results: Sequence[CheckResult]) -> str:
     return "\n".join(lines)
 
 
-def results_to_json(results: Sequence[CheckResult]) -> dict[str, object]:
-    """``{"schema": 1, "checks": [...], "summary": {"passed", "warnings", "failed"}}``."""
-    n_pass, n_warn, n_fail = summarize(results)
-    return {
-        "schema": VALIDATE_SCHEMA,
-        "checks": [r.to_json() for r in results],
-        "summary": {"passed": n_pass, "warnings": n_warn, "failed": n_fail},
-    }
+@dataclass(frozen=True)
+class ValidateSummary:
+    passed: int
+    warnings: int
+    failed: int
+
+
+@dataclass(frozen=True)
+class ValidateReport:
+    """``validate --json``'s checks (through ``codec.to_json``; the command adds the fingerprint)."""
+
+    schema: int  # VALIDATE_SCHEMA
+    checks: tuple[CheckResult, ...]
+    summary: ValidateSummary
+
+
+def validate_report(results: Sequence[CheckResult]) -> ValidateReport:
+    """The checks with their counts, as ``validate --json`` prints them."""
+    return ValidateReport(VALIDATE_SCHEMA, tuple(results), ValidateSummary(*summarize(results)))
 
 
 def _format_line(r: CheckResult, width: int) -> str:
