@@ -14,6 +14,7 @@ import pytest
 from cli_runner import invoke
 from guards import GUARD_S
 
+from openclaw_launch.codec import to_json
 from openclaw_launch.config.discover import host_config
 from openclaw_launch.config.model import PreflightSettings
 from openclaw_launch.plan.build import build_plan
@@ -29,6 +30,7 @@ from openclaw_launch.preflight.tiers import (
     plan_tiers,
 )
 from openclaw_launch.preflight.worker import select_device
+from openclaw_launch.report.preflight import NetworkExpectation
 from openclaw_launch.topology.model import IbPort, Topology
 from openclaw_launch.topology.smi import topology_from_smi
 from openclaw_launch.topology.snapshot import load_snapshot
@@ -131,7 +133,9 @@ def test_record_round_trips_into_expectations() -> None:
     tiers = plan_tiers(plan, topo)
     per_rank = {r: {"tiers": {t.name: {"seconds": 0.004, "correct": True} for t in tiers}} for r in (0, 1)}
     results = [judge(t, per_rank, Expectation(None, ""), 2**30, 20) for t in tiers]
-    saved = json.loads(json.dumps(record(results, plan, None)))
+    saved = json.loads(json.dumps(to_json(record(results, plan, None))))
+    assert list(saved) == ["format", "node", "tiers", "gemm", "pairs"]  # the documented order (docs/preflight.md)
+    assert list(saved["tiers"]["node"]) == ["busbw_gbps", "size_bytes", "ranks", "gpus"]
     floors, warnings = usable_floors(recorded_floors(saved), "rec.json", tiers, plan, 2**30)
     assert floors == {"nvlink:0,1": 268.44, "node": 268.44} and warnings == []
     exp = expectations(tiers, plan, topo, PreflightSettings(), floors, "rec.json")
@@ -143,7 +147,7 @@ def test_record_round_trips_into_expectations() -> None:
 def test_network_expectation_from_the_ib_rate() -> None:
     ports = (IbPort("mlx5_0", 1, "4: ACTIVE", rate="400 Gb/sec (4X NDR)"), IbPort("mlx5_1", 1, "1: DOWN", rate="400"))
     assert network_expectations(Topology(infiniband=ports)) == [
-        {"port": "mlx5_0/1", "rate": "400 Gb/sec (4X NDR)", "expected_busbw_gbps": 40.0, "measured": False}
+        NetworkExpectation("mlx5_0/1", "400 Gb/sec (4X NDR)", 40.0, measured=False)
     ]
 
 

@@ -19,6 +19,7 @@ from cli_runner import invoke
 from guards import GUARD_S
 
 from openclaw_launch.agents.hostlist import compress_hostlist, parse_hostlist
+from openclaw_launch.codec import to_json
 from openclaw_launch.preflight.decide import EXCLUDED_SOME, Floors, decide, exit_code
 from openclaw_launch.preflight.measure import SLOWDOWN_VAR
 from openclaw_launch.preflight.record import decision_floors, record, recorded_floors
@@ -137,7 +138,7 @@ def test_record_keeps_gemm_and_pairs_and_expect_reads_them_back() -> None:
     class Plan:  # what record reads of a plan without tiers
         node, ranks = "a", ()
 
-    saved = json.loads(json.dumps(record([], Plan(), d)))  # type: ignore[arg-type]
+    saved = json.loads(json.dumps(to_json(record([], Plan(), d))))  # type: ignore[arg-type]
     assert saved["gemm"]["GPU-a-0"] == {"tflops": 700.0, "n": 8192, "dtype": "bfloat16"}
     assert saved["pairs"]["pair:a,b"]["busbw_gbps"] == d.pairs[0].busbw_gbps
     floors, warnings = decision_floors(recorded_floors(saved), "rec.json", 8192, 1 << 20)
@@ -147,6 +148,9 @@ def test_record_keeps_gemm_and_pairs_and_expect_reads_them_back() -> None:
     assert len(warned) == 3 and "n=8192, this run uses n=256" in warned[0]
     saved["gemm"]["GPU-a-0"]["tflops"] = "fast"
     with pytest.raises(ValueError, match="gemm.GPU-a-0.tflops"):
+        recorded_floors(saved)
+    saved["gemm"]["GPU-a-0"] |= {"tflops": 1.0, "dtype": 16}
+    with pytest.raises(ValueError, match="gemm.GPU-a-0.dtype is 16"):
         recorded_floors(saved)
 
 

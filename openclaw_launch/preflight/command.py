@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from openclaw_launch.agents.exclude_file import write_exclude_file
-from openclaw_launch.codec import from_json, to_json
+from openclaw_launch.codec import to_json
 from openclaw_launch.config.defaults import GRACE_PERIOD_S, PREFLIGHT_ITERS, PREFLIGHT_SLOW_PCT
 from openclaw_launch.config.model import PreflightSettings
 from openclaw_launch.errors import OpenclawError
@@ -29,7 +29,6 @@ from openclaw_launch.preflight.record import Recording, decision_floors, record,
 from openclaw_launch.preflight.tiers import (
     PREFLIGHT_SCHEMA,
     WARMUP_ITERS,
-    TierResult,
     default_size_bytes,
     expectations,
     format_line,
@@ -37,7 +36,7 @@ from openclaw_launch.preflight.tiers import (
     network_expectations,
     plan_tiers,
 )
-from openclaw_launch.report.preflight import NetworkExpectation, PreflightDecision, PreflightTier, PreflightVerdict
+from openclaw_launch.report.preflight import PreflightDecision, PreflightTier, PreflightVerdict
 from openclaw_launch.topology.model import Topology
 
 if TYPE_CHECKING:
@@ -112,13 +111,12 @@ def run_preflight(
         for w in (*plan.warnings, *record_warnings, *floor_warnings):
             print(f"openclaw-launch: warning: {w}", file=sys.stderr)
         gpus = {r.rank: r.gpu_index for r in plan.ranks}
-        results: list[TierResult] = []
         judged: list[PreflightVerdict] = []
 
         def verdict(launch_code: int) -> PreflightVerdict:
             """Judged once the workers ended, before the run report is built (it holds the verdict)."""
             per_rank = _read_results(out_dir)
-            results[:] = [
+            results = [
                 judge(
                     t,
                     per_rank,
@@ -138,9 +136,9 @@ def run_preflight(
         doc = judged[-1] if judged else verdict(launch_code)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    _output(doc, results, options.as_json)
+    _output(doc, options.as_json)
     if options.record_path:
-        text = json.dumps(record(results, plan, doc.decision), indent=2) + "\n"
+        text = json.dumps(to_json(record(doc.tiers, plan, doc.decision)), indent=2) + "\n"
         _write("--record", options.record_path, lambda path: write_atomic(path, text), doc.exit_code)
     if options.exclude_path:  # also when nothing is excluded: a stale list must not stay behind
         hosts = [x.host for x in doc.decision.excluded] if doc.decision else []
@@ -227,7 +225,7 @@ def _read_results(out_dir: Path) -> dict[int, dict[str, Any]]:
 def _document(
     plan: LaunchPlan,
     topology: Topology,
-    results: list[TierResult],
+    results: list[PreflightTier],
     decision: PreflightDecision | None,
     size: int,
     iters: int,
@@ -249,21 +247,21 @@ def _document(
         scope="job" if job else "node",
         size_bytes=size,
         iters=iters,
-        tiers=tuple(from_json(PreflightTier, r.to_json()) for r in results),
-        network=tuple(from_json(NetworkExpectation, n) for n in network_expectations(topology)),
+        tiers=tuple(results),
+        network=tuple(network_expectations(topology)),
         decision=decision,
         workers_exit_code=launch_code,
         exit_code=code,
     )
 
 
-def _output(doc: PreflightVerdict, results: list[TierResult], as_json: bool) -> None:
+def _output(doc: PreflightVerdict, as_json: bool) -> None:
     if as_json:
         print(json.dumps(to_json(doc), indent=2))
         return
-    for r in results:
+    for r in doc.tiers:
         print(format_line(r))
-    if not results:
+    if not doc.tiers:
         print("INFO  node  one rank: nothing to all-reduce")
     for line in format_decision(doc.decision) if doc.decision else ():
         print(line)
@@ -272,7 +270,7 @@ def _output(doc: PreflightVerdict, results: list[TierResult], as_json: bool) -> 
             f"INFO  {n.port}  {n.rate}: expected busbw >= {n.expected_busbw_gbps:g} GB/s "
             "(not compared: node pairs are judged against each other and --expect)"
         )
-    counts = {s: sum(r.status == s for r in results) for s in ("pass", "warn", "fail", "info")}
+    counts = {s: sum(r.status == s for r in doc.tiers) for s in ("pass", "warn", "fail", "info")}
     tail = f"; the workers failed (exit {doc.workers_exit_code})" if doc.workers_exit_code else ""
     if doc.decision is not None:
         d = doc.decision

@@ -6,51 +6,20 @@ compared with this run before anything is measured. Pure: the file is read by th
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from openclaw_launch.plan.model import LaunchPlan
 from openclaw_launch.preflight.decide import Floors
-from openclaw_launch.preflight.tiers import RECORDED_MARGIN, Tier, TierResult
-from openclaw_launch.report.preflight import PreflightDecision
+from openclaw_launch.preflight.tiers import RECORDED_MARGIN, Tier
+from openclaw_launch.report.preflight import PreflightDecision, PreflightTier
 
 RECORD_FORMAT = "openclaw-preflight-record/1"
 
 
-def _tier_gpus(tier: Tier, plan: LaunchPlan) -> list[str]:
-    members = set(tier.ranks)
-    return sorted({r.gpu_uuid for r in plan.ranks if r.rank in members and r.gpu_uuid})
-
-
-def record(results: Sequence[TierResult], plan: LaunchPlan, decision: PreflightDecision | None) -> dict[str, Any]:
-    """``--record FILE``: the measured bandwidths, for a later ``--expect FILE``, with what makes them
-    comparable: the message size, the ranks and the GPUs (by UUID) of each tier; each GEMM's TFLOPS
-    (by GPU UUID, or node and local rank) with its size; each node pair's bandwidth with its size."""
-    gemm = decision.gemm if decision else ()
-    pairs = decision.pairs if decision else ()
-    return {
-        "format": RECORD_FORMAT,
-        "node": plan.node,
-        "tiers": {
-            r.tier.name: {
-                "busbw_gbps": r.busbw_gbps,
-                "size_bytes": r.size_bytes,
-                "ranks": len(r.tier.ranks),
-                "gpus": _tier_gpus(r.tier, plan),
-            }
-            for r in results
-            if r.busbw_gbps is not None
-        },
-        "gemm": {
-            g.gpu_uuid or f"{g.node}/local_rank={g.local_rank}": {"tflops": g.tflops, "n": g.n, "dtype": g.dtype}
-            for g in gemm
-        },
-        "pairs": {
-            p.name: {"busbw_gbps": p.busbw_gbps, "size_bytes": p.size_bytes, "ranks": len(p.ranks)}
-            for p in pairs
-            if p.busbw_gbps is not None
-        },
-    }
+def _tier_gpus(ranks: Sequence[int], plan: LaunchPlan) -> tuple[str, ...]:
+    members = set(ranks)
+    return tuple(sorted({r.gpu_uuid for r in plan.ranks if r.rank in members and r.gpu_uuid}))
 
 
 @dataclass(frozen=True)
@@ -62,19 +31,50 @@ class RecordedTier:
 
 
 @dataclass(frozen=True)
+class RecordedPair:
+    busbw_gbps: float
+    size_bytes: int | None  # None: not recorded (older files); ranks too
+    ranks: int | None
+
+
+@dataclass(frozen=True)
 class RecordedGemm:
     tflops: float
-    n: int | None
+    n: int | None  # None: not recorded (older files); dtype too
+    dtype: str | None
 
 
 @dataclass(frozen=True)
 class Recording:
-    """A ``--record`` file, its values checked (``gemm`` and ``pairs``: none in older files)."""
+    """A ``--record`` file: written through the codec, read back with its values checked
+    (``gemm`` and ``pairs``: empty in older files)."""
 
+    format: str
     node: str | None
     tiers: Mapping[str, RecordedTier]
-    gemm: Mapping[str, RecordedGemm] = field(default_factory=dict)
-    pairs: Mapping[str, RecordedTier] = field(default_factory=dict)
+    gemm: Mapping[str, RecordedGemm]
+    pairs: Mapping[str, RecordedPair]
+
+
+def record(results: Sequence[PreflightTier], plan: LaunchPlan, decision: PreflightDecision | None) -> Recording:
+    """``--record FILE``: the measured bandwidths, for a later ``--expect FILE``, with what makes them
+    comparable: the message size, the ranks and the GPUs (by UUID) of each tier; each GEMM's TFLOPS
+    (by GPU UUID, or node and local rank) with its size; each node pair's bandwidth with its size."""
+    gemm = decision.gemm if decision else ()
+    pairs = decision.pairs if decision else ()
+    return Recording(
+        format=RECORD_FORMAT,
+        node=plan.node,
+        tiers={
+            r.name: RecordedTier(r.busbw_gbps, r.size_bytes, len(r.ranks), _tier_gpus(r.ranks, plan))
+            for r in results
+            if r.busbw_gbps is not None
+        },
+        gemm={g.gpu_uuid or f"{g.node}/local_rank={g.local_rank}": RecordedGemm(g.tflops, g.n, g.dtype) for g in gemm},
+        pairs={
+            p.name: RecordedPair(p.busbw_gbps, p.size_bytes, len(p.ranks)) for p in pairs if p.busbw_gbps is not None
+        },
+    )
 
 
 def _number(value: Any, integer: bool) -> bool:
@@ -106,7 +106,9 @@ def recorded_floors(data: Any) -> Recording:
             raise ValueError(f"gemm.{key}.tflops is {entry.get('tflops')!r}, not a throughput > 0 in TFLOPS")
         if "n" in entry and not _number(entry["n"], integer=True):
             raise ValueError(f"gemm.{key}.n is {entry['n']!r}, not a whole number > 0")
-        gemm[str(key)] = RecordedGemm(float(entry["tflops"]), entry.get("n"))
+        if "dtype" in entry and not isinstance(entry["dtype"], str):
+            raise ValueError(f"gemm.{key}.dtype is {entry['dtype']!r}, not a type name such as bfloat16")
+        gemm[str(key)] = RecordedGemm(float(entry["tflops"]), entry.get("n"), entry.get("dtype"))
     pairs = {}
     for name, entry in _section(data, "pairs").items():
         if not _number(entry.get("busbw_gbps"), integer=False):
@@ -114,9 +116,9 @@ def recorded_floors(data: Any) -> Recording:
         for key in ("size_bytes", "ranks"):
             if key in entry and not _number(entry[key], integer=True):
                 raise ValueError(f"pairs.{name}.{key} is {entry[key]!r}, not a whole number > 0")
-        pairs[str(name)] = RecordedTier(float(entry["busbw_gbps"]), entry.get("size_bytes"), entry.get("ranks"), None)
+        pairs[str(name)] = RecordedPair(float(entry["busbw_gbps"]), entry.get("size_bytes"), entry.get("ranks"))
     node = data.get("node")
-    return Recording(node if isinstance(node, str) else None, tiers, gemm, pairs)
+    return Recording(RECORD_FORMAT, node if isinstance(node, str) else None, tiers, gemm, pairs)
 
 
 def _section(data: Mapping[str, Any], key: str) -> dict[str, dict[str, Any]]:
@@ -178,7 +180,7 @@ def usable_floors(
             )
         elif rec.ranks is not None and rec.ranks != len(t.ranks):
             why = f"recorded with {rec.ranks} ranks, this run has {len(t.ranks)}"
-        elif rec.gpus is not None and list(rec.gpus) != _tier_gpus(t, plan):
+        elif rec.gpus is not None and rec.gpus != _tier_gpus(t.ranks, plan):
             why = "recorded on other GPUs (UUIDs differ)"
         if why is None:
             floors[t.name] = rec.busbw_gbps

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from openclaw_launch.config.defaults import PREFLIGHT_SIZE_MIB
 from openclaw_launch.config.model import PreflightSettings
 from openclaw_launch.plan.model import LaunchPlan
+from openclaw_launch.report.preflight import NetworkExpectation, PreflightTier
 from openclaw_launch.topology.model import GpuInfo, Topology
 
 Status = Literal["pass", "warn", "fail", "info"]
@@ -191,7 +192,7 @@ def expectations(
     return out
 
 
-def network_expectations(topology: Topology) -> list[dict[str, Any]]:
+def network_expectations(topology: Topology) -> list[NetworkExpectation]:
     """Each active IB port's expected bus bandwidth (rate / 8 x EFFICIENCY["ib"]); reported only:
     node pairs are judged against each other and ``--expect``."""
     out = []
@@ -200,50 +201,8 @@ def network_expectations(topology: Topology) -> list[dict[str, Any]]:
         if rate is None or p.state is None or "ACTIVE" not in p.state.upper():
             continue
         gbps = round(rate / 8 * EFFICIENCY["ib"], 1)
-        out.append({"port": f"{p.device}/{p.port}", "rate": p.rate, "expected_busbw_gbps": gbps, "measured": False})
+        out.append(NetworkExpectation(f"{p.device}/{p.port}", p.rate, gbps, measured=False))
     return out
-
-
-@dataclass(frozen=True)
-class TierResult:
-    tier: Tier
-    size_bytes: int
-    iters: int
-    seconds: float | None  # per all-reduce, the slowest member's; None = not measured
-    correct: bool | None  # the sums came back right on every member
-    expected: Expectation
-    status: Status
-    message: str = ""
-    gpus: tuple[int, ...] = field(default=())
-
-    @property
-    def busbw_gbps(self) -> float | None:
-        if not self.seconds:
-            return None
-        n = len(self.tier.ranks)
-        return round(self.size_bytes / self.seconds * 2 * (n - 1) / n / 1e9, 2)
-
-    @property
-    def algbw_gbps(self) -> float | None:
-        return round(self.size_bytes / self.seconds / 1e9, 2) if self.seconds else None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.tier.name,
-            "kind": self.tier.kind,
-            "ranks": list(self.tier.ranks),
-            "gpus": list(self.gpus),
-            "size_bytes": self.size_bytes,
-            "iters": self.iters,
-            "seconds": self.seconds,
-            "algbw_gbps": self.algbw_gbps,
-            "busbw_gbps": self.busbw_gbps,
-            "expected_busbw_gbps": self.expected.gbps,
-            "expected_source": self.expected.source,
-            "correct": self.correct,
-            "status": self.status,
-            "message": self.message,
-        }
 
 
 def judge(
@@ -253,41 +212,65 @@ def judge(
     size_bytes: int,
     iters: int,
     gpus: tuple[int, ...] = (),
-) -> TierResult:
-    """One tier's verdict from what each rank wrote (``{"tiers": {name: {"seconds", "correct"}}}``)."""
+) -> PreflightTier:
+    """One tier's verdict from what each rank wrote (``{"tiers": {name: {"seconds", "correct"}}}``),
+    as the report holds it."""
     seen = [per_rank.get(r, {}).get("tiers", {}).get(tier.name) for r in tier.ranks]
-    if any(s is None for s in seen):
-        missing = [r for r, s in zip(tier.ranks, seen, strict=True) if s is None]
-        msg = f"no result from rank(s) {', '.join(map(str, missing))}: the workers failed (see above)"
-        return TierResult(tier, size_bytes, iters, None, None, expected, "fail", msg, gpus)
-    seconds = max(float(s["seconds"]) for s in seen if s)
-    correct = all(bool(s["correct"]) for s in seen if s)
-    result = TierResult(tier, size_bytes, iters, seconds, correct, expected, "pass", "", gpus)
-    busbw = result.busbw_gbps or 0.0
+    missing = [r for r, s in zip(tier.ranks, seen, strict=True) if s is None]
+    seconds = None if missing else max(float(s["seconds"]) for s in seen if s)
+    correct = None if missing else all(bool(s["correct"]) for s in seen if s)
+    busbw = _busbw_gbps(size_bytes, seconds, len(tier.ranks))
+    status, msg = _verdict(missing, correct, busbw, expected)
+    return PreflightTier(
+        name=tier.name,
+        kind=tier.kind,
+        ranks=tier.ranks,
+        gpus=gpus,
+        size_bytes=size_bytes,
+        iters=iters,
+        seconds=seconds,
+        algbw_gbps=round(size_bytes / seconds / 1e9, 2) if seconds else None,
+        busbw_gbps=busbw,
+        expected_busbw_gbps=expected.gbps,
+        expected_source=expected.source,
+        correct=correct,
+        status=status,
+        message=msg,
+    )
+
+
+def _busbw_gbps(size_bytes: int, seconds: float | None, ranks: int) -> float | None:
+    """nccl-tests' bus bandwidth of one all-reduce over ``ranks`` ranks; None: not measured."""
+    return round(size_bytes / seconds * 2 * (ranks - 1) / ranks / 1e9, 2) if seconds else None
+
+
+def _verdict(
+    missing: Sequence[int], correct: bool | None, busbw: float | None, expected: Expectation
+) -> tuple[Status, str]:
+    """A tier's status and why."""
+    if missing:
+        return "fail", f"no result from rank(s) {', '.join(map(str, missing))}: the workers failed (see above)"
     if not correct:
-        status: Status = "fail"
-        msg = "all-reduce returned wrong sums: a link or GPU corrupts data; drain the node"
-    elif expected.gbps is None:
-        status, msg = "info", expected.source
-    elif busbw >= expected.gbps:
-        status, msg = "pass", ""
-    elif busbw >= FAIL_BELOW * expected.gbps:
-        status, msg = "warn", f"{100 * busbw / expected.gbps:.0f} % of the expected bandwidth"
-    else:
-        status = "fail"
-        msg = (
-            f"{100 * busbw / expected.gbps:.0f} % of the expected bandwidth: a link is down or traffic avoids "
-            "it (NCCL_P2P_DISABLE, NCCL_P2P_LEVEL, a PCIe path); run openclaw-launch validate"
-        )
-    return TierResult(tier, size_bytes, iters, seconds, correct, expected, status, msg, gpus)
+        return "fail", "all-reduce returned wrong sums: a link or GPU corrupts data; drain the node"
+    if expected.gbps is None:
+        return "info", expected.source
+    busbw = busbw or 0.0
+    if busbw >= expected.gbps:
+        return "pass", ""
+    if busbw >= FAIL_BELOW * expected.gbps:
+        return "warn", f"{100 * busbw / expected.gbps:.0f} % of the expected bandwidth"
+    return "fail", (
+        f"{100 * busbw / expected.gbps:.0f} % of the expected bandwidth: a link is down or traffic avoids "
+        "it (NCCL_P2P_DISABLE, NCCL_P2P_LEVEL, a PCIe path); run openclaw-launch validate"
+    )
 
 
-def format_line(r: TierResult) -> str:
+def format_line(r: PreflightTier) -> str:
     """``PASS  nvlink:0,1  2 ranks  busbw 324.1 GB/s (expected >= 270.0: how)  1024 MiB x 20``."""
     bw = f"busbw {r.busbw_gbps:.1f} GB/s" if r.busbw_gbps is not None else "not measured"
-    exp = f" (expected >= {r.expected.gbps:g}: {r.expected.source})" if r.expected.gbps is not None else ""
+    exp = f" (expected >= {r.expected_busbw_gbps:g}: {r.expected_source})" if r.expected_busbw_gbps is not None else ""
     size = f"{r.size_bytes / 2**20:g} MiB x {r.iters}"
-    line = f"{r.status.upper():<4}  {r.tier.name}  {len(r.tier.ranks)} ranks  {bw}{exp}  {size}"
+    line = f"{r.status.upper():<4}  {r.name}  {len(r.ranks)} ranks  {bw}{exp}  {size}"
     return line + (f" - {r.message}" if r.message else "")
 
 
