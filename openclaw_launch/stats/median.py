@@ -2,11 +2,11 @@
 of each rank with the median of all the other ranks (stats/verdict.py, stats/imbalance.py).
 
 Taken one rank at a time, that median sorts the other n - 1 values for each of n ranks: O(n² log n)
-a window, 39 s for the job report's verdict at 1 024 ranks. Sorted once, the others' median is one of
-three neighbours of the middle of the sorted values, picked by where the rank's own value falls:
-O(n log n) in all. The result is the same float as ``statistics.median`` of the others (the same two
-values added and halved), so no verdict changes; equal values are interchangeable, as the others
-are the same multiset whichever of them is left out.
+a window (the verdict at 1 024 ranks of 24 windows: 9.2 s of CPU, benchmarks/RESULTS.md). Sorted once,
+the others' median is one of three neighbours of the middle of the sorted values, picked by where the
+rank's own value falls: O(n log n) in all (0.09 s). The result is the same float as
+``statistics.median`` of the others (the same two values added and halved), so no verdict changes;
+equal values are interchangeable, as the others are the same multiset whichever of them is left out.
 """
 
 from __future__ import annotations
