@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import subprocess
 import sys
 from pathlib import Path
@@ -50,19 +51,19 @@ def store_process(agent_port: int) -> psutil.Process:
 
 
 class Lines:
-    """Node 0's output, line by line, kept: counts what it has said so far."""
+    """Node 0's output as it comes (its pipe read unbuffered), kept: counts what it has said so far."""
 
-    def __init__(self, stream: IO[str]) -> None:
-        self.stream, self.text = stream, ""
+    def __init__(self, stream: IO[bytes]) -> None:
+        self.fd, self.text = stream.fileno(), ""
 
     def until(self, text: str, count: int) -> None:
         """Read until ``text`` was said ``count`` times in all."""
 
         def enough() -> bool:
-            if self.text.count(text) < count:
-                line = self.stream.readline()
-                assert line, f"node 0 ended before saying {text!r} {count} times: {self.text}"
-                self.text += line
+            if self.text.count(text) < count and select.select([self.fd], [], [], 1.0)[0]:
+                chunk = os.read(self.fd, 65536)
+                assert chunk, f"node 0 ended before saying {text!r} {count} times: {self.text}"
+                self.text += chunk.decode(errors="replace")
             return self.text.count(text) >= count
 
         wait_for(enough, lambda: f"node 0 said {text!r} fewer than {count} times: {self.text}", poll_s=0)
@@ -73,16 +74,17 @@ def test_every_node_keeps_its_store_connections_over_intervals_and_a_stalled_sto
     (tmp_path / "go-0").touch()  # the workers step from the start
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "SLURM", "TORCHELASTIC"))}
     env["PYTHONPATH"] = str(ROOT)
-    procs: list[subprocess.Popen[str]] = []
+    procs: list[subprocess.Popen[bytes]] = []
     logs = [tmp_path / f"node{k}.log" for k in range(NODES)]
+    files = [open(log, "w") for log in logs[1:]]  # noqa: SIM115 (closed below)
     try:
         for k in range(NODES):
             cmd = [sys.executable, "-m", "openclaw_launch", "--nnodes", str(NODES), "--node-rank", str(k)]
             cmd += ["--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", str(master_port)]
             cmd += ["--agent-port", str(agent_port), "--stats-interval-s", "1", "--keepalive-s", "60"]
             cmd += [WORKER, str(tmp_path), "--step-s", "0.02"]
-            out = subprocess.PIPE if k == 0 else open(logs[k], "w")  # noqa: SIM115
-            procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, text=True))
+            out = subprocess.PIPE if k == 0 else files[k - 1]
+            procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT))
         assert procs[0].stdout is not None
         node0 = Lines(procs[0].stdout)
         node0.until(JOB_LINE, 1)  # every node has written: each helper has its connection
@@ -108,6 +110,8 @@ def test_every_node_keeps_its_store_connections_over_intervals_and_a_stalled_sto
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    said = node0.text + rest + "".join(log.read_text() for log in logs[1:])
+        for f in files:
+            f.close()
+    said = node0.text + rest.decode(errors="replace") + "".join(log.read_text() for log in logs[1:])
     assert codes == [0] * NODES, said
     assert "job stats: lost the connection" not in said and "no verdict this interval" not in said, said
