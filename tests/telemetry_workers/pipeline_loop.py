@@ -7,13 +7,24 @@ torch 2.13's own ``torch.distributed.pipelining`` schedules deadlock on gloo onc
 needs its gradient (stage 0 waits for its forward sends, stage 1 for its backward sends), so the
 schedules are written out here with the same calls.
 
+Every stage computes its input's gradient, the first one too (which a real first stage does not
+need): stages of as many layers then do the same work, the loss's small cost aside, and a balanced
+pipeline is balanced.
+
 ``--heavy-stage S --heavy-layers K``: stage S holds K times the layers of the others (a partition
-that puts too many layers on one stage); ``--heavy-extra-layers K``: K layers more instead.
+that puts too many layers on one stage); ``--heavy-extra-layers K``: K layers more instead;
+``--heavy-pace-pct P``: stage S repeats a matmul after each micro-batch's forward until P % of the
+job's pace as measured in this run (its own step less what it added, the median of its last 20
+steps, from step 10) has passed, over the step: a slowdown of about P % however the host's load
+moves the step.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
+import time
+from collections import deque
 
 from clean_exit import leave
 
@@ -27,6 +38,7 @@ def main() -> None:
     p.add_argument("--heavy-stage", type=int, default=-1)
     p.add_argument("--heavy-layers", type=int, default=3)
     p.add_argument("--heavy-extra-layers", type=int, default=0, help="instead: this many layers more")
+    p.add_argument("--heavy-pace-pct", type=float, default=0.0, help="instead: this % of the pace more")
     p.add_argument("--width", type=int, default=384)
     p.add_argument("--batch", type=int, default=256)
     args = p.parse_args()
@@ -41,7 +53,7 @@ def main() -> None:
     torch.manual_seed(rank)
     torch.set_num_threads(1)
     layers = args.layers
-    if rank == args.heavy_stage:
+    if rank == args.heavy_stage and not args.heavy_pace_pct:
         layers = layers + args.heavy_extra_layers if args.heavy_extra_layers else layers * args.heavy_layers
     stage = nn.Sequential(*(nn.Sequential(nn.Linear(args.width, args.width), nn.ReLU()) for _ in range(layers)))
     opt = torch.optim.SGD(stage.parameters(), lr=1e-4)
@@ -54,19 +66,24 @@ def main() -> None:
         for work in dist.batch_isend_irecv(ops):
             work.wait()
 
-    def step() -> None:
+    def step(added_s: float) -> None:
         inputs: list[torch.Tensor] = []
         outputs: list[torch.Tensor] = []
         sends: list[dist.Work] = []
 
         def forward(i: int) -> None:
             if first:
-                x = data[i]
+                x = data[i].clone()
             else:
                 x = torch.empty(shape)
                 exchange([dist.P2POp(dist.irecv, x, rank - 1)])
-                x.requires_grad_()
+            x.requires_grad_()
             y = stage(x)
+            if added_s:  # this stage's extra work: a share of the step's, after each micro-batch
+                with torch.no_grad():
+                    end = time.perf_counter() + added_s / m
+                    while time.perf_counter() < end:
+                        torch.mm(y[:16].detach(), stage[0][0].weight)
             inputs.append(x)
             outputs.append(y)
             if not last:
@@ -95,10 +112,16 @@ def main() -> None:
         for work in sends:
             work.wait()
 
+    paces: deque[float] = deque(maxlen=20)  # seconds per step without what this stage added
     for _ in range(args.steps):
+        started = time.perf_counter()
+        added = 0.0
+        if rank == args.heavy_stage and args.heavy_pace_pct and len(paces) >= 10:
+            added = args.heavy_pace_pct / 100 * statistics.median(paces)
         opt.zero_grad()
-        step()
+        step(added)
         opt.step()
+        paces.append(time.perf_counter() - started - added)
     dist.barrier()
     dist.destroy_process_group()
     print(f"rank {rank} done")
