@@ -89,7 +89,7 @@ def main() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    AgentStore("127.0.0.1", port, True, 30.0)  # the first node's store, hosted as its helper hosts it
+    store = AgentStore("127.0.0.1", port, True, 30.0)  # the first node's store, hosted as its helper hosts it
     started = time.monotonic()
     held = [TCPStoreClient("127.0.0.1", port, timedelta(seconds=60)) for _ in range(args.held)]
     print(f"{args.held} held clients connected one after another in {time.monotonic() - started:.1f} s")
@@ -109,6 +109,7 @@ def main() -> None:
     except Exception as exc:
         accepts = f"no ({exc})"
     print(f"a new client within 5 s afterwards: {accepts}; a held client's call: {held[0].add('openclaw/c', 1)}")
+    store.set("burst", "done")  # held to the end: the store lives as long as this object
 
 
 if __name__ == "__main__":
