@@ -21,6 +21,12 @@ import pytest
 from guards import GUARD_S, wait_for
 from host import listening, needs_torch
 
+from openclaw_launch.config.defaults import (
+    LIGHTHOUSE_HEARTBEAT_TIMEOUT_MS,
+    LIGHTHOUSE_JOIN_TIMEOUT_MS,
+    LIGHTHOUSE_QUORUM_TICK_MS,
+)
+
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = "tests/torchft_groups_worker.py"
 LIGHTHOUSE = shutil.which("torchft_lighthouse", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
@@ -176,6 +182,12 @@ def test_the_plan_shows_each_groups_world() -> None:
     lighthouse = doc["replica_groups"]["lighthouse"]
     assert {e["TORCHFT_LIGHTHOUSE"] for e in envs} == {lighthouse["address"]} == {"http://127.0.0.1:<free-port>"}
     assert Path(lighthouse["argv"][0]).name == "torchft_lighthouse"
+    settings = dict(zip(lighthouse["argv"][1::2], lighthouse["argv"][2::2], strict=True))
+    assert (settings["--heartbeat_timeout_ms"], settings["--join_timeout_ms"], settings["--quorum_tick_ms"]) == (
+        str(LIGHTHOUSE_HEARTBEAT_TIMEOUT_MS),  # a killed group is gone after this (torchft's default 5 s)
+        str(LIGHTHOUSE_JOIN_TIMEOUT_MS),
+        str(LIGHTHOUSE_QUORUM_TICK_MS),
+    )
     assert len({e["TORCHELASTIC_ERROR_FILE"] for e in envs}) == 4  # each group's own files
     text = _launcher(*(a for a in line if a != "--json"))
     assert "replica group 1:" in text.stdout and "master 127.0.0.1:29701" in text.stdout

@@ -8,7 +8,9 @@ fut._fut``) when the peer group dies during that allreduce, so the surviving gro
 
 For the tests and benchmarks/replica_groups.py: ``--mark-dir D`` writes D/pid-gG-rR-aA (its pid,
 once), D/lighthouse (TORCHFT_LIGHTHOUSE), and after every committed step D/step-gG-rR (``STEP
-MONOTONIC_TIME ATTEMPT``, replaced atomically) and a line of the same in D/steps-gG-rR.log. It steps
+MONOTONIC_TIME ATTEMPT``, replaced atomically) and a line of the same in D/steps-gG-rR.log, and
+after every step torchft discarded (its allreduce or quorum failed: not committed) a line of the
+same in D/discarded-gG-rR.log. It steps
 every ``--step-s`` seconds until the step D/stop names (or ``--steps N``) is made, then prints
 ``torchft group G steps N`` and exits 0: every group ends after the same step, none is left in a
 step whose peer is gone. ``--fail-group G``: group G's ranks exit 3 at once."""
@@ -72,6 +74,7 @@ def main() -> int:
     optimizer = Optimizer(manager, optim.AdamW(ddp.parameters()))
     step_file, tmp = marks / f"step-g{group}-r{rank}", marks / f".step-g{group}-r{rank}"
     log = (marks / f"steps-g{group}-r{rank}.log").open("a", buffering=1)
+    discarded = (marks / f"discarded-g{group}-r{rank}.log").open("a", buffering=1)
     while manager.current_step() < min(max_steps, _stop_step(marks)):
         inputs, labels = torch.randn(16, 8), torch.randint(0, 2, (16,))
         optimizer.zero_grad()
@@ -83,6 +86,8 @@ def main() -> int:
             tmp.write_text(mark)
             tmp.replace(step_file)
             log.write(mark + "\n")
+        else:
+            discarded.write(f"{before + 1} {time.monotonic()} {attempt}\n")
         time.sleep(step_s)
     sys.stdout.write(f"torchft group {group} steps {manager.current_step()}\n")
     sys.stdout.flush()

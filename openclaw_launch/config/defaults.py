@@ -61,6 +61,19 @@ PREFLIGHT_SLOW_PCT: dict[str, float] = {"gpu": 10.0, "cpu": 50.0}
 #: ``preflight --size-mib`` (config ``preflight.size_mib``): the all-reduce size, by rank kind.
 PREFLIGHT_SIZE_MIB: dict[str, int] = {"gpu": 1024, "cpu": 4}
 PREFLIGHT_ITERS = 20  # ``preflight --iters`` (config ``preflight.iters``): timed all-reduces per tier
+# --replica-groups: torchft's lighthouse (plan/replica_groups.py; docs/replica-groups.md, "The lighthouse").
+# torchft 0.2.0's lighthouse cannot be told that a group is gone (its gRPC has Quorum and Heartbeat, its
+# HTTP a page and a kill of a live Manager): a killed group counts as healthy until its heartbeat is this
+# old, and with two groups the survivor alone is no quorum until then (its split-brain rule). Each
+# Manager heartbeats every 100 ms (and at every quorum request); on this 2-core box under load 13 the
+# lighthouse saw heartbeats at most 0.11 s old, and at 120 ms it dropped live groups (5 quorum changes in
+# 30 s, load 10): 300 ms (torchft's default 5 s) is the shortest with margin (benchmarks/RESULTS.md).
+LIGHTHOUSE_HEARTBEAT_TIMEOUT_MS = 300
+# How long a quorum waits for a group that heartbeats but has not asked (one restarting; with 3+ groups
+# also one killed, until its heartbeat expires): as long as a heartbeat may be late (torchft's 60 s).
+LIGHTHOUSE_JOIN_TIMEOUT_MS = LIGHTHOUSE_HEARTBEAT_TIMEOUT_MS
+LIGHTHOUSE_QUORUM_TICK_MS = 20  # a waiting quorum looks again this often (torchft's 100 ms)
+LIGHTHOUSE_MIN_REPLICAS = 1  # torchft's README: one group is a quorum
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from openclaw_launch.codec import to_json
+from openclaw_launch.config.defaults import (
+    LIGHTHOUSE_HEARTBEAT_TIMEOUT_MS,
+    LIGHTHOUSE_JOIN_TIMEOUT_MS,
+    LIGHTHOUSE_MIN_REPLICAS,
+    LIGHTHOUSE_QUORUM_TICK_MS,
+)
 from openclaw_launch.errors import PlanError
 from openclaw_launch.plan.context import FREE_PORT_PLACEHOLDER, RunContext
 from openclaw_launch.plan.format import format_plan_table
@@ -33,15 +39,6 @@ GROUP_ENV = ("REPLICA_GROUP_ID", "NUM_REPLICA_GROUPS", "TORCHFT_LIGHTHOUSE")
 #: The Manager's port on each group's rank 0 (torchft/manager.py; default 0: a free one).
 MANAGER_PORT_ENV = "TORCHFT_MANAGER_PORT"
 INSTALL_HINT = "pip install 'openclaw-launch[torchft]' (or: pip install torchft)"
-# The lighthouse's settings: torchft's README's minimum and tick; a quorum waits at most 1 s for a
-# group that heartbeats but has not joined (one restarting), not torchft's default 60 s; a group
-# whose Manager sent no heartbeat (every 100 ms) for 1 s is gone, not after torchft's default 5 s:
-# until then the lighthouse counts a killed group as healthy, and with two groups the survivor
-# alone is no quorum (benchmarks/replica_groups.py: the survivor stalled 5 s at 5000 ms).
-LIGHTHOUSE_MIN_REPLICAS = 1
-LIGHTHOUSE_QUORUM_TICK_MS = 100
-LIGHTHOUSE_JOIN_TIMEOUT_MS = 1000
-LIGHTHOUSE_HEARTBEAT_TIMEOUT_MS = 1000
 
 
 @dataclass(frozen=True)
@@ -102,9 +99,9 @@ def replica_groups_problem(groups: int, local_ranks: int, nnodes: int, elastic: 
 
 
 def lighthouse_argv(command: str, port: int | None, host: str) -> tuple[str, ...]:
-    """torchft's README line (``--min_replicas 1 --quorum_tick_ms 100``), with join and heartbeat
-    timeouts short enough that the other groups' quorum never waits long for a group that is gone
-    or restarting (the constants above)."""
+    """torchft's README line (``--min_replicas 1``), with heartbeat and join timeouts short enough
+    that the other groups' quorum waits little for a group that is gone or restarting, and a finer
+    quorum tick (config/defaults.py says why each)."""
     shown = FREE_PORT_PLACEHOLDER if port is None else str(port)
     bind = f"[::]:{shown}" if ":" in host else f"0.0.0.0:{shown}"
     return (
