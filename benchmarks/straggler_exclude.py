@@ -16,6 +16,15 @@ input sleeps ``--slow-ms`` more per step (its launcher's ``STRAGGLE_MS``). From 
   workers' stop (the decision plus the grace) to the new world's first step;
 - ``lost``: steps done in the old world after its checkpoint (done again in the new one).
 
+Every launcher runs with ``LOGLEVEL=INFO`` (node 0: one line per judged interval; each worker's start and
+stop), each line stamped as read (``--keep``: every node's log), so each stage of the chain is stamped,
+from node 0's lines (seconds after the slowdown, unless said):
+``first_named_s`` (the first judged interval naming the node), ``named_s`` (the decision), ``fate_s``
+(decision -> the rendezvous's fate: node 0's checkpoint request), ``stop_s`` (the grace's end -> node 0's
+workers gone), ``world_s`` (-> the new world formed), ``joined_s`` (-> its rank 0 in the gloo world:
+the new workers' start and ``init_process_group``), ``step_s`` (-> its first step), and
+``recover_less_grace_s`` (``recover_s`` less the grace: the grace is the user's, the goal counts the rest).
+
 ``--scenario balanced``: two nodes (``--nnodes 1:2``), nobody slow, ``--runs`` times; counts the runs in
 which a node was taken out (the goal: none).
 
@@ -75,12 +84,15 @@ def run_job(
             extra = ["--standby"] if "standby" in name else []
             logs[name] = (work / f"{name}.log").open("w")
             command = [sys.executable, "-m", "openclaw_launch", *line, *extra, *worker]
-            out = subprocess.PIPE if name == "a" else logs[name]
             procs[name] = subprocess.Popen(
-                command, cwd=ROOT, env={**base, **env}, stdout=out, stderr=subprocess.STDOUT, text=True
-            )
-            if name == "a":  # each of the host's lines with the time it came
-                threading.Thread(target=_stamp, args=(procs[name], logs[name]), daemon=True).start()
+                command,
+                cwd=ROOT,
+                env={**base, "LOGLEVEL": "INFO", **env},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )  # each launcher's lines with the time they came (the host's: the measures)
+            threading.Thread(target=_stamp, args=(procs[name], logs[name]), daemon=True).start()
             time.sleep(0.5 if name == "a" else 0.2)  # the host listens first; the others arrive in order
         deadline = time.monotonic() + timeout_s
         codes = {}
@@ -130,20 +142,34 @@ def excluded_run(args: argparse.Namespace, k: int) -> dict[str, float]:
     )
     checkpoint = int(_CHECKPOINT.findall(text)[0]) if _CHECKPOINT.search(text) else 0
     decided = _line_time(text, "straggler policy: taking node")
+    first_named = _line_time(text, "1 of 3 in a row", after=slow_t)
+    asked = _line_time(text, "checkpoint request:")
+    gone = _line_time(text, "info: attempt 0: every worker of this node is gone")
+    world = _line_time(text, "openclaw-launch: world 1:")
+    joined = _line_time(text, "[rank 0] world rank 0 size", after=asked or slow_t)
+    nan = float("nan")
     return {
         "pace_ms": 1000 * pace,
         "recover_s": recovered_t - slow_t,
-        "named_s": decided - slow_t if decided else float("nan"),
-        "reform_s": new[0][1] - (decided + args.grace_s) if decided and new else float("nan"),
-        "lost": old[-1][0] - checkpoint if old else float("nan"),
+        "recover_less_grace_s": recovered_t - slow_t - args.grace_s,
+        "named_s": decided - slow_t if decided else nan,
+        "reform_s": new[0][1] - (decided + args.grace_s) if decided and new else nan,
+        "lost": old[-1][0] - checkpoint if old else nan,
+        "first_named_s": first_named - slow_t if first_named else nan,
+        "fate_s": asked - decided if asked and decided else nan,
+        "stop_s": gone - (asked + args.grace_s) if gone and asked else nan,
+        "world_s": world - gone if world and gone else nan,
+        "joined_s": joined - world if joined and world else nan,
+        "step_s": new[0][1] - joined if joined and new else nan,
         "host_exit": codes["a"],
         "excluded_exit": codes["b"],
     }
 
 
-def _line_time(text: str, marker: str) -> float | None:
-    """When node 0 said ``marker`` (the time its line was read)."""
-    return next((float(line.split(" ", 1)[0]) for line in text.splitlines() if marker in line), None)
+def _line_time(text: str, marker: str, after: float = 0.0) -> float | None:
+    """When node 0 first said ``marker`` after ``after`` (the time its line was read)."""
+    times = (float(line.split(" ", 1)[0]) for line in text.splitlines() if marker in line)
+    return next((t for t in times if t >= after), None)
 
 
 def balanced_runs(args: argparse.Namespace) -> None:

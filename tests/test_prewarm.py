@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from guards import GUARD_S, wait_for
+from host import free_port, listening
 
 from openclaw_launch.config.prewarm import prewarm_modules
 from openclaw_launch.plan.binding import numactl_argv
@@ -187,6 +188,31 @@ def test_exit_codes_sigterm_and_sigkill_of_the_launcher_leave_nothing_the_zygote
     proc.kill()  # SIGKILL: the zygote and the workers die with it (PR_SET_PDEATHSIG), the guardian cleans up
     _finish(proc)
     wait_for(lambda: not [p for p in family if _alive(p)], lambda: f"left: {[_cmdline(p) for p in family]}")
+
+
+def test_a_standby_s_zygote_imports_while_it_waits_for_a_world(tmp_path: Path) -> None:
+    """An elastic launcher starts its zygote before its wait for a world: a standby's is ready when a
+    lost node's rank comes to it (its first workers do not wait for the imports). It dies with it."""
+    script = _probe(tmp_path)
+    port = free_port()
+    line = ["--nnodes", "1:2", "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-id", "warm"]
+    line += ["--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-conf", "last_call_timeout=1", "--max-restarts", "1"]
+    go = tmp_path / "go"  # rank 0 of the host ends (exit 0) once this exists
+    host = _launch([*line, str(script)], tmp_path, PROBE_FAIL_RANK="0", PROBE_FAIL_CODE="0", PROBE_GO=str(go))
+    wait_for(lambda: listening(port), "the host never listened", poll_s=0.05)
+    standby = _launch([*line, "--standby", "--prewarm", "json", str(script)], tmp_path, PROBE_SLEEP="60")
+
+    def zygotes() -> list[int]:
+        return [p for p in _descendants(standby.pid) if ZYGOTE_ARGV in _cmdline(p)]
+
+    family = wait_for(zygotes, "the waiting standby started no zygote")
+    assert not list((tmp_path / "out").glob("1-*.json"))  # it runs no rank: it waits for a lost node
+    go.touch()
+    code, _, err = _finish(host)
+    assert code == 0, err
+    code, _, err = _finish(standby)
+    assert code == 0 and "ran no ranks" in err and "Traceback" not in err, err
+    wait_for(lambda: not [p for p in family if _alive(p)], "the standby's zygote outlived it")
 
 
 def test_gloo_ranks_restart_from_the_torch_zygote(tmp_path: Path) -> None:

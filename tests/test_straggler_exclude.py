@@ -260,3 +260,25 @@ def test_node_0_asks_takes_out_and_completes_the_record_and_a_refusal_starts_the
     assert verified is not None and agent.exclusions[0].step_time_after_s == 0.02
     assert agent.exclusions[0].evidence.endswith("; the next world: no straggler")
     assert "a standby holds its node rank 1 (node node1)" in lines[-1] and "verified" in lines[-1]
+
+
+def test_at_loglevel_info_node_0_says_each_judged_interval_in_one_line() -> None:
+    lines: list[str] = []
+    actions = StragglerActions(StragglerSettings(policy="exclude", intervals=2), lines.append, lambda pid, sig: None)
+    agent = FakeAgent(("node0", "node1", "node2"))
+    slow = Judged(0, True, 0.08, "node1", 1, 1, 70.0, "input", "input")
+    actions.observe(Judged(0, False, None), agent)
+    assert lines == []  # LOGLEVEL above INFO: only the actions are said
+    actions.info = True
+    for judged in (Judged(0, False, None), Judged(0, True, 0.02), slow, slow, slow):
+        actions.observe(judged, agent)
+    info = [line for line in lines if "info:" in line]
+    prefix = "openclaw-launch: info: straggler policy: world 0 interval"
+    assert info == [
+        f"{prefix} 2: too few steps to judge, no step yet; 0 of 2 in a row",
+        f"{prefix} 3: no straggler, step p50 20.0 ms; 0 of 2 in a row",
+        f"{prefix} 4: straggler: node node1 rank 1 (input, input) +70 %, step p50 80.0 ms; 1 of 2 in a row",
+        f"{prefix} 5: straggler: node node1 rank 1 (input, input) +70 %, step p50 80.0 ms; 2 of 2 in a row",
+        f"{prefix}: straggler: node node1 rank 1 (input, input) +70 %, step p50 80.0 ms; not counted: the world stops",
+    ], info
+    assert "taking node node1 (node rank 1) out" in lines[-2]  # the decision's own line, between them

@@ -134,5 +134,12 @@ def test_the_policys_interval_is_judged_on_its_own_steps_not_the_lines_window() 
     verdict, upto = judge_interval(nodes, 3, [], 5.0, after=19)
     assert verdict is not None and verdict.found and verdict.found[0].node == "node1", verdict
     assert upto == LIVE_WINDOWS - 1 and verdict.found[0].excess_pct > 40 and verdict.step_p50_s == 0.04
-    # fewer new windows than the verdict trusts: nothing yet, and the next interval starts from the same window
-    assert judge_interval(nodes, 3, [], 5.0, after=LIVE_WINDOWS - 3) == (None, LIVE_WINDOWS - 3)
+    # fewer new windows than the verdict trusts: topped up with the latest before them (21, then 22 and 23 new)
+    topped, upto = judge_interval(nodes, 3, [], 5.0, after=LIVE_WINDOWS - 3)
+    assert topped is not None and topped.found and topped.found[0].node == "node1" and upto == LIVE_WINDOWS - 1
+    # one new slow window, topped up with two before the slowdown: the windows' median is not slow
+    onset = [_node(k, LIVE_WINDOWS - 1 if k == 1 else LIVE_WINDOWS) for k in range(3)]
+    first = judge_interval(onset, 3, [], 5.0, after=LIVE_WINDOWS - 2)[0]
+    assert first is not None and not first.found, first
+    # no new window: nothing, and the next interval starts from the same window
+    assert judge_interval(nodes, 3, [], 5.0, after=LIVE_WINDOWS - 1) == (None, LIVE_WINDOWS - 1)

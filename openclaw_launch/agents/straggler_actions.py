@@ -94,6 +94,7 @@ class StragglerActions:
         self.pending: Exclude | None = None  # node 0: asked of the rendezvous, its fate not seen yet
         self.accepted: Exclude | None = None  # node 0: its fate came: the next world verifies it
         self._nodes_before = 0  # node 0: the world's size when it was taken out
+        self.info = False  # node 0, LOGLEVEL INFO (job/info_log.py): one line per judged interval
 
     # ---- every node -----------------------------------------------------------------------------
 
@@ -142,6 +143,7 @@ class StragglerActions:
         nodes = agent.opt.nodes
         waiting = self.accepted or self.pending
         if waiting is not None and judged.attempt <= waiting.attempt:
+            self._interval(judged, "not counted: the world stops", counted=False)
             return None  # the world stops (or the rendezvous has not answered): its last lines do not count
         accepted = self.accepted
         if accepted is not None:  # the world after the exclusion
@@ -149,6 +151,8 @@ class StragglerActions:
             kept = len(nodes) == self._nodes_before  # a standby took its rank; else the ranks closed up
             self.watch.excluded(accepted, nodes[accepted.node_rank] if kept else "")
         action = self.watch.observe(judged)
+        row = self.settings.intervals if isinstance(action, Exclude) else self.watch.in_a_row
+        self._interval(judged, f"{row} of {self.settings.intervals} in a row")
         match action:
             case Note(text=text):
                 self._say(_PREFIX + text)
@@ -166,6 +170,21 @@ class StragglerActions:
                     for x in agent.exclusions
                 ]
         return action
+
+    def _interval(self, judged: Judged, count: str, counted: bool = True) -> None:
+        """LOGLEVEL INFO: node 0's judgement of one interval, in one line (``counted``: the policy's
+        interval number, else none: the stopping world's last intervals are not the policy's)."""
+        if not self.info:
+            return
+        which = f"interval {self.watch.intervals_seen}" if counted else "interval"
+        step = f"step p50 {1000 * judged.step_p50_s:.1f} ms" if judged.step_p50_s is not None else "no step yet"
+        if not judged.judged:
+            verdict = "too few steps to judge"
+        else:
+            verdict = f"straggler: {judged.named}" if judged.node else "no straggler"
+        self._say(
+            f"openclaw-launch: info: straggler policy: world {judged.attempt} {which}: {verdict}, {step}; {count}"
+        )
 
     def fate_of(self, exclude: Exclude) -> Fate:
         """The ``exclude`` fate every node acts on: node 0's grace and checkpoint signal go with it."""

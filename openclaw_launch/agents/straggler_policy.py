@@ -8,11 +8,12 @@ The rules, with their defaults in config/defaults.py:
 - ``none`` and ``report`` never act (``report`` is the job's line on node 0, as before).
 - ``exclude`` takes a node out only when the verdict named it the job's straggler in ``intervals``
   consecutive judged intervals (never fewer than two: ``limits.MIN_STRAGGLER_INTERVALS``), each time
-  with an excess of at least ``exclude_pct`` % of the job's step. Each judged interval is separate
-  evidence: the verdict over the steps since the previous one only (stats/job_live.py
-  ``judge_interval``: at least 3 windows of 5 steps in common on every rank; an interval with fewer
-  comes with the next), not the live line's last 120 steps. An interval that names nobody (a
-  balanced job), another node, a smaller excess, or whose attempt has too few steps breaks the run.
+  with an excess of at least ``exclude_pct`` % of the job's step. Each judged interval brings new
+  evidence: the verdict over the windows of 5 steps since the previous one (stats/job_live.py
+  ``judge_interval``: at least one new window, topped up with the latest earlier ones to the 3 the
+  verdict needs), not the live line's last 120 steps; N intervals in a row span at least N + 2
+  windows. An interval that names nobody (a balanced job), another node, a smaller excess, or whose
+  attempt has too few steps breaks the run.
 - At most one exclusion per ``cooldown_intervals`` intervals (counted from the last one decided).
 - Node 0 hosts the rendezvous and is never taken out (said once per run of intervals).
 - MIN (and a standby to take the node's place) is the rendezvous's to check (agents/elastic.py): it
@@ -127,6 +128,11 @@ class StragglerWatch:
         if len(self._run) < self.settings.intervals:
             return None
         return self._decide()
+
+    @property
+    def in_a_row(self) -> int:
+        """Judged intervals in a row that named the same node (the current run's count)."""
+        return len(self._run)
 
     def excluded(self, exclude: Exclude, replacement: str) -> None:
         """The world re-formed without ``exclude.node``: ``replacement`` holds its rank ("": none)."""

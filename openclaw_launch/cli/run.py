@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from openclaw_launch.agents.fate import Arrival
     from openclaw_launch.agents.straggler_policy import StragglerSettings
     from openclaw_launch.job.agents import AgentSetup, ElasticJob
+    from openclaw_launch.run.prewarm import Zygote
 
 
 @click.command(cls=ScriptLast)
@@ -67,7 +68,13 @@ def run(c: Common, r: RunOptions) -> None:
     check_before_meeting(r, inputs, job is not None)  # --replica-groups: refused before any node meets
     straggler = straggler_settings(r, inputs.config.runtime if inputs.config else None, job, c.tr.max_restarts)
     exclude_file(r, inputs, job)  # checked before the rendezvous: a bad one starts nothing (exit 2)
-    elastic = arrive_elastic(job, inputs, r, c.tr.max_restarts) if job and not r.dry_run else None
+    zygote = _early_zygote(c, inputs, r, job) if job and not r.dry_run else None
+    try:
+        elastic = arrive_elastic(job, inputs, r, c.tr.max_restarts) if job and not r.dry_run else None
+    except BaseException:  # exit 2, a signal, or a standby the job did not need: its zygote goes first
+        if zygote is not None:
+            zygote.close()
+        raise
     arrival = _arrive(want, r, c.tr.run_id) if want.by_arrival and not want.elastic and not r.dry_run else None
     try:
         plan, config = plan_and_config(
@@ -152,10 +159,32 @@ def run(c: Common, r: RunOptions) -> None:
             agents=agents,
             exit_code_classes=r.exit_code_classes,
             info=level <= INFO,
+            zygote=zygote,
         )
     except OpenclawError as e:
         fail(e)
     sys.exit(code)
+
+
+def _early_zygote(c: Common, inputs: Inputs, r: RunOptions, job: ElasticJob) -> Zygote | None:
+    """``--prewarm`` in an elastic job: the zygote starts before the wait for a world (a standby waits
+    there until a node is lost, then its first workers would wait for the zygote's ``import torch``),
+    from the zygote of the plan as ``plan`` shows it; ``launch`` uses it when the world's plan has the
+    same one (the workers take their rank's environment whole). None without ``--prewarm``, or where
+    that plan fails (the world's plan says why)."""
+    if not (c.prewarm or (inputs.config is not None and inputs.config.runtime.prewarm)):
+        return None
+    try:
+        shown, _ = plan_and_config(
+            c, inputs, at_run=False, telemetry_mode=r.telemetry, hang_timeout_s=r.hang_timeout_s, elastic=job.spec
+        )
+    except (OpenclawError, click.UsageError):
+        return None
+    if shown.prewarm is None:
+        return None
+    from openclaw_launch.run.prewarm import Zygote, zygote_env
+
+    return Zygote.start(shown.prewarm, zygote_env(os.environ, [rank.env for rank in shown.ranks]), echo_err)
 
 
 def _agents(

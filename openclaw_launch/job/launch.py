@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from openclaw_launch.job.group_progress import GroupProgress
     from openclaw_launch.report.model import PreflightVerdict
     from openclaw_launch.run.failure_class import Failure
+    from openclaw_launch.run.prewarm import Zygote
     from openclaw_launch.stats.judged import Judged
     from openclaw_launch.stats.result import SessionResult
     from openclaw_launch.stats.session import StatsSession
@@ -75,6 +76,7 @@ def launch(
     exit_code_classes: bool = False,
     info: bool = False,
     progress: GroupProgress | None = None,
+    zygote: Zygote | None = None,
 ) -> int:
     """Run the plan; return the launcher's exit code. ``parent_error_file``: the launcher's own
     TORCHELASTIC_ERROR_FILE, which receives a failed job's root cause as torchrun writes it.
@@ -82,7 +84,8 @@ def launch(
     ``preflight``: judges the workers' measurements once they ended (given the exit code); its verdict
     goes into the report. ``exit_code_classes``: a failed job exits 70 or 75 by its failure class
     (exit_codes.py), not with the worker's code. ``info``: LOGLEVEL INFO or lower (job/info_log.py).
-    ``progress``: a replica group's account of its attempts (job/replica_groups.py), one more participant."""
+    ``progress``: a replica group's account of its attempts (job/replica_groups.py), one more participant.
+    ``zygote``: the ``--prewarm`` zygote an elastic launcher started before its wait for a world."""
     hint = str(LogDir.of(options.log_dir, plan.run_id).path) if options.log_dir else None
     out, err = console.wrap(options.stdout or sys.stdout, hint), console.wrap(options.stderr or sys.stderr, hint)
     options = dataclasses.replace(options, stdout=out, stderr=err)  # never blocks supervision
@@ -91,8 +94,10 @@ def launch(
     os_layer.install_signals((*options.forwarded_signals, *options.pass_signals))
     agent: Agent | None = None
     store = WorkerStore(functools.partial(say, options))
+    prewarmed = contextlib.ExitStack()
     try:
         store.host(plan.ranks)  # before the nodes meet: a port in use is exit 2 on this node alone
+        start_zygote(plan, os_layer, prewarmed, options, zygote)  # --prewarm: it imports while the nodes meet
         if agents is not None:
             met = _meet(plan, agents, options, os_layer)
             if isinstance(met, int):
@@ -101,7 +106,7 @@ def launch(
             stats = stats or StatsOptions()  # the job's live verdict: every node's helper to the agents' store
             stats = dataclasses.replace(stats, job_live=job_live_target(agents, plan.run_id, stats.threshold_pct))
             if agents.make_agent is not None:  # elastic: node 0's straggler policy (--on-straggler exclude)
-                stats = dataclasses.replace(stats, on_judged=_straggler_watch(agent))
+                stats = dataclasses.replace(stats, on_judged=_straggler_watch(agent, info))
         result, statistics, failures = _run(
             plan,
             options,
@@ -134,6 +139,7 @@ def launch(
     finally:
         if agent is not None:
             agent.close()
+        prewarmed.close()
         store.close()
         os_layer.restore_signals()
         for c in (out, err):  # what the console still holds, for a bounded time: then we exit anyway
@@ -141,11 +147,15 @@ def launch(
                 c.drain(_FINAL_DRAIN_S)
 
 
-def _straggler_watch(agent: Agent) -> Callable[[Judged], None] | None:
-    """Node 0 of an elastic job that excludes stragglers: its agent acts on every interval's verdict."""
+def _straggler_watch(agent: Agent, info: bool) -> Callable[[Judged], None] | None:
+    """Node 0 of an elastic job that excludes stragglers: its agent acts on every interval's verdict
+    (``info``, LOGLEVEL INFO: and says each one)."""
     from openclaw_launch.agents.elastic_agent import ElasticAgent
 
-    return agent.observe if isinstance(agent, ElasticAgent) and agent.watches_stragglers else None
+    if not isinstance(agent, ElasticAgent) or not agent.watches_stragglers:
+        return None
+    agent.straggler.info = info
+    return agent.observe
 
 
 def _meet(plan: LaunchPlan, agents: AgentSetup, options: SuperviseOptions, os_layer: RealOs) -> Agent | int:
@@ -189,7 +199,6 @@ def _run(
         # to an init that never reaps stays <defunct> (seen on the H200 host). Ours are reaped here.
         undo.callback(os_layer.set_child_subreaper, os_layer.set_child_subreaper(True))
         undo.callback(os_layer.reap)
-        start_zygote(plan, os_layer, undo, options)  # --prewarm: its imports run while the rest is set up
         undo.callback(shutil.rmtree, run_dir, ignore_errors=True)
         guardian = Guardian.start()
         undo.callback(guardian.close)

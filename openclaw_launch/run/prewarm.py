@@ -140,17 +140,20 @@ class Zygote:
 
     def close(self) -> None:
         """Close the link (a zygote that serves exits at EOF) and collect it; SIGKILL after a short
-        wait, or at once while it still imports (it reads no link then, and holds nothing)."""
-        self._link.close()
+        wait, or at once while it still imports or its ready line was never read (it holds nothing;
+        killed before the link closes: a link closed with that line unread resets its end)."""
         if self._reaped:
+            self._link.close()
             return
         if self._ready:
+            self._link.close()
             with contextlib.suppress(subprocess.TimeoutExpired, ChildProcessError):
                 self._proc.wait(CLOSE_TIMEOUT_S)
                 return
         with contextlib.suppress(ProcessLookupError, ChildProcessError):
             self._proc.kill()
             self._proc.wait()
+        self._link.close()
 
     def _await_ready(self) -> None:
         answer = self._answer(READY_TIMEOUT_S)

@@ -24,6 +24,7 @@ from openclaw_launch.run.supervise import JobResult, SuperviseOptions, signal_na
 
 if TYPE_CHECKING:
     from openclaw_launch.run.mps.daemon import MpsDaemon
+    from openclaw_launch.run.prewarm import Zygote
 
 
 def open_files_for(local_ranks: int, with_logs: bool) -> None:
@@ -61,15 +62,28 @@ def job_cgroup_for(
     return job
 
 
-def start_zygote(plan: LaunchPlan, os_layer: RealOs, undo: contextlib.ExitStack, options: SuperviseOptions) -> None:
+def start_zygote(
+    plan: LaunchPlan,
+    os_layer: RealOs,
+    undo: contextlib.ExitStack,
+    options: SuperviseOptions,
+    early: Zygote | None = None,
+) -> None:
     """``--prewarm``: the zygote that forks the workers (run/prewarm.py), started now so that its
-    imports run while the launcher sets up the rest; closed (and collected) at the end."""
+    imports run while the launcher sets up the rest; closed (and collected) at the end. ``early``: one
+    an elastic launcher started before it waited for its world (cli/run.py), used if it is the plan's."""
+    if early is not None and early.prewarm != plan.prewarm:
+        early.close()
+        early = None
     if plan.prewarm is None:
         return
     from openclaw_launch.run.prewarm import Zygote, zygote_env
 
-    env = zygote_env(os.environ, [rank.env for rank in plan.ranks])
-    zygote = Zygote.start(plan.prewarm, env, lambda line: say(options, line))
+    if early is not None:
+        zygote = early
+    else:
+        env = zygote_env(os.environ, [rank.env for rank in plan.ranks])
+        zygote = Zygote.start(plan.prewarm, env, lambda line: say(options, line))
     undo.callback(zygote.close)
     os_layer.zygote = zygote
     undo.callback(setattr, os_layer, "zygote", None)

@@ -270,7 +270,10 @@ def _receive(link: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
     fds = array.array("i")
     data = b""
     while not data.endswith(b"\n"):
-        chunk, ancdata, _, _ = link.recvmsg(MAX_REQUEST_BYTES, socket.CMSG_SPACE(2 * fds.itemsize))
+        try:
+            chunk, ancdata, _, _ = link.recvmsg(MAX_REQUEST_BYTES, socket.CMSG_SPACE(2 * fds.itemsize))
+        except ConnectionResetError:  # the launcher ended with our ready line unread: as at EOF
+            return None, list(fds)
         for level, kind, payload in ancdata:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])

@@ -1,5 +1,5 @@
 """One interval's job-wide live verdict as node 0's straggler policy reads it (agents/straggler_policy.py):
-stats/job_live.py makes it (``judge_interval``: over the steps since the previous judged interval), the
+stats/job_live.py makes it (``judge_interval``: over the windows since the previous judged interval), the
 statistics helper sends it to its launcher (stats/helper.py ``JobJudged``).
 A module of its own: the helper's link decodes it by its type hints, and the launcher's start path does
 not import the verdict's modules."""
