@@ -173,15 +173,23 @@ def _line_time(text: str, marker: str, after: float = 0.0) -> float | None:
 
 
 def balanced_runs(args: argparse.Namespace) -> None:
-    touched = 0
+    touched = intervals = 0
     for k in range(args.runs):
         with tempfile.TemporaryDirectory(prefix="straggler-balanced-") as tmp:
             text, codes = run_job(Path(tmp), "1:2", {"b": {}}, args, args.timeout_s)
         excluded = "straggler policy: taking node" in text
         named = text.count("; straggler: node")  # node 0's job lines that named a straggler
+        policy = [line for line in text.splitlines() if "info: straggler policy: world" in line]  # its intervals
+        judged = [line for line in policy if "too few steps" not in line and "not counted" not in line]
+        by_policy = sum("straggler: node" in line for line in judged)
         touched += excluded
-        print(f"run {k}: exits {codes}, job lines naming a straggler: {named}, excluded: {excluded}", flush=True)
-    print(f"balanced: {touched} of {args.runs} runs had a node taken out")
+        intervals += len(judged)
+        print(
+            f"run {k}: exits {codes}, job lines naming a straggler: {named}, the policy's judged intervals: "
+            f"{len(judged)}, naming a straggler: {by_policy}, excluded: {excluded}",
+            flush=True,
+        )
+    print(f"balanced: {touched} of {args.runs} runs had a node taken out ({intervals} judged intervals)")
 
 
 def main() -> None:
