@@ -5,6 +5,7 @@ round trip and the merged judgement."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -23,6 +24,7 @@ from host import free_port, needs_torch
 from openclaw_launch.agents.tcpstore_client import TCPStoreClient
 from openclaw_launch.stats.collect import PhaseSummary, RankSummary
 from openclaw_launch.stats.job_live import (
+    CATCH_UP_READS,
     LIVE_WINDOWS,
     STALE_READS,
     Interval,
@@ -35,6 +37,7 @@ from openclaw_launch.stats.job_live import (
     judge,
     node_key,
 )
+from openclaw_launch.stats.judged import Judged
 
 
 def job_live_target_connect(host: str, port: int, timeout_s: float) -> TCPStoreClient:
@@ -300,3 +303,66 @@ def test_a_node_holds_one_connection_and_after_an_error_connects_once_more_then_
     assert live.connections == 3 and live.errors == 11, (live.connections, live.errors)
     assert "gave up on the agents' store at 127.0.0.1:1 (connection 3 of at most 3 failed" in notes[-1], notes
     assert len(notes) == 3, notes
+
+
+class BehindStore(ScriptedStore):
+    """Node 0's key as written; node 1's key behind node 0's windows for its first ``behind_reads`` reads,
+    then caught up (node 1's tick came just after node 0's)."""
+
+    def __init__(self, behind: bytes, caught_up: bytes, behind_reads: int) -> None:
+        super().__init__(failing=False)
+        self.values: dict[str, bytes] = {}
+        self.node1 = [behind] * behind_reads + [caught_up]
+        self.reads = 0
+
+    def set(self, key: str, value: bytes) -> None:
+        self.values[key] = value
+
+    def multi_get(self, keys: Sequence[str]) -> list[bytes]:
+        self.reads += 1
+        return [
+            self.values[k] if k in self.values else self.node1.pop(0) if len(self.node1) > 1 else self.node1[0]
+            for k in keys
+        ]
+
+
+def test_node0s_policy_reads_a_node_behind_its_own_windows_again_until_it_catches_up() -> None:
+    """Node 0's straggler policy: node 1's summary ends before node 0's own (it wrote just after node 0
+    read): node 0 reads node 1's key again and judges the slow windows this interval, not a tick later.
+    A node that never catches up costs at most CATCH_UP_READS more reads an interval; without the
+    policy, one read an interval."""
+    slow_tail = dataclasses.replace(
+        _summary(1, 0.01),
+        windows=tuple(
+            (k, {**w, "@own": 0.03, "forward": 0.03}) if k >= 20 else (k, w) for k, w in _summary(1, 0.01).windows
+        ),
+    )
+    behind = encode_node("node1", 1, 1, encode_ranks([_summary(1, 0.01, windows=20)]))
+    caught_up = encode_node("node1", 1, 2, encode_ranks([slow_tail]))
+    fast = encode_ranks([_summary(0, 0.01)])
+
+    def run(store: BehindStore, policy: bool, reads: int, judgements: int) -> list[Judged]:
+        """Two intervals of node 0 (the first has no tick yet to wait within), each taken once read."""
+        judged: list[Judged] = []
+        target = JobLiveTarget("127.0.0.1", 1, "behind", 5.0, lambda host, port, timeout_s: store)
+        live = JobLive(target, lambda text: None, None, judged.append if policy else None)
+        try:
+            live.submit(Interval(0, "node0", 0, 2, fast))
+            wait_for(lambda: store.reads == 1 and len(judged) == int(policy), "the first interval was not judged")
+            live.submit(Interval(0, "node0", 0, 2, fast))
+            wait_for(lambda: store.reads >= reads and len(judged) >= judgements, lambda: f"{store.reads} read(s)")
+        finally:
+            live.close()
+        assert live.errors == 0
+        return judged
+
+    caught = BehindStore(behind, caught_up, behind_reads=2)
+    first, second = run(caught, policy=True, reads=3, judgements=2)
+    assert first.node_rank == -1 and second.node == "node1" and second.rank == 1, (first, second)
+    assert caught.reads == 3, caught.reads  # the second interval read node 1 once more
+    never = BehindStore(behind, behind, behind_reads=0)
+    run(never, policy=True, reads=2 + CATCH_UP_READS, judgements=1)
+    assert never.reads == 2 + CATCH_UP_READS, never.reads
+    plain = BehindStore(behind, caught_up, behind_reads=2)
+    run(plain, policy=False, reads=2, judgements=0)
+    assert plain.reads == 2, plain.reads

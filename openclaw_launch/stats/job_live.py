@@ -30,6 +30,8 @@ windows, steady from one interval to the next; node 0's straggler policy (agents
 gets the verdict over the windows since its previous judged interval (``judge_interval``; topped up
 with the latest earlier ones to the verdict's minimum), so that each interval in a row brings new
 steps, and a slowdown counts from its first interval, not once its windows are most of the line's.
+For the policy, node 0 reads again, for up to half a tick, the keys of the nodes whose summaries end
+before its own (``JobLive._caught_up``): their tick came just after its own.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ import json
 import queue
 import statistics
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -57,6 +60,10 @@ LIVE_WINDOWS = 24  # the windows (of 5 steps) a rank's interval summary carries:
 CLOSE_WAIT_S = 0.5  # at the end, how long the helper waits for a call in flight (it exits anyway)
 STALE_READS = 3  # node 0's reads with a node's key unchanged before that node is left out
 LIVE_MIN_STEPS = 20  # measured steps a rank needs in the attempt before the job's line judges (4 windows)
+# node 0's straggler policy: a node whose summary ends before node 0's own last window is read again,
+# up to CATCH_UP_READS times, CATCH_UP_SHARE of a tick (the time between node 0's intervals) apart in all
+CATCH_UP_SHARE = 0.5
+CATCH_UP_READS = 5
 
 
 @dataclass(frozen=True)
@@ -253,16 +260,24 @@ class JobLive:
         self._seen: dict[str, tuple[int, int]] = {}  # key -> (seq, reads it stayed so)
         self._attempt = -1
         self._judged_upto = -1  # the policy's last judged window of the attempt (judge_interval)
+        self._submitted_s: float | None = None  # when the latest interval was given (monotonic)
+        self._tick_s = 0.0  # the time between the last two (0: not known yet)
+        self._closing = threading.Event()
         self.errors = 0  # intervals lost to the store (not reached, failed mid-call)
         self._thread = threading.Thread(target=self._run, name="openclaw-job-live", daemon=True)
         self._thread.start()
 
     def submit(self, interval: Interval) -> None:
+        now_s = time.monotonic()
+        if self._submitted_s is not None:
+            self._tick_s = now_s - self._submitted_s
+        self._submitted_s = now_s
         self._replace(interval)
 
     def close(self, timeout_s: float = CLOSE_WAIT_S) -> None:
         """Stop after the call in flight, waiting for it only briefly: at the job's end the first
         node's store may be gone already, and a write left unfinished loses nothing."""
+        self._closing.set()
         self._replace(None)
         self._thread.join(timeout=timeout_s)
 
@@ -311,11 +326,11 @@ class JobLive:
             return
         keys = [node_key(run_id, interval.attempt, k) for k in range(interval.nnodes)]
         ready = [k for k in keys if k in self._seen or store.check([k])]
+        read = _read(store, ready)
+        if self._on_judged is not None:
+            read = self._caught_up(store, read, node_key(run_id, interval.attempt, 0))
         nodes, silent = [], []
-        for key, value in zip(ready, store.multi_get(ready) if ready else [], strict=True):
-            node = decode_node(value)
-            if node is None:
-                continue
+        for key, node in read.items():
             last_seq, unchanged = self._seen.get(key, (-1, 0))
             unchanged = unchanged + 1 if node.seq == last_seq else 0
             self._seen[key] = (node.seq, unchanged)
@@ -332,6 +347,22 @@ class JobLive:
         if self._on_snapshot is not None:
             self._on_snapshot(job_snapshot(run_id, interval.attempt, judged))
 
+    def _caught_up(self, store: StoreClient, read: dict[str, NodeInterval], own: str) -> dict[str, NodeInterval]:
+        """The policy's read, with the nodes whose summaries end before node 0's own last window read
+        again until they catch up (at most ``CATCH_UP_READS`` times, within ``CATCH_UP_SHARE`` of a
+        tick). Why: the nodes' ticks start together with the world, so another node often writes just
+        after node 0 reads, and its slow steps would wait a whole tick more to be judged. Only the
+        straggler policy's node 0 pays these reads; a node that never catches up costs them each tick."""
+        if own not in read or self._tick_s <= 0:
+            return read
+        target = _last_window(read[own])
+        for _ in range(CATCH_UP_READS):
+            behind = [key for key, node in read.items() if _last_window(node) < target]
+            if not behind or self._closing.wait(self._tick_s * CATCH_UP_SHARE / CATCH_UP_READS):
+                break
+            read.update(_read(store, behind))
+        return read
+
     def _judge_interval(
         self, interval: Interval, nodes: Sequence[NodeInterval], silent: Sequence[int], line: JobVerdict
     ) -> None:
@@ -347,3 +378,14 @@ class JobLive:
         )
         if verdict is not None:
             self._on_judged(judged_of(interval.attempt, verdict))
+
+
+def _read(store: StoreClient, keys: Sequence[str]) -> dict[str, NodeInterval]:
+    """The nodes' keys that hold a summary this version reads."""
+    values = store.multi_get(keys) if keys else []
+    return {key: node for key, value in zip(keys, values, strict=True) if (node := decode_node(value)) is not None}
+
+
+def _last_window(node: NodeInterval) -> int:
+    """The last window any of the node's ranks closed (-1: none yet)."""
+    return max((r.windows[-1][0] for r in node.ranks if r.windows), default=-1)
