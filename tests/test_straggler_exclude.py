@@ -143,10 +143,13 @@ def test_every_node_sends_the_checkpoint_signal_once_then_waits_the_grace() -> N
     named = Judged(0, True, 0.12, "node1", 1, 1, 30.0, "input", "host")
     fate = StragglerActions(EXCLUDE, print).fate_of(Exclude("node1", 1, 0, (named,) * 3, 0.1))
     assert (fate.kind, fate.node, fate.signal, fate.grace_s) == ("exclude", "node1", signal.SIGUSR1, 30.0)
+    assert actions.stop_due_in_s() is None  # no request yet: nothing comes due
     assert actions.stop_reason(fate) is None
+    assert actions.stop_due_in_s() == 30.0  # the supervisor's loop wakes at the grace's end
     now[0] += 29.0
-    assert actions.stop_reason(fate) is None
+    assert actions.stop_reason(fate) is None and actions.stop_due_in_s() == 1.0
     now[0] += 1.0
+    assert actions.stop_due_in_s() == 0.0
     stop = actions.stop_reason(fate)
     assert stop is not None and stop.restartable and stop.evidence is not None and stop.evidence.stop == "exclude"
     assert sent == [(41, signal.SIGUSR1), (42, signal.SIGUSR1)]  # once, to each worker's group

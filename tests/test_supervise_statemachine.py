@@ -14,10 +14,13 @@ from dataclasses import dataclass, field
 import pytest
 from supervise_driver import make_plan
 
+from openclaw_launch.agents.straggler_actions import StragglerActions
+from openclaw_launch.agents.straggler_policy import Exclude, StragglerSettings
 from openclaw_launch.plan.model import RankPlan
 from openclaw_launch.run.osproc import Reaped, Spawned
 from openclaw_launch.run.participant import Participant, StopKind, StopReason
 from openclaw_launch.run.supervise import JobResult, SuperviseOptions, supervise
+from openclaw_launch.stats.judged import Judged
 
 WAKE_FD = 1000
 TERM, KILL = signal.SIGTERM, signal.SIGKILL
@@ -394,3 +397,44 @@ def test_every_participant_is_asked_every_question_and_the_first_answer_by_list_
     for w in (first, second):  # asked until it gave its reason, at 2.0
         assert [t for q, t in w.asked if q == "stop_reason" and t >= 2.0] == [2.0]
     assert [t for q, t in third.asked if q == "stop_reason"][-1] >= 3.0  # every step while the attempt is open
+
+
+class GraceWatch(Participant):
+    """An ``exclude`` fate seen from the start: the straggler actions' checkpoint request at the first
+    poll, then their stop at the grace's end; a keep-alive tick like the agent's counts the wake-ups."""
+
+    def __init__(self, fake: FakeOs, grace_s: float, tick_s: float) -> None:
+        settings = StragglerSettings(policy="exclude", grace_s=grace_s)
+        named = Judged(0, True, 0.12, "node1", 1, 1, 30.0, "input", "host")
+        self.actions = StragglerActions(settings, lambda line: None, lambda pid, sig: None, fake.monotonic)
+        self.fate = self.actions.fate_of(Exclude("node1", 1, 0, (named,) * 3, 0.1))
+        self.fake, self.tick_s = fake, tick_s
+        self.events: list[tuple[str, float]] = []
+
+    def timers(self) -> list[tuple[float, Callable[[], None]]]:
+        return [(self.tick_s, lambda: self.events.append(("tick", self.fake.now)))]
+
+    def stop_reason(self) -> StopReason | None:
+        first = self.actions.stop_due_in_s() is None
+        reason = self.actions.stop_reason(self.fate)
+        if first:
+            self.events.append(("asked", self.fake.now))
+        if reason is not None:
+            self.events.append(("stop", self.fake.now))
+        return reason
+
+    def stop_due_in_s(self) -> float | None:
+        return self.actions.stop_due_in_s()
+
+
+def test_the_grace_ends_the_loops_wait_the_stop_comes_then_not_at_the_next_tick() -> None:
+    fake = FakeOs([FakeProc()])
+    watch = GraceWatch(fake, grace_s=0.6, tick_s=0.25)
+    result = run(fake, 1, [watch], grace_period_s=5.0)
+    assert result.attempts == 1  # one restartable stop, no restarts left
+    kinds = [kind for kind, _ in watch.events]
+    asked_at, stopped_at = watch.events[kinds.index("asked")][1], watch.events[kinds.index("stop")][1]
+    between = kinds[kinds.index("asked") + 1 : kinds.index("stop")]
+    assert between == ["tick", "tick"]  # at +0.25 and +0.5; the stop comes before the third tick (+0.75)
+    assert stopped_at == pytest.approx(asked_at + 0.6)  # on the fake clock: at the grace's end
+    assert fake.signals_sent(TERM) == [(stopped_at, 100)]  # the workers are stopped then

@@ -113,6 +113,11 @@ class ElasticAgent(Agent):
             return StopReason(StopKind.REMOTE, fate.code, fate.text, True, fate.node, fate.rank, grown)
         return super().stop_reason()
 
+    def stop_due_in_s(self) -> float | None:
+        """An ``exclude`` fate's grace: its end wakes the supervisor's loop (``stop_reason`` stops then)."""
+        fate = self.fates.get(self.attempt)
+        return self.straggler.stop_due_in_s() if fate is not None and fate.kind == EXCLUDE else None
+
     def on_spawn(self, rank: int, pid: int) -> None:
         self.straggler.on_spawn(pid)  # the checkpoint request's addressees
 

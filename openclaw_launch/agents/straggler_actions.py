@@ -90,7 +90,7 @@ class StragglerActions:
         self.watch = StragglerWatch(settings)
         self._say, self._kill, self._clock = say, kill, clock
         self._pids: list[int] = []  # this attempt's workers (their process groups)
-        self._asked_at: float | None = None  # this attempt's checkpoint request
+        self._grace_ends_at: float | None = None  # this attempt's checkpoint request: its grace's end
         self.pending: Exclude | None = None  # node 0: asked of the rendezvous, its fate not seen yet
         self.accepted: Exclude | None = None  # node 0: its fate came: the next world verifies it
         self._nodes_before = 0  # node 0: the world's size when it was taken out
@@ -99,7 +99,7 @@ class StragglerActions:
     # ---- every node -----------------------------------------------------------------------------
 
     def begin_attempt(self) -> None:
-        self._pids, self._asked_at = [], None
+        self._pids, self._grace_ends_at = [], None
 
     def on_spawn(self, pid: int) -> None:
         self._pids.append(pid)
@@ -112,6 +112,11 @@ class StragglerActions:
         evidence = Evidence(stop=EXCLUDE)  # run/failure_class.py
         return StopReason(StopKind.REMOTE, fate.code, fate.text, True, fate.node, fate.rank, evidence)
 
+    def stop_due_in_s(self) -> float | None:
+        """After the checkpoint request: the seconds left of the grace (the supervisor's loop wakes
+        then to stop the workers, not at the agent's next tick)."""
+        return None if self._grace_ends_at is None else max(0.0, self._grace_ends_at - self._clock())
+
     def fate_came(self, fate: Fate, agent: ExcludingAgent) -> None:
         """An ``exclude`` fate, said on every node; node 0 takes the node out at the re-forming (the
         agent's ``take_out``) if it is the one it asked for."""
@@ -122,8 +127,8 @@ class StragglerActions:
     def _grace_over(self, fate: Fate) -> bool:
         """The checkpoint request (once), then True once the fate's grace has passed since."""
         now = self._clock()
-        if self._asked_at is None:
-            self._asked_at = now
+        if self._grace_ends_at is None:
+            self._grace_ends_at = now + fate.grace_s
             name = signal.Signals(fate.signal).name if fate.signal else "no signal"
             for pid in self._pids if fate.signal else ():
                 with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -132,7 +137,7 @@ class StragglerActions:
                 f"openclaw-launch: checkpoint request: {name} to this node's {len(self._pids)} worker(s); they stop "
                 f"in {fate.grace_s:g} s (--straggler-grace-s), then the world re-forms without node {fate.node}"
             )
-        return now - self._asked_at >= fate.grace_s
+        return now >= self._grace_ends_at
 
     # ---- node 0 ---------------------------------------------------------------------------------
 

@@ -16,6 +16,10 @@ with the question:
   (in one step: the list's order), and every other participant is told of it before the next one
   is asked. The first stops the workers; the exit code is the first job-wide reason's (the agents'
   fate), else the first one's; the attempt restarts only if every reason is restartable.
+- ``stop_due_in_s()``: None, or in how many seconds this participant's stop reason comes due with
+  no event to wake the loop (a deadline of its own: the straggler policy's grace); the loop's wait
+  ends then, not at its next timer. Asked only of those without a reason in this attempt; the
+  earliest counts.
 - ``on_stop(reason)``: this node stops, for a reason that is not this participant's own (a
   worker failed, a signal, another participant's reason); the agent publishes it as the job's fate.
 - ``holds_attempt()``: keep the attempt open after its workers are gone (the agent: until every
@@ -103,6 +107,9 @@ class Participant:
     def stop_reason(self) -> StopReason | None:
         return None
 
+    def stop_due_in_s(self) -> float | None:
+        return None
+
     def on_stop(self, reason: StopReason) -> None:
         return None
 
@@ -162,6 +169,11 @@ class Participants:
             if position not in self._stopped and (reason := p.stop_reason()) is not None:
                 self._stopped.add(position)
                 stop(reason, p)
+
+    def stop_due_in_s(self) -> float | None:
+        """The earliest of the participants' own deadlines, of those without a reason in this attempt."""
+        due = [p.stop_due_in_s() for position, p in enumerate(self.members) if position not in self._stopped]
+        return min((d for d in due if d is not None), default=None)
 
     def on_stop(self, reason: StopReason, source: Participant | None) -> None:
         """Tell every participant but ``source`` (the one whose reason it is) that this node stops."""

@@ -277,7 +277,13 @@ class _Supervisor:
 
     def _loop(self, done: Callable[[], bool]) -> None:
         while not done():
-            self._step(self.loop.next_timeout())
+            self._step(self._next_timeout())
+
+    def _next_timeout(self) -> float | None:
+        """The next timer's, or sooner where a participant's stop reason comes due first (an open attempt)."""
+        timeout = self.loop.next_timeout()
+        due_s = self.participants.stop_due_in_s() if self.attempt_open else None
+        return due_s if due_s is not None and (timeout is None or due_s < timeout) else timeout
 
     def _step(self, timeout: float | None) -> None:
         for sig in self.loop.wait(timeout):
