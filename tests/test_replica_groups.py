@@ -249,3 +249,37 @@ def test_each_gpu_group_sees_only_its_gpus() -> None:
     assert groups.lighthouse.argv[-2:] == ("--bind", "0.0.0.0:29510")
     assert first.telemetry_socket != second.telemetry_socket
     assert [r.env["OPENCLAW_TELEMETRY_SLOT"] for r in second.ranks] == ["0", "1"]
+
+
+_SIGNAL_AT_FORK = """import os, signal, sys
+
+def _at_fork():  # in group 0's launcher, right after its fork: before it has handlers of its own
+    caller = sys._getframe(1)
+    if caller.f_code.co_name == "_fork_group" and caller.f_locals["index"] == 0:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+os.register_at_fork(after_in_child=_at_fork)
+from openclaw_launch.__main__ import main
+sys.argv[0] = "openclaw-launch"
+main()
+"""
+
+
+@needs_torchft
+def test_a_signal_to_a_group_launcher_before_its_handlers_ends_that_group_alone(tmp_path: Path) -> None:
+    """A SIGTERM that reaches group 0's launcher between its fork and its own handlers (an at-fork hook
+    sends it there) ends group 0 (143): it never runs the parent's handler, which would have written
+    it to the parent's wakeup pipe as the parent's own SIGTERM and stopped every group."""
+    (tmp_path / "launcher.py").write_text(_SIGNAL_AT_FORK)
+    (tmp_path / "worker.py").write_text("")
+    line = ["--nproc-per-node", "2", "--replica-groups", "2", str(tmp_path / "worker.py")]
+    proc = subprocess.run(
+        [sys.executable, str(tmp_path / "launcher.py"), *line],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=GUARD_S,
+    )
+    assert "received SIGTERM" not in proc.stderr, proc.stderr
+    assert "replica group 0: exit 143" in proc.stderr and "replica group 1: exit 0" in proc.stderr, proc.stderr
+    assert proc.returncode == 143

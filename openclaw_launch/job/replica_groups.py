@@ -220,11 +220,19 @@ def _fork_group(
     for stream in (sys.stdout, sys.stderr):  # nothing of ours is written twice
         stream.flush()
     parent = os.getpid()
-    pid = os.fork()
+    # blocked across the fork: until the child has its own handlers, a signal to it would run ours
+    # (it would write to this process's wakeup pipe: a stop of every group) and be lost to it
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    try:
+        pid = os.fork()
+    except BaseException:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        raise
     if pid == 0:  # the group's launcher: never returns into the caller's stack
         code = 1
         try:
             _become_group_launcher(parent)
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             progress = GroupProgress([r.rank for r in plan.ranks])
             code = launch(
                 plan,
@@ -248,6 +256,7 @@ def _fork_group(
                 with contextlib.suppress(OSError, ValueError):
                     stream.flush()
             os._exit(code)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     return _Group(index, plan, pid, progress_path, group_report)
 
 
