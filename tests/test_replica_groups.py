@@ -283,3 +283,40 @@ def test_a_signal_to_a_group_launcher_before_its_handlers_ends_that_group_alone(
     assert "received SIGTERM" not in proc.stderr, proc.stderr
     assert "replica group 0: exit 143" in proc.stderr and "replica group 1: exit 0" in proc.stderr, proc.stderr
     assert proc.returncode == 143
+
+
+_SIGNAL_AT_LIGHTHOUSE_STOP = """import os, signal, sys
+from openclaw_launch.job.lighthouse import Lighthouse
+
+_stop = Lighthouse.stop
+
+def _stop_with_a_signal(self):  # the first stop: after the last group ended, before the summary
+    if self.ended is None:
+        os.kill(os.getpid(), signal.SIGTERM)
+    _stop(self)
+
+Lighthouse.stop = _stop_with_a_signal
+from openclaw_launch.__main__ import main
+sys.argv[0] = "openclaw-launch"
+main()
+"""
+
+
+@needs_torchft
+def test_a_signal_while_the_lighthouse_stops_is_the_exit_code(tmp_path: Path) -> None:
+    """A SIGTERM that arrives after the last group ended, while the lighthouse is stopped, counts as
+    one received during the job (as a single launcher's late signal does): 143, said, in the report."""
+    (tmp_path / "launcher.py").write_text(_SIGNAL_AT_LIGHTHOUSE_STOP)
+    (tmp_path / "worker.py").write_text("")
+    report = tmp_path / "report.json"
+    line = ["--nproc-per-node", "2", "--replica-groups", "2", "--report", str(report), str(tmp_path / "worker.py")]
+    proc = subprocess.run(
+        [sys.executable, str(tmp_path / "launcher.py"), *line],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=GUARD_S,
+    )
+    assert "received SIGTERM after the last replica group ended" in proc.stderr, proc.stderr
+    assert proc.returncode == 143, proc.stderr
+    assert json.loads(report.read_text())["signal_received"] == "SIGTERM"

@@ -55,7 +55,7 @@ from openclaw_launch.report.replica_groups import GroupProgress as Progress
 from openclaw_launch.run.helper import PR_SET_PDEATHSIG
 from openclaw_launch.run.osproc import RealOs
 from openclaw_launch.run.results import signal_name
-from openclaw_launch.run.setup import say
+from openclaw_launch.run.setup import forwarded, say
 from openclaw_launch.run.supervise import ESCALATING_SIGNALS, SuperviseOptions
 from openclaw_launch.single_thread import assert_single_threaded
 from openclaw_launch.stats.wiring import StatsOptions
@@ -97,6 +97,7 @@ def launch_replica_groups(
         run = _Run(os_layer, options, lighthouse, running, ended)
         run.wait()
         lighthouse.stop()
+        run.late(forwarded(os_layer.drain_signals(), options))  # one during the lighthouse's stop counts
         entries = tuple(_entry(g) for g in sorted(ended, key=lambda g: g.index))
         for entry in entries:
             say(options, f"openclaw-launch: {summary_line(entry)}")
@@ -147,6 +148,12 @@ class _Run:
             if self._kill_at is not None and time.monotonic() >= self._kill_at:
                 for pid in self.running:
                     self.os.kill(pid, signal.SIGKILL)
+
+    def late(self, stopping: list[int]) -> None:
+        """A stopping signal after the last group ended: as one received while they ran (128+N)."""
+        if stopping and self.signal_received is None:
+            self.signal_received = stopping[0]
+            say(self.opt, f"openclaw-launch: received {signal_name(stopping[0])} after the last replica group ended")
 
     def _on_signal(self, sig: int) -> None:
         if sig == signal.SIGCHLD:
