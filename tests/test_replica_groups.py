@@ -265,21 +265,27 @@ main()
 """
 
 
-@needs_torchft
-def test_a_signal_to_a_group_launcher_before_its_handlers_ends_that_group_alone(tmp_path: Path) -> None:
-    """A SIGTERM that reaches group 0's launcher between its fork and its own handlers (an at-fork hook
-    sends it there) ends group 0 (143): it never runs the parent's handler, which would have written
-    it to the parent's wakeup pipe as the parent's own SIGTERM and stopped every group."""
-    (tmp_path / "launcher.py").write_text(_SIGNAL_AT_FORK)
+def _run_wrapped(tmp_path: Path, launcher_script: str, *options: str) -> subprocess.CompletedProcess[str]:
+    """Two replica groups of one empty worker each, under ``launcher_script`` (the launcher's own
+    entry point behind a hook that sends a signal at the moment a test is about)."""
+    (tmp_path / "launcher.py").write_text(launcher_script)
     (tmp_path / "worker.py").write_text("")
-    line = ["--nproc-per-node", "2", "--replica-groups", "2", str(tmp_path / "worker.py")]
-    proc = subprocess.run(
+    line = ["--nproc-per-node", "2", "--replica-groups", "2", *options, str(tmp_path / "worker.py")]
+    return subprocess.run(
         [sys.executable, str(tmp_path / "launcher.py"), *line],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=GUARD_S,
     )
+
+
+@needs_torchft
+def test_a_signal_to_a_group_launcher_before_its_handlers_ends_that_group_alone(tmp_path: Path) -> None:
+    """A SIGTERM that reaches group 0's launcher between its fork and its own handlers (an at-fork hook
+    sends it there) ends group 0 (143): it never runs the parent's handler, which would have written
+    it to the parent's wakeup pipe as the parent's own SIGTERM and stopped every group."""
+    proc = _run_wrapped(tmp_path, _SIGNAL_AT_FORK)
     assert "received SIGTERM" not in proc.stderr, proc.stderr
     assert "replica group 0: exit 143" in proc.stderr and "replica group 1: exit 0" in proc.stderr, proc.stderr
     assert proc.returncode == 143
@@ -306,17 +312,8 @@ main()
 def test_a_signal_while_the_lighthouse_stops_is_the_exit_code(tmp_path: Path) -> None:
     """A SIGTERM that arrives after the last group ended, while the lighthouse is stopped, counts as
     one received during the job (as a single launcher's late signal does): 143, said, in the report."""
-    (tmp_path / "launcher.py").write_text(_SIGNAL_AT_LIGHTHOUSE_STOP)
-    (tmp_path / "worker.py").write_text("")
     report = tmp_path / "report.json"
-    line = ["--nproc-per-node", "2", "--replica-groups", "2", "--report", str(report), str(tmp_path / "worker.py")]
-    proc = subprocess.run(
-        [sys.executable, str(tmp_path / "launcher.py"), *line],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=GUARD_S,
-    )
+    proc = _run_wrapped(tmp_path, _SIGNAL_AT_LIGHTHOUSE_STOP, "--report", str(report))
     assert "received SIGTERM after the last replica group ended" in proc.stderr, proc.stderr
     assert proc.returncode == 143, proc.stderr
     assert json.loads(report.read_text())["signal_received"] == "SIGTERM"
