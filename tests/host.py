@@ -23,10 +23,21 @@ needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reas
 
 
 def free_port() -> int:
-    """A TCP port on loopback that nothing listens on now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port on loopback that nothing uses now, nor the port after it: a launcher's agents'
+    store takes ``master_port + 1`` unless told otherwise, and a node whose store port is taken
+    stops while the others wait for it."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+            if port >= 65535:
+                continue
+            with socket.socket() as after:
+                try:
+                    after.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+            return port
 
 
 def listening(port: int) -> bool:

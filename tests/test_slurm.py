@@ -69,7 +69,8 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
 
 def test_srun_starts_one_launcher_per_node_and_they_form_one_world(slurm: dict[str, str]) -> None:
     out = subprocess.run(
-        ["srun", "--immediate=30", "-l", "-N2", "--ntasks-per-node=1", *LAUNCH, "--master-port", str(free_port())]
+        ["srun", "--immediate=30", "--kill-on-bad-exit=1", "-l", "-N2", "--ntasks-per-node=1", *LAUNCH]
+        + ["--master-port", str(free_port())]
         + ["tests/allreduce_worker.py"],
         cwd=ROOT,
         env=slurm,
