@@ -14,9 +14,12 @@
 #   accum-balanced  4 micro-batches per optimizer step (DDP no_sync), nobody slow -> no straggler
 #   accum-slow      the same, rank 1 with ACCUM_SLOW_PCT (5) % more GPU work per step, spread over its
 #                   micro-batches' forwards (sized from accum-balanced's step) -> rank 1, compute, gpu;
-#                   ACCUM_REPS (3) runs
+#                   ACCUM_REPS (3) runs; accum-balanced ACCUM_BALANCED_REPS (1) runs
 #   fsdp2-balanced  fully_shard per block and root (gloo under MPS: two ranks on the one GPU) -> none
 #   fsdp2-slow      the same, rank 1 with ~SLOW_GPU_MS of extra GPU matmuls per forward -> rank 1, compute
+# MPS_THREAD_PCT=P (one GPU only): each rank's MPS client may use P % of the GPU's SMs
+# (runtime.mps_active_thread_percentage; 50: half each), so that a rank's extra kernels take its own
+# time and cannot run on SMs the other rank leaves idle while it waits (as with a GPU per rank).
 # The default level's cost is measured by overhead_default.sh. $OUT/summary.txt: one line per case,
 # PASS/FAIL, the verdict line and the numbers; $OUT/runs.tgz: every report and console. A run starts
 # only while one as long as the previous still fits in BUDGET_S (145 s) and is killed when the budget
@@ -32,7 +35,8 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 OUT=${OUT:-/tmp/openclaw-out}; mkdir -p "$OUT"
 STEPS=${STEPS:-150}; BUDGET_S=${BUDGET_S:-145}; RUN_LIMIT_S=${RUN_LIMIT_S:-60}
 CASES=${CASES:-slow-gpu slow-input slow-loader hang hang-kernel}
-ACCUM_SLOW_PCT=${ACCUM_SLOW_PCT:-5}; ACCUM_REPS=${ACCUM_REPS:-3}
+ACCUM_SLOW_PCT=${ACCUM_SLOW_PCT:-5}; ACCUM_REPS=${ACCUM_REPS:-3}; ACCUM_BALANCED_REPS=${ACCUM_BALANCED_REPS:-1}
+MPS_THREAD_PCT=${MPS_THREAD_PCT:-}
 SLOW_GPU_MS=${SLOW_GPU_MS:-20}; SLOW_INPUT_MS=${SLOW_INPUT_MS:-20}
 PY=${PYTHON:-python3}
 L="$PY -m openclaw_launch"
@@ -64,6 +68,7 @@ if [ "$GPU" = 1 ]; then
       echo "  procs_per_gpu: 2"
       echo "  enable_mps: true"
       echo "  mps_max_clients_per_gpu: 2"
+      [ -z "$MPS_THREAD_PCT" ] || echo "  mps_active_thread_percentage: $MPS_THREAD_PCT"
     fi
     echo "  nccl_env: {NCCL_NVLS_ENABLE: \"0\"}"
     echo "  env: {TORCH_SYMM_MEM_DISABLE_MULTICAST: \"1\", NVSHMEM_DISABLE_NVLS: \"1\"}"
@@ -124,7 +129,7 @@ if want_section == "host" and top.get("section") == "input":
 print(f"{'PASS' if ok else 'FAIL'} {name}: {line.strip()}; excess {top.get('excess_pct')} %; {numbers}")
 PY
 }
-say "== $(date -u +%FT%TZ) $(hostname), gpu=$GPU, backend=$BACKEND, steps=$STEPS"
+say "== $(date -u +%FT%TZ) $(hostname), gpu=$GPU, backend=$BACKEND, steps=$STEPS, mps_active_thread_percentage=${MPS_THREAD_PCT:-unset}"
 if wanted slow-gpu && in_budget slow-gpu; then
   run_case slow-gpu -- --slow-gpu-ms "$SLOW_GPU_MS"
   judge slow-gpu 0 1 compute "$GPU_SECTION" | tee -a "$OUT/summary.txt"
@@ -145,12 +150,15 @@ if wanted hang-kernel && [ "$GPU" = 1 ] && in_budget hang-kernel; then
   run_case hang-kernel --hang-timeout-s 3 -- --hang-kernel-at-step 20 --hang-kernel-s 60
   judge hang-kernel 124 1 gpu-behind hang | tee -a "$OUT/summary.txt"
 fi
-if wanted accum-balanced && in_budget accum-balanced; then
-  run_case accum-balanced -- --accumulation 4
-  judge accum-balanced 0 -1 - - | tee -a "$OUT/summary.txt"
+if wanted accum-balanced; then
+  for rep in $(seq "$ACCUM_BALANCED_REPS"); do
+    in_budget "accum-balanced-$rep" || break
+    run_case "accum-balanced-$rep" -- --accumulation 4
+    judge "accum-balanced-$rep" 0 -1 - - | tee -a "$OUT/summary.txt"
+  done
 fi
 if wanted accum-slow; then
-  step_ms=$(grep -oP 'rank 0: mean step \K[0-9.]+' "$OUT/accum-balanced.txt" 2> /dev/null | tail -1)
+  step_ms=$(grep -oP 'rank 0: mean step \K[0-9.]+' "$OUT/accum-balanced-1.txt" 2> /dev/null | tail -1)
   per_micro_ms=$("$PY" -c "print(${step_ms:-100} * $ACCUM_SLOW_PCT / 100 / 4)")
   say "accum-slow: ${ACCUM_SLOW_PCT} % of the balanced ${step_ms:-?} ms step: ${per_micro_ms} ms of GPU work per micro-batch"
   for rep in $(seq "$ACCUM_REPS"); do
