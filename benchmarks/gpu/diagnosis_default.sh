@@ -16,7 +16,9 @@
 #                   micro-batches' forwards (sized from accum-balanced's step) -> rank 1, compute, gpu;
 #                   ACCUM_REPS (3) runs; accum-balanced ACCUM_BALANCED_REPS (1) runs
 #   fsdp2-balanced  fully_shard per block and root (gloo under MPS: two ranks on the one GPU) -> none
-#   fsdp2-slow      the same, rank 1 with ~SLOW_GPU_MS of extra GPU matmuls per forward -> rank 1, compute
+#   fsdp2-slow      the same, rank 1 with ~SLOW_GPU_MS of extra GPU matmuls per forward -> rank 1, compute;
+#                   with FSDP2_SLOW_PCT=P instead P % of fsdp2-balanced's step; FSDP2_REPS (1) runs,
+#                   fsdp2-balanced FSDP2_BALANCED_REPS (1) runs
 # MPS_THREAD_PCT=P (one GPU only): each rank's MPS client may use P % of the GPU's SMs
 # (runtime.mps_active_thread_percentage; 50: half each), so that a rank's extra kernels take its own
 # time and cannot run on SMs the other rank leaves idle while it waits (as with a GPU per rank).
@@ -36,6 +38,7 @@ OUT=${OUT:-/tmp/openclaw-out}; mkdir -p "$OUT"
 STEPS=${STEPS:-150}; BUDGET_S=${BUDGET_S:-145}; RUN_LIMIT_S=${RUN_LIMIT_S:-60}
 CASES=${CASES:-slow-gpu slow-input slow-loader hang hang-kernel}
 ACCUM_SLOW_PCT=${ACCUM_SLOW_PCT:-5}; ACCUM_REPS=${ACCUM_REPS:-3}; ACCUM_BALANCED_REPS=${ACCUM_BALANCED_REPS:-1}
+FSDP2_SLOW_PCT=${FSDP2_SLOW_PCT:-}; FSDP2_REPS=${FSDP2_REPS:-1}; FSDP2_BALANCED_REPS=${FSDP2_BALANCED_REPS:-1}
 MPS_THREAD_PCT=${MPS_THREAD_PCT:-}
 SLOW_GPU_MS=${SLOW_GPU_MS:-20}; SLOW_INPUT_MS=${SLOW_INPUT_MS:-20}
 PY=${PYTHON:-python3}
@@ -167,13 +170,25 @@ if wanted accum-slow; then
     judge "accum-slow-$rep" 0 1 compute "$GPU_SECTION" | tee -a "$OUT/summary.txt"
   done
 fi
-if wanted fsdp2-balanced && in_budget fsdp2-balanced; then
-  run_case fsdp2-balanced -- --fsdp2
-  judge fsdp2-balanced 0 -1 - - | tee -a "$OUT/summary.txt"
+if wanted fsdp2-balanced; then
+  for rep in $(seq "$FSDP2_BALANCED_REPS"); do
+    in_budget "fsdp2-balanced-$rep" || break
+    run_case "fsdp2-balanced-$rep" -- --fsdp2
+    judge "fsdp2-balanced-$rep" 0 -1 - - | tee -a "$OUT/summary.txt"
+  done
 fi
-if wanted fsdp2-slow && in_budget fsdp2-slow; then
-  run_case fsdp2-slow -- --fsdp2 --slow-gpu-ms "$SLOW_GPU_MS"
-  judge fsdp2-slow 0 1 compute "$GPU_SECTION" | tee -a "$OUT/summary.txt"
+if wanted fsdp2-slow; then
+  fsdp2_ms=$SLOW_GPU_MS
+  if [ -n "$FSDP2_SLOW_PCT" ]; then  # one forward per step: P % of the balanced step in it
+    step_ms=$(grep -oP 'rank 0: mean step \K[0-9.]+' "$OUT/fsdp2-balanced-1.txt" 2> /dev/null | tail -1)
+    fsdp2_ms=$("$PY" -c "print(${step_ms:-100} * $FSDP2_SLOW_PCT / 100)")
+    say "fsdp2-slow: ${FSDP2_SLOW_PCT} % of the balanced ${step_ms:-?} ms step: ${fsdp2_ms} ms of GPU work per forward"
+  fi
+  for rep in $(seq "$FSDP2_REPS"); do
+    in_budget "fsdp2-slow-$rep" || break
+    run_case "fsdp2-slow-$rep" -- --fsdp2 --slow-gpu-ms "$fsdp2_ms"
+    judge "fsdp2-slow-$rep" 0 1 compute "$GPU_SECTION" | tee -a "$OUT/summary.txt"
+  done
 fi
 left=$(comm -13 <(echo "$MPS_BEFORE") <(mps_pids) | tr '\n' ' ')
 say "MPS processes left by the runs (ended now): ${left:-none}; wall $((SECONDS - START)) s"
