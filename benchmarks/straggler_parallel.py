@@ -11,6 +11,10 @@ median of each slowed run's over the balanced run's just before it. ``--pace-pct
 forward) and ``--pp-pace-pct P`` (the pipeline: after each micro-batch's forward) instead add matmuls
 for P % of the pace the worker measures as it runs, as benchmarks/straggler_detection.py's
 ``--slowdowns-pct`` does for DDP: the same added share however the host's load moves the step.
+``--pp-work-pct P``: the heavy stage adds P % of its own work instead (its step less its time in the
+point-to-point calls): a stage with P % more work than the others, what the verdict compares stages
+by (stats/pipeline.py). Each run also gives its largest own-work excess (``own_excess_pct``: a rank's
+step less its wait phases, over the other ranks' median, from the report's means), balanced or not.
 ``--numa-binding exclusive`` gives each CPU rank a core of its own (numactl), so that ranks that
 compute at the same time do not share one: with no more ranks than cores, as on a GPU host.
 
@@ -57,6 +61,16 @@ def _named(stragglers: list[dict[str, Any]]) -> list[tuple[int, str, float]]:
     return [(x["rank"], x["section"], round(x["excess_pct"], 1)) for x in stragglers]
 
 
+def own_excess_pct(report: dict[str, Any]) -> tuple[int, float]:
+    """The rank with the most own work (its mean step less its wait phases), and by how much, % of the
+    other ranks' median."""
+    stats = {r["rank"]: r["statistics"] for r in report["ranks"]}
+    own = {k: s["step_time_s"]["mean"] - s["sync_sections_s"] for k, s in stats.items()}
+    rank = max(own, key=lambda k: own[k])
+    others = statistics.median(v for k, v in own.items() if k != rank)
+    return rank, round(100 * (own[rank] / others - 1), 1)
+
+
 def median_step_s(report: dict[str, Any]) -> float:
     return statistics.median(r["statistics"]["step_time_s"]["p50"] for r in report["ranks"])
 
@@ -74,6 +88,7 @@ def main() -> None:
     p.add_argument("--pp-layers", type=int, default=8)
     p.add_argument("--pp-extra-layers", type=int, default=1)
     p.add_argument("--pp-pace-pct", type=float, help="instead: the heavy stage adds this % of the pace")
+    p.add_argument("--pp-work-pct", type=float, help="instead: the heavy stage adds this % of its own work")
     p.add_argument("--pp-steps", type=int, default=60)
     p.add_argument("--pp-width", type=int, default=256)
     p.add_argument("--pp-batch", type=int, default=128)
@@ -88,6 +103,8 @@ def main() -> None:
     pp_slow = ["--heavy-extra-layers", str(args.pp_extra_layers)]
     if args.pp_pace_pct is not None:
         pp_slow = ["--heavy-pace-pct", str(args.pp_pace_pct)]
+    if args.pp_work_pct is not None:
+        pp_slow = ["--heavy-work-pct", str(args.pp_work_pct)]
     cases = {
         "fsdp2": (
             "fsdp2_loop.py",
@@ -128,6 +145,9 @@ def main() -> None:
             "slowdown_paired_pct": round(100 * paired, 1),
             "named_right": f"{len(named)}/{len(slowed)}",
             "named_excess_pct": [round(s["excess_pct"], 1) for s in named],
+            "named_pct_of": sorted({s.get("pct_of", "step") for s in named}),
+            "balanced_own_excess_pct": [own_excess_pct(r) for r in balanced],
+            "slowed_own_excess_pct": [own_excess_pct(r) for r in slowed],
             "balanced_false": f"{len(false)}/{len(balanced)}",
             "balanced_named": [_named(f) for f in false],
             "slowed_named": [_named(r["stragglers"]) for r in slowed],

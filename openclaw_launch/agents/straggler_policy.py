@@ -8,7 +8,8 @@ The rules, with their defaults in config/defaults.py:
 - ``none`` and ``report`` never act (``report`` is the job's line on node 0, as before).
 - ``exclude`` takes a node out only when the verdict named it the job's straggler in ``intervals``
   consecutive judged intervals (never fewer than two: ``limits.MIN_STRAGGLER_INTERVALS``), each time
-  with an excess of at least ``exclude_pct`` % of the job's step. Each judged interval brings new
+  with an excess of at least ``exclude_pct`` % of the job's step (a pipeline stage's: of its own work,
+  as the verdict's ``excess_pct``). Each judged interval brings new
   evidence: the verdict over the windows of 5 steps since the previous one (stats/job_live.py
   ``judge_interval``: at least one new window, topped up with the latest earlier ones to the 3 the
   verdict needs), not the live line's last 120 steps; N intervals in a row span at least N + 2
@@ -28,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from openclaw_launch.config import defaults
-from openclaw_launch.stats.judged import Judged
+from openclaw_launch.stats.judged import PCT_OF_STEP, Judged, excess_text
 
 
 @dataclass(frozen=True)
@@ -59,10 +60,12 @@ class Exclude:
 
     @property
     def why(self) -> str:
-        pcts = ", ".join(f"+{j.excess_pct:.0f} %" for j in self.evidence)
         last = self.evidence[-1]
+        pcts = ", ".join(excess_text(j.excess_pct, j.pct_of) for j in self.evidence)
+        if last.pct_of == PCT_OF_STEP:
+            pcts += " of the step"
         return (
-            f"the job's straggler in {len(self.evidence)} live intervals in a row ({pcts} of the step; "
+            f"the job's straggler in {len(self.evidence)} live intervals in a row ({pcts}; "
             f"{last.phase}, {last.section})"
         )
 

@@ -110,6 +110,7 @@ def straggler_entry(s: Straggler) -> Straggler:
         busy_s=_r(s.busy_s),
         peers_busy_s=_r(s.peers_busy_s),
         peers_wait_s=_r(s.peers_wait_s),
+        pct_of_s=_r(s.pct_of_s) if s.pct_of_s is not None else None,
     )
 
 

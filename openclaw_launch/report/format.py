@@ -9,6 +9,7 @@ from openclaw_launch.report.rank import StepStatistics
 from openclaw_launch.run.failure_class import BY_NAME, CAN_HELP, CANNOT_HELP
 from openclaw_launch.stats.collect import OTHER, WARMUP_STEPS
 from openclaw_launch.stats.groups import waits_text
+from openclaw_launch.stats.judged import PCT_OF_OWN_WORK
 from openclaw_launch.stats.phases import GPU_WORK, StepSplit, split
 from openclaw_launch.stats.result import StepImbalance, Straggler
 from openclaw_launch.telemetry.wire import HOST, INPUT
@@ -55,11 +56,17 @@ def format_report(report: NodeReport | JobReport) -> str:
 
 
 def format_verdict(s: Straggler, median_step_s: float) -> str:
+    """The exit summary's straggler line: its excess as a share of what the verdict compared it with
+    (``pct_of``: the step, ``median_step_s`` in a report without ``pct_of_s``; a pipeline stage's own work)."""
     words = _SECTION_WORDS.get(s.section, s.section)
     where = f"its input/host stage ({words})" if s.phase == INPUT else f"compute ({words})"
+    compared_ms = 1000 * (s.pct_of_s if s.pct_of_s is not None else median_step_s)
+    of = f"the {compared_ms:.1f} ms step"
+    if s.pct_of == PCT_OF_OWN_WORK:
+        of = f"its own work, {compared_ms:.1f} ms/step: its step less its waits for the other stages"
     text = (
         f"straggler: rank {s.rank} on node {s.node}: {where} +{1000 * s.excess_s:.1f} ms/step "
-        f"(+{s.excess_pct:.0f} % of the {1000 * median_step_s:.1f} ms step) over the median rank"
+        f"(+{s.excess_pct:.0f} % of {of}) over the median rank"
     )
     if s.peers_wait_s > 0:
         text += f"; the other ranks waited {1000 * s.peers_wait_s:.1f} ms/step longer in synchronisation"

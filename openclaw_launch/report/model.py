@@ -20,7 +20,7 @@ from openclaw_launch.report.rank import RankEntry, RankOutcome
 from openclaw_launch.stats import imbalance
 from openclaw_launch.stats.result import Hang, MemoryAsymmetry, RunStatistics, StepImbalance, Straggler
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 SCHEMA = f"openclaw-report/{SCHEMA_VERSION}"
 # Every schema ``report`` reads -> its version; in an older one, a field whose ``since`` is later
 # reads as absent (codec.doc).

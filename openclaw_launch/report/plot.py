@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from openclaw_launch.errors import OpenclawError
 from openclaw_launch.stats import phases
+from openclaw_launch.stats.judged import excess_text
 
 if TYPE_CHECKING:
     from openclaw_launch.report.model import JobReport, NodeReport
@@ -138,7 +139,7 @@ def plot_report(report: NodeReport | JobReport, path: str) -> None:
     if stragglers:
         verdict = "; ".join(
             f"straggler rank {s.rank} ({s.node}): {'input/host' if s.phase == phases.INPUT else s.phase} stage "
-            f"({s.section}) +{1000 * s.excess_s:.1f} ms/step (+{s.excess_pct:.0f} %)"
+            f"({s.section}) +{1000 * s.excess_s:.1f} ms/step ({excess_text(s.excess_pct, s.pct_of)})"
             for s in stragglers.values()
         )
     else:

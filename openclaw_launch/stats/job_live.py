@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 from openclaw_launch.codec import from_json, to_json
 from openclaw_launch.stats.collect import STEP, RankSummary
 from openclaw_launch.stats.job_live_store import HeldConnection, StoreClient
-from openclaw_launch.stats.judged import Judged
+from openclaw_launch.stats.judged import Judged, excess_text
 
 if TYPE_CHECKING:
     from openclaw_launch.stats.result import Straggler
@@ -106,7 +106,16 @@ def judged_of(attempt: int, verdict: JobVerdict) -> Judged:
     s = verdict.found[0]
     node_rank = next((n.node_rank for n in verdict.nodes if any(r.rank == s.rank for r in n.ranks)), -1)
     return Judged(
-        attempt, verdict.judged, verdict.step_p50_s, s.node, node_rank, s.rank, s.excess_pct, s.phase, s.section
+        attempt,
+        verdict.judged,
+        verdict.step_p50_s,
+        s.node,
+        node_rank,
+        s.rank,
+        s.excess_pct,
+        s.phase,
+        s.section,
+        s.pct_of,
     )
 
 
@@ -162,7 +171,8 @@ def judge(nodes: Sequence[NodeInterval], nnodes: int, silent: Sequence[int], thr
     found = tuple(verdict.find_stragglers(measured, facts, threshold_pct))
     if found:
         s = found[0]
-        text += f"; straggler: node {s.node} rank {s.rank} ({s.phase}, {s.section}) +{s.excess_pct:.0f} %"
+        excess = excess_text(s.excess_pct, s.pct_of)
+        text += f"; straggler: node {s.node} rank {s.rank} ({s.phase}, {s.section}) {excess}"
         text += f" ({1000 * s.excess_s:.1f} ms/step)"
         if any(h.startswith("pipeline:") for h in s.hints):
             text += ", the stage that bounds the pipeline"

@@ -7,6 +7,18 @@ not import the verdict's modules."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
+
+# What a straggler's excess_pct is a share of (stats/pipeline.py ``compared_with``): the job's step, or
+# a pipeline stage's own work (its step less its waits for the other stages).
+PctOf = Literal["step", "own work"]
+PCT_OF_STEP: PctOf = "step"
+PCT_OF_OWN_WORK: PctOf = "own work"
+
+
+def excess_text(excess_pct: float, pct_of: str) -> str:
+    """A straggler's excess as the live lines and the exclusions say it: a pipeline stage's of its own work."""
+    return f"+{excess_pct:.0f} %" + (" of its own work" if pct_of == PCT_OF_OWN_WORK else "")
 
 
 @dataclass(frozen=True)
@@ -20,10 +32,12 @@ class Judged:
     node: str = ""  # the straggler's node ("": none named)
     node_rank: int = -1
     rank: int = -1
-    excess_pct: float = 0.0  # its excess, % of the job's step
+    excess_pct: float = 0.0  # its excess, % of pct_of
     phase: str = ""
     section: str = ""
+    pct_of: PctOf = PCT_OF_STEP  # what excess_pct is a share of: the job's step, or a pipeline stage's own work
 
     @property
     def named(self) -> str:
-        return f"node {self.node} rank {self.rank} ({self.phase}, {self.section}) +{self.excess_pct:.0f} %"
+        excess = excess_text(self.excess_pct, self.pct_of)
+        return f"node {self.node} rank {self.rank} ({self.phase}, {self.section}) {excess}"

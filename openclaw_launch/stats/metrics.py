@@ -193,7 +193,8 @@ def _job_families(job: Mapping[str, Any]) -> Iterator[Any]:
             p50.add_metric(labels, r["step_p50_s"])
     straggler = GaugeMetricFamily(
         "openclaw_job_straggler_excess_ratio",
-        "The job's live straggler: its excess over the others' pace, a share of the step (absent: none)",
+        "The job's live straggler: its excess over the others' pace, a share of the step (a pipeline stage's: of its "
+        "own work, the step less its waits for the other stages; absent: none)",
         labels=["run_id", "node", "rank", "phase", "section"],
     )
     for s in job["stragglers"]:

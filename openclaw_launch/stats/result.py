@@ -16,6 +16,7 @@ from openclaw_launch.codec import doc
 from openclaw_launch.stats import imbalance
 from openclaw_launch.stats.collect import RankSummary
 from openclaw_launch.stats.imbalance import RankSteps
+from openclaw_launch.stats.judged import PCT_OF_STEP, PctOf
 from openclaw_launch.telemetry import wire
 
 # A rank whose peak GPU memory differs from the median of its role (in a role of two: the other rank)
@@ -113,7 +114,9 @@ class Straggler:
             "the others wait in NCCL than it does)"
         )
     )
-    excess_pct: float = field(metadata=doc("`excess_s` as % of the job's median step"))
+    excess_pct: float = field(
+        metadata=doc("`excess_s` as % of `pct_of_s`: the job's median step, or a pipeline stage's own work (`pct_of`)")
+    )
     busy_s: float = field(metadata=doc("per step, the straggler's time not spent waiting for other ranks"))
     peers_busy_s: float = field(metadata=doc("the median of the other ranks' `busy_s`"))
     peers_wait_s: float = field(metadata=doc("per step, how much longer the other ranks waited than the straggler"))
@@ -125,6 +128,18 @@ class Straggler:
             f"{100 * MEMORY_ASYMMETRY_SHARE:g} % (as `memory_asymmetry[]`)"
         )
     )
+    pct_of: PctOf = field(
+        default=PCT_OF_STEP,
+        metadata=doc(
+            "what `excess_pct` is a share of, and what the threshold is judged against: `step` (the job's median "
+            "step), or `own work` when every rank is a pipeline stage (its waits are point-to-point calls): the "
+            "straggler's own work per step, its step less those waits (the bubble among them), the median over "
+            "5-step windows: stages are compared by their own work",
+            since=8,
+            absent=PCT_OF_STEP,
+        ),
+    )
+    pct_of_s: float | None = field(default=None, metadata=doc("that time per step", since=8))
 
 
 @dataclass(frozen=True)

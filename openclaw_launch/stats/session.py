@@ -233,6 +233,7 @@ class StatsSession(Participant):
         import statistics  # here and below: the verdict's imports are not the launcher's start-up time
 
         from openclaw_launch.stats import verdict
+        from openclaw_launch.stats.judged import excess_text
 
         p50 = statistics.median(r.step_p50_s for r in measured)
         text = f"{len(total)} rank(s), {steps} steps, step p50 {1000 * p50:.1f} ms over the last interval"
@@ -241,7 +242,7 @@ class StatsSession(Participant):
         found = self._fixed(verdict.find_stragglers(window, self._facts(), self.threshold_pct))
         if found:
             s = found[0]
-            text += f"; straggler: rank {s.rank} ({s.phase}, {s.section}) +{s.excess_pct:.0f} %"
+            text += f"; straggler: rank {s.rank} ({s.phase}, {s.section}) {excess_text(s.excess_pct, s.pct_of)}"
             if any(h.startswith("pipeline:") for h in s.hints):
                 text += ", the stage that bounds the pipeline"
         else:

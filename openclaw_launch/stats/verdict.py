@@ -10,7 +10,9 @@ The threshold is a slowdown of the job: a rank is a straggler when it makes the 
 ``threshold_pct`` % longer than the others' pace (the step less its excess), an excess of
 ``threshold_pct / (100 + threshold_pct)`` of the step (``slowdown_floor_s``). The threshold is what
 is always named: a rank is named from ``1 - THRESHOLD_MARGIN`` of it (4.5 % at the default 5), as
-one run's excess is measured within about 0.3 % of the step of the slowdown it has.
+one run's excess is measured within about 0.3 % of the step of the slowdown it has. Pipeline
+stages are the one exception, by the same rule: the time their excess is compared with is the
+stage's own work, not the step, whose bubble no stage's work fills (stats/pipeline.py).
 
 Every comparison is made window by window (collect.py: 5-step windows by step number, the same
 steps on every rank, each a median): the excess is the median over the common windows of (the
@@ -43,8 +45,9 @@ from dataclasses import dataclass
 
 from openclaw_launch.config.defaults import STRAGGLER_THRESHOLD_MARGIN as THRESHOLD_MARGIN
 from openclaw_launch.config.defaults import STRAGGLER_THRESHOLD_PCT
-from openclaw_launch.stats import imbalance, phases
+from openclaw_launch.stats import imbalance, phases, pipeline
 from openclaw_launch.stats.collect import GPU_BUSY, INPUT_STAGE, OWN, STEP, RankSummary
+from openclaw_launch.stats.judged import PCT_OF_OWN_WORK, PctOf
 from openclaw_launch.stats.median import medians_of_others
 from openclaw_launch.stats.phases import GPU_WORK, INPUT_PHASES
 from openclaw_launch.stats.result import MEMORY_ASYMMETRY_SHARE, DroppedDatagrams, GpuStats, RunStatistics, Straggler
@@ -103,7 +106,16 @@ def find_stragglers(
     median_step = statistics.median(_typical(r, STEP, r.step_mean_s) for r in judged)
     if median_step <= 0:
         return []
-    floor_s = slowdown_floor_s(threshold_pct, median_step)
+    stages = pipeline.is_pipeline(judged)
+
+    def compared(r: RankSummary) -> tuple[PctOf, float]:  # what its excess is a share of (stats/pipeline.py)
+        return pipeline.compared_with(
+            stages, median_step, busy[r.rank] if use_gpu else _typical(r, OWN, r.step_mean_s - r.wait_s)
+        )
+
+    def floor_s(r: RankSummary) -> float:
+        return slowdown_floor_s(threshold_pct, compared(r)[1])
+
     table: Excesses = functools.cache(functools.partial(excesses, judged))  # each key's, once
     own: Mapping[int, Excess]
     if use_gpu:  # the flight recorder's wait is per run, not per window
@@ -117,7 +129,7 @@ def find_stragglers(
     # It holds the others back (its own time is significantly longer) by at least the threshold in
     # its own time or in one phase: the phase is measured directly, the own time loses a little of
     # the excess to the others' wake-up from waiting.
-    if not (busy_excess.significant() and (busy_excess.reaches(floor_s) or phase_excess.reaches(floor_s))):
+    if not (busy_excess.significant() and (busy_excess.reaches(floor_s(slow)) or phase_excess.reaches(floor_s(slow)))):
         gpu_slow = _gpu_straggler(judged, floor_s, table)
         if gpu_slow is not None:  # its GPU work, timed on the GPU, is longer: the CPU cannot see it
             slow = gpu_slow
@@ -131,16 +143,17 @@ def find_stragglers(
             inputs = table(INPUT_STAGE)
             slow = max(judged, key=lambda r: inputs[r.rank].estimate_s)
             busy_excess = inputs[slow.rank]
-            if not (busy_excess.significant() and busy_excess.reaches(floor_s)):
+            if not (busy_excess.significant() and busy_excess.reaches(floor_s(slow))):
                 return []
             section, phase_excess = _phase(slow, judged, use_gpu, table)
     others = [r for r in judged if r is not slow]
-    if use_gpu and section != GPU_WORK and not (phase_excess.significant() and phase_excess.reaches(floor_s)):
+    if use_gpu and section != GPU_WORK and not (phase_excess.significant() and phase_excess.reaches(floor_s(slow))):
         section, phase_excess = GPU_WORK, busy_excess  # not in its input: its GPU work (or launches)
     if section == INPUT_STAGE:  # the input/host stage: name the part of it carrying more
         section = max(INPUT_PHASES, key=lambda p: table(p)[slow.rank].estimate_s)
     facts_slow = facts.get(slow.rank, RankFacts(node="?"))
     peers_wait = statistics.median(waited[r.rank] for r in others) - waited[slow.rank]
+    pct_of, pct_of_s = compared(slow)
     return [
         Straggler(
             rank=slow.rank,
@@ -148,18 +161,20 @@ def find_stragglers(
             phase=wire.INPUT if section in INPUT_PHASES else "compute",
             section=section,
             excess_s=phase_excess.estimate_s,
-            excess_pct=100 * phase_excess.estimate_s / median_step,
+            excess_pct=100 * phase_excess.estimate_s / pct_of_s,
             busy_s=busy[slow.rank],
             peers_busy_s=statistics.median(busy[r.rank] for r in others),
             peers_wait_s=max(peers_wait, 0.0),
             wait_source=source,
             hints=tuple(
                 [
-                    *_pipeline_hint(slow, judged),
+                    *pipeline.hint(slow, judged),
                     *_hints(slow, section, facts_slow, [facts.get(o.rank) for o in others]),
                     *_group_hint(others),
                 ]
             ),
+            pct_of=pct_of,
+            pct_of_s=pct_of_s,
         )
     ]
 
@@ -169,19 +184,23 @@ def fixed_only(found: Sequence[Straggler], judged: imbalance.Judged | None, thre
     variance, not a fixed rank (``imbalance.moving_stragglers``, by this verdict's floor and
     significance): a node's verdict and the job report's alike."""
 
-    def floor_s(step_s: float) -> float:
-        return slowdown_floor_s(threshold_pct, step_s)
+    def moving(s: Straggler) -> bool:
+        def floor_s(step_s: float) -> float:  # a pipeline stage's: of its own work, as the verdict's
+            own_s = s.pct_of_s if s.pct_of == PCT_OF_OWN_WORK and s.pct_of_s is not None else None
+            return slowdown_floor_s(threshold_pct, own_s if own_s is not None else step_s)
 
-    moving = imbalance.moving_stragglers((s.rank for s in found), judged, floor_s, Z_SIGNIFICANT)
-    return [s for s in found if s.rank not in moving]
+        return s.rank in imbalance.moving_stragglers([s.rank], judged, floor_s, Z_SIGNIFICANT)
+
+    return [s for s in found if not moving(s)]
 
 
-def slowdown_floor_s(threshold_pct: float, step_s: float) -> float:
-    """The excess per step from which a rank is named in a job of ``step_s`` steps: the excess that
-    makes it ``(1 - THRESHOLD_MARGIN) * threshold_pct`` % slower than the others' pace (``step_s`` -
+def slowdown_floor_s(threshold_pct: float, compared_s: float) -> float:
+    """The excess per step from which a rank is named when the time its excess is compared with is
+    ``compared_s`` (the job's step; a pipeline stage's own work, stats/pipeline.py): the excess that
+    makes it ``(1 - THRESHOLD_MARGIN) * threshold_pct`` % longer than the others' (``compared_s`` -
     excess); a 4.5 % slowdown is 4.5/104.5 of the step it produces."""
     named_pct = (1 - THRESHOLD_MARGIN) * threshold_pct
-    return named_pct / (100 + named_pct) * step_s
+    return named_pct / (100 + named_pct) * compared_s
 
 
 @dataclass(frozen=True)
@@ -262,7 +281,9 @@ def _phase(slow: RankSummary, judged: Sequence[RankSummary], use_gpu: bool, tabl
     return section, candidates[section]
 
 
-def _gpu_straggler(judged: Sequence[RankSummary], floor_s: float, table: Excesses) -> RankSummary | None:
+def _gpu_straggler(
+    judged: Sequence[RankSummary], floor_s: Callable[[RankSummary], float], table: Excesses
+) -> RankSummary | None:
     """The rank whose GPU work (CUDA events on sampled steps) exceeds the others' significantly and
     by about the threshold, when every rank has samples."""
     if not all(r.gpu_busy_s is not None for r in judged):
@@ -270,36 +291,7 @@ def _gpu_straggler(judged: Sequence[RankSummary], floor_s: float, table: Excesse
     gpu = table(GPU_BUSY)
     slow = max(judged, key=lambda r: gpu[r.rank].estimate_s)
     found = gpu[slow.rank]
-    return slow if found.significant() and found.reaches(floor_s) else None
-
-
-def is_pipeline(ranks: Sequence[RankSummary]) -> bool:
-    """Every rank a pipeline stage: its waiting is in point-to-point calls (``p2p``: the stages'
-    activations and gradients), or torch's pipelining schedule said which stage it runs."""
-    return bool(ranks) and all(r.pipeline is not None or r.phase_mean(wire.P2P) > 0 for r in ranks)
-
-
-def _pipeline_hint(slow: RankSummary, judged: Sequence[RankSummary]) -> list[str]:
-    """The stage that bounds the pipeline: every other stage waits for its activations or its
-    gradients, and it waits only in the pipeline's fill and drain (the bubble). Its own work's share
-    of the step, the bubble's, and the share of its layers that moving to the other stages would
-    balance them (its own work down to the stages' mean)."""
-    if not is_pipeline(judged) or slow.step_mean_s <= 0:
-        return []
-    own = {r.rank: max(r.step_mean_s - r.wait_s, 0.0) for r in judged}
-    mine = own[slow.rank]
-    if mine <= 0:
-        return []
-    stage = f"stage {slow.pipeline[0]} of {slow.pipeline[1]}" if slow.pipeline else "its pipeline stage"
-    bubble = min(slow.wait_s / slow.step_mean_s, 1.0)
-    move = 1 - statistics.mean(own.values()) / mine
-    share = 100 * mine / slow.step_mean_s
-    peers = 100 * statistics.median(own[r.rank] for r in judged if r is not slow) / slow.step_mean_s
-    return [
-        f"pipeline: rank {slow.rank}, {stage}, bounds the pipeline: its own work is {share:.0f} % of the step "
-        f"(the other stages' median {peers:.0f} %), the bubble (its waiting in the pipeline's fill and drain) "
-        f"{100 * bubble:.0f} %; moving about {100 * move:.0f} % of its layers to the other stages would balance them"
-    ]
+    return slow if found.significant() and found.reaches(floor_s(slow)) else None
 
 
 def _hints(slow: RankSummary, section: str, mine: RankFacts, peers: Sequence[RankFacts | None]) -> list[str]:

@@ -16,7 +16,9 @@ that puts too many layers on one stage); ``--heavy-extra-layers K``: K layers mo
 ``--heavy-pace-pct P``: stage S repeats a matmul after each micro-batch's forward until P % of the
 job's pace as measured in this run (its own step less what it added, the median of its last 20
 steps, from step 10) has passed, over the step: a slowdown of about P % however the host's load
-moves the step.
+moves the step. ``--heavy-work-pct P``: the same for P % of the stage's own work (its step less its
+time in the point-to-point calls, where it waits for the other stages, and less what it added): a
+stage with P % more work than the others, as one with P % more layers.
 """
 
 from __future__ import annotations
@@ -25,8 +27,12 @@ import argparse
 import statistics
 import time
 from collections import deque
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from clean_exit import leave
+
+T = TypeVar("T")
 
 
 def main() -> None:
@@ -39,6 +45,7 @@ def main() -> None:
     p.add_argument("--heavy-layers", type=int, default=3)
     p.add_argument("--heavy-extra-layers", type=int, default=0, help="instead: this many layers more")
     p.add_argument("--heavy-pace-pct", type=float, default=0.0, help="instead: this % of the pace more")
+    p.add_argument("--heavy-work-pct", type=float, default=0.0, help="instead: this % of its own work more")
     p.add_argument("--width", type=int, default=384)
     p.add_argument("--batch", type=int, default=256)
     args = p.parse_args()
@@ -53,7 +60,7 @@ def main() -> None:
     torch.manual_seed(rank)
     torch.set_num_threads(1)
     layers = args.layers
-    if rank == args.heavy_stage and not args.heavy_pace_pct:
+    if rank == args.heavy_stage and not (args.heavy_pace_pct or args.heavy_work_pct):
         layers = layers + args.heavy_extra_layers if args.heavy_extra_layers else layers * args.heavy_layers
     stage = nn.Sequential(*(nn.Sequential(nn.Linear(args.width, args.width), nn.ReLU()) for _ in range(layers)))
     opt = torch.optim.SGD(stage.parameters(), lr=1e-4)
@@ -62,9 +69,18 @@ def main() -> None:
     data = torch.randn(m, *shape)
     target = torch.randn(m, *shape)
 
+    p2p_s = [0.0]  # this step's time in point-to-point calls: its waits for the other stages
+
+    def p2p(call: Callable[..., T], *call_args: Any) -> T:
+        started = time.perf_counter()
+        try:
+            return call(*call_args)
+        finally:
+            p2p_s[0] += time.perf_counter() - started
+
     def exchange(ops: list[dist.P2POp]) -> None:
-        for work in dist.batch_isend_irecv(ops):
-            work.wait()
+        for work in p2p(dist.batch_isend_irecv, ops):
+            p2p(work.wait)
 
     def step(added_s: float) -> None:
         inputs: list[torch.Tensor] = []
@@ -87,7 +103,7 @@ def main() -> None:
             inputs.append(x)
             outputs.append(y)
             if not last:
-                sends.extend(dist.batch_isend_irecv([dist.P2POp(dist.isend, y.detach(), rank + 1)]))
+                sends.extend(p2p(dist.batch_isend_irecv, [dist.P2POp(dist.isend, y.detach(), rank + 1)]))
 
         def backward(i: int) -> None:
             if last:
@@ -97,7 +113,7 @@ def main() -> None:
                 exchange([dist.P2POp(dist.irecv, grad, rank + 1)])
                 torch.autograd.backward(outputs[i], grad)
             if not first:
-                sends.extend(dist.batch_isend_irecv([dist.P2POp(dist.isend, inputs[i].grad, rank - 1)]))
+                sends.extend(p2p(dist.batch_isend_irecv, [dist.P2POp(dist.isend, inputs[i].grad, rank - 1)]))
 
         if args.schedule == "gpipe":
             order = [("f", i) for i in range(m)] + [("b", i) for i in range(m)]
@@ -110,18 +126,22 @@ def main() -> None:
         for kind, i in order:
             (forward if kind == "f" else backward)(i)
         for work in sends:
-            work.wait()
+            p2p(work.wait)
 
     paces: deque[float] = deque(maxlen=20)  # seconds per step without what this stage added
+    works: deque[float] = deque(maxlen=20)  # its own work per step: the pace less its point-to-point calls
     for _ in range(args.steps):
         started = time.perf_counter()
         added = 0.0
-        if rank == args.heavy_stage and args.heavy_pace_pct and len(paces) >= 10:
+        if rank == args.heavy_stage and len(paces) >= 10:
             added = args.heavy_pace_pct / 100 * statistics.median(paces)
+            added += args.heavy_work_pct / 100 * statistics.median(works)
+        p2p_s[0] = 0.0
         opt.zero_grad()
         step(added)
         opt.step()
         paces.append(time.perf_counter() - started - added)
+        works.append(paces[-1] - p2p_s[0])
     dist.barrier()
     dist.destroy_process_group()
     print(f"rank {rank} done")
