@@ -127,7 +127,7 @@ def start_torchrun(marks: Path, args: argparse.Namespace) -> list[subprocess.Pop
     assert lighthouse, "torchft is not installed"
     procs = [
         _popen(
-            _with_timeout(list(lighthouse_argv(lighthouse, port, "127.0.0.1")), args.heartbeat_timeout_ms),
+            _with_timeout(list(lighthouse_argv((lighthouse,), port, "127.0.0.1")), args.heartbeat_timeout_ms),
             marks / "lighthouse.log",
             {},
         )

@@ -24,9 +24,10 @@ $PY -m pip install -q --disable-pip-version-check "torch==2.13.0" numpy -e ".${e
   | grep -v -e "is ignored: it is neither a file nor a directory" -e "Running pip as the 'root' user" || true
 $PY -c "import openclaw_launch, torch, click, yaml, psutil, pynvml" # fail loudly if the install did not work
 # torchft (tests/test_torchft.py: its README line under the launcher, lighthouse and one replica
-# group on CPU): the test path only, pinned as torch is; about 7 s with its OpenTelemetry deps.
+# group on CPU) and grpcio (openclaw's lighthouse, tests/test_lighthouse.py): the test path only,
+# pinned as torch is; about 7 s with torchft's OpenTelemetry deps.
 if [ "${1:-}" = "--test" ]; then
-  $PY -m pip install -q --disable-pip-version-check "torchft==0.2.0" 2>&1 | grep -v "Running pip as the 'root' user" || true
+  $PY -m pip install -q --disable-pip-version-check "torchft==0.2.0" "grpcio==1.85.4" 2>&1 | grep -v "Running pip as the 'root' user" || true
 fi
 
 # The Slurm tests' daemons (tests/test_slurm.py, tests/slurm/start-slurm.sh): as root on Debian,

@@ -181,8 +181,12 @@ def test_the_plan_shows_each_groups_world() -> None:
     assert [e["TORCHFT_MANAGER_PORT"] for e in envs] == ["29512", "29512", "29513", "29513"]  # rank 0 binds it
     lighthouse = doc["replica_groups"]["lighthouse"]
     assert {e["TORCHFT_LIGHTHOUSE"] for e in envs} == {lighthouse["address"]} == {"http://127.0.0.1:<free-port>"}
-    assert Path(lighthouse["argv"][0]).name == "torchft_lighthouse"
-    settings = dict(zip(lighthouse["argv"][1::2], lighthouse["argv"][2::2], strict=True))
+    assert lighthouse["kind"] == "openclaw"  # grpcio is installed: openclaw's, with torchft_lighthouse's options
+    assert lighthouse["argv"][1:3] == ["-m", "openclaw_launch.run.lighthouse_server"]
+    torchft = json.loads(_launcher(*line[:2], "--lighthouse", "torchft", *line[2:]).stdout)["replica_groups"]
+    assert Path(torchft["lighthouse"]["argv"][0]).name == "torchft_lighthouse"
+    assert torchft["lighthouse"]["argv"][1:] == lighthouse["argv"][3:]
+    settings = dict(zip(lighthouse["argv"][3::2], lighthouse["argv"][4::2], strict=True))
     assert (settings["--heartbeat_timeout_ms"], settings["--join_timeout_ms"], settings["--quorum_tick_ms"]) == (
         str(LIGHTHOUSE_HEARTBEAT_TIMEOUT_MS),  # a killed group is gone after this (torchft's default 5 s)
         str(LIGHTHOUSE_JOIN_TIMEOUT_MS),
@@ -236,7 +240,9 @@ def test_each_gpu_group_sees_only_its_gpus() -> None:
     topo = dgx(n=4)
     plan = plan_for(config(node_from(topo)), topo, telemetry_mode="hooks")
     contexts = [run_context(f"r-g{g}", "/tmp", None) for g in range(2)]
-    groups = plan_replica_groups(plan, 2, contexts, [29600, 29601], "/env/bin/torchft_lighthouse", 29510)
+    groups = plan_replica_groups(
+        plan, 2, contexts, [29600, 29601], ("torchft", ("/env/bin/torchft_lighthouse",)), 29510
+    )
     first, second = groups.groups
     assert [r.gpu_uuid for r in second.ranks] == [uuid(2), uuid(3)]
     assert [r.env["CUDA_VISIBLE_DEVICES"] for r in second.ranks] == [f"{uuid(2)},{uuid(3)}"] * 2

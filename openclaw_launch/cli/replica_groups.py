@@ -4,8 +4,10 @@ pure cut (plan/replica_groups.py), which ``run`` and ``plan`` print and ``run`` 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
+import sys
 import tempfile
 from typing import TYPE_CHECKING
 
@@ -13,11 +15,13 @@ import click
 
 from openclaw_launch.cli.common import Common, Inputs
 from openclaw_launch.cli.run_options import RunOptions
+from openclaw_launch.config.defaults import LIGHTHOUSES
 from openclaw_launch.plan.context import FREE_PORT, free_port, run_context
 from openclaw_launch.plan.env import worker_python
 from openclaw_launch.plan.replica_groups import (
     INSTALL_HINT,
     LIGHTHOUSE_COMMAND,
+    OPENCLAW_LIGHTHOUSE_MODULE,
     ReplicaGroupsPlan,
     plan_replica_groups,
     replica_groups_problem,
@@ -45,6 +49,15 @@ def asked(r: RunOptions, inputs: Inputs) -> int | None:
     return inputs.config.runtime.replica_groups if inputs.config is not None else None
 
 
+def lighthouse_kind(r: RunOptions, inputs: Inputs) -> str:
+    """Whose lighthouse: ``--lighthouse``, else ``runtime.lighthouse``, else openclaw's where grpcio
+    (its gRPC) is importable by this Python, else torchft's."""
+    given = r.lighthouse or (inputs.config.runtime.lighthouse if inputs.config is not None else None)
+    if given is not None:
+        return given
+    return LIGHTHOUSES[0] if importlib.util.find_spec("grpc") is not None else LIGHTHOUSES[1]
+
+
 def check_before_meeting(r: RunOptions, inputs: Inputs, elastic: bool) -> None:
     """What refuses replica groups before the nodes would meet (``run`` meets an elastic or
     by-arrival job's nodes before it plans): torchft missing, K < 1, elastic, several nodes."""
@@ -56,6 +69,12 @@ def check_before_meeting(r: RunOptions, inputs: Inputs, elastic: bool) -> None:
             f"needs torchft, whose lighthouse ({LIGHTHOUSE_COMMAND}) is not installed beside the workers' Python nor "
             f"on PATH: {INSTALL_HINT}",
             param_hint="--replica-groups",
+        )
+    if lighthouse_kind(r, inputs) == "openclaw" and importlib.util.find_spec("grpc") is None:
+        raise click.BadParameter(
+            f"openclaw's lighthouse needs grpcio, which this Python ({sys.executable}) cannot import: pip install "
+            "'openclaw-launch[torchft]' (or: pip install grpcio), or give --lighthouse torchft",
+            param_hint="--lighthouse (runtime.lighthouse)",
         )
     nnodes = len(inputs.config.nodes) if inputs.config is not None else inputs.want.nnodes or 1
     # the node's ranks are known once the plan is built: K dividing them is checked then
@@ -96,5 +115,7 @@ def replica_groups(
     else:
         ports = [None] * groups
     assert command is not None  # check_before_meeting found it
+    kind = lighthouse_kind(r, inputs)
+    argv = (command,) if kind == "torchft" else (sys.executable, "-m", OPENCLAW_LIGHTHOUSE_MODULE)
     lighthouse_port = free_port() if at_run else None
-    return plan_replica_groups(plan, groups, contexts, ports, command, lighthouse_port, dict(os.environ))
+    return plan_replica_groups(plan, groups, contexts, ports, (kind, argv), lighthouse_port, dict(os.environ))

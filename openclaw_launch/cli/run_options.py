@@ -62,6 +62,7 @@ class RunOptions:
     straggler_cooldown_intervals: int | None
     checkpoint_signal: tuple[str, ...] | None
     replica_groups: int | None  # None: runtime.replica_groups, else none (cli/replica_groups.py)
+    lighthouse: str | None  # None: runtime.lighthouse, else cli/replica_groups.py's default
     dry_run: bool
 
     def agent_waits(self) -> AgentWaits:
@@ -257,6 +258,14 @@ _run_options: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
         "K worlds, each with its own MASTER_PORT, REPLICA_GROUP_ID, NUM_REPLICA_GROUPS and TORCHFT_LIGHTHOUSE, "
         "each supervised and restarted (--max-restarts) on its own while the others keep stepping; the script "
         "uses torchft's Manager (config runtime.replica_groups; needs torchft; docs/replica-groups.md).",
+    ),
+    click.option(
+        "--lighthouse",
+        type=click.Choice(defaults.LIGHTHOUSES),
+        default=None,
+        help="--replica-groups: whose lighthouse joins the groups: openclaw's (torchft's protocol and quorum rule, "
+        "told at once when a group dies: the others do not wait for its heartbeat to expire; needs grpcio) or "
+        "torchft's (config runtime.lighthouse; default openclaw where grpcio is installed).",
     ),
     click.option(
         "--on-straggler",

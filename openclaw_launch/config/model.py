@@ -81,6 +81,8 @@ Reference (every key; ``*`` = required)::
       replica_groups:           integer >= 1 (one node): torchft's replica groups, K worlds of the
                                 node's ranks and their lighthouse (``--replica-groups`` overrides it;
                                 docs/replica-groups.md)
+      lighthouse:               openclaw or torchft (default: openclaw where grpcio is installed):
+                                whose lighthouse joins the replica groups (``--lighthouse``)
     parallel:                   tensor / pipeline / data parallel layout (``--tp/--pp/--dp`` override
                                 each); workers get OPENCLAW_{TP,PP,DP}_{RANK,SIZE} and the groups
       tp:                       integer >= 1 (default 1): TP group size; divides every node's ranks
@@ -195,6 +197,7 @@ class Runtime:
     straggler_cooldown_intervals: int | None = None
     checkpoint_signal: str | None = None  # a canonical name (config/signals.py)
     replica_groups: int | None = None  # --replica-groups: torchft's replica groups (plan/replica_groups.py)
+    lighthouse: str | None = None  # --lighthouse: one of defaults.LIGHTHOUSES; None: cli/replica_groups.py decides
 
 
 #: The ``runtime:`` keys: the fields of ``Runtime``, the one definition. Config loading reads

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from openclaw_launch.config.defaults import STRAGGLER_POLICIES
+from openclaw_launch.config.defaults import LIGHTHOUSES, STRAGGLER_POLICIES
 from openclaw_launch.config.model import (
     BINDING_POLICIES,
     MEM_POLICIES,
@@ -103,6 +103,7 @@ class RuntimeReader(NodeReader):
             "straggler_cooldown_intervals": lambda e: self.integer(e, 1, MAX_STRAGGLER_INTERVALS),
             "checkpoint_signal": self.one_signal,
             "replica_groups": lambda e: self.integer(e, 1, MAX_RANKS_PER_NODE),
+            "lighthouse": lambda e: self.choice(e, LIGHTHOUSES),
         }
 
     def module_names(self, e: Entry) -> tuple[str, ...] | None:

@@ -6,6 +6,10 @@ failure when the supervisor stops for it (``on_stop``), keeps each attempt's ste
 while a restarted attempt has not stepped looks at the statistics every ``_POLL_S`` for its first
 step (a rank sends its first step at once, telemetry/recorder.py), so a time to step again is the
 failure's detection to the first step's arrival, within ``_POLL_S``.
+
+``gone`` (openclaw's lighthouse only, job/replica_groups.py): told when the supervisor stops an
+attempt for a failure (the group's replica is as good as dead: its ranks are being stopped) and
+when an attempt ends, so that the lighthouse drops the group from the next quorum at once.
 """
 
 from __future__ import annotations
@@ -20,8 +24,14 @@ _POLL_S = 0.05
 
 
 class GroupProgress(Participant):
-    def __init__(self, ranks: Sequence[int], clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        ranks: Sequence[int],
+        clock: Callable[[], float] = time.monotonic,
+        gone: Callable[[], None] | None = None,
+    ) -> None:
         self._ranks = tuple(ranks)
+        self._gone = gone
         self._clock = clock
         self._steps_of: Callable[[int], int] | None = None
         self._failed_at: float | None = None  # this attempt's failure, as the supervisor saw it
@@ -39,8 +49,12 @@ class GroupProgress(Participant):
     def on_stop(self, reason: StopReason) -> None:
         if reason.kind is StopKind.FAILURE and self._failed_at is None:
             self._failed_at = self._clock()
+            if self._gone is not None:
+                self._gone()
 
     def end_attempt(self, attempt: int) -> None:
+        if self._gone is not None:
+            self._gone()
         self._look()  # a first step that came just before the end still counts
         self.steps.append(self._most_steps())
         self._waiting_since = self._failed_at  # stays None unless the attempt failed (and may restart)

@@ -1,9 +1,10 @@
-"""torchft's lighthouse, owned by the launcher that runs the replica groups (job/replica_groups.py):
-started before the groups, stopped after the last one, never outliving the launcher (it is spawned
-as a worker is: its own session, SIGKILL when the launcher dies, run/osproc.py).
+"""The replica groups' lighthouse (torchft's, or openclaw's: run/lighthouse_server.py), owned by the
+launcher that runs the groups (job/replica_groups.py): started before the groups, stopped after the
+last one, never outliving the launcher (it is spawned as a worker is: its own session, SIGKILL when
+the launcher dies, run/osproc.py).
 
-It logs every quorum (Rust's INFO lines); they go to ``DIR/RUNID/lighthouse.log`` with ``--log-dir``,
-and the last lines are kept to say why, should it end while the groups need it.
+It logs its quorums (INFO lines); they go to ``DIR/RUNID/lighthouse.log`` with ``--log-dir``, and the
+last lines are kept to say why, should it end while the groups need it.
 """
 
 from __future__ import annotations
@@ -23,9 +24,11 @@ STOP_TIMEOUT_S = 5.0  # after SIGTERM, how long the lighthouse gets before SIGKI
 
 
 class Lighthouse:
-    def __init__(self, plan: LighthousePlan, os_layer: RealOs, log_dir: str | None, run_id: str) -> None:
-        """Start it. The plan's port was held by this launcher (plan/context.py's ``free_port``):
-        let go of it first, so that the lighthouse can bind it."""
+    def __init__(
+        self, plan: LighthousePlan, os_layer: RealOs, log_dir: str | None, run_id: str, env: dict[str, str]
+    ) -> None:
+        """Start it, with ``env`` beside this process's environment. The plan's port was held by this
+        launcher (plan/context.py's ``free_port``): let go of it first, so that the lighthouse can bind it."""
         if plan.port is not None:
             release_port(plan.port)
         self._os = os_layer
@@ -35,7 +38,7 @@ class Lighthouse:
             os.makedirs(path.parent, exist_ok=True)
             self._log = open(path, "ab")  # noqa: SIM115 - closed in stop()
         self._tail: collections.deque[bytes] = collections.deque(maxlen=_TAIL_LINES)
-        spawned = os_layer.spawn(plan.argv, {"RUST_BACKTRACE": "1"})
+        spawned = os_layer.spawn(plan.argv, {"RUST_BACKTRACE": "1", **env})
         self.pid = spawned.pid
         self.fds = {fd for fd in (spawned.stdout_fd, spawned.stderr_fd) if fd is not None}
         for fd in self.fds:

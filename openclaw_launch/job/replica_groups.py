@@ -1,4 +1,4 @@
-"""torchft's replica groups run by one launcher (``--replica-groups K``): torchft's lighthouse, then
+"""torchft's replica groups run by one launcher (``--replica-groups K``): the lighthouse, then
 one group launcher per replica group, each supervising its own world; the job ends when every group
 has ended.
 
@@ -14,6 +14,14 @@ thread (before any console or helper thread exists; job/launch.py starts those i
 group launcher lives in its own session (a Ctrl-C reaches this process, which forwards it once)
 and dies with this process (PR_SET_PDEATHSIG SIGKILL; its guardian then ends its workers), as the
 lighthouse does.
+
+openclaw's lighthouse (run/lighthouse_server.py) is told when a group is gone, so that the other
+groups' next quorum does not wait for the dead group's heartbeat to expire: this process makes a
+FIFO and holds it open (read and write: a write never blocks on a reader, the lighthouse never sees
+its end while this process lives); the lighthouse reads it, and each group launcher, which inherits
+the open end, writes ``gone PORT`` (its MASTER_PORT) the moment its supervisor stops an attempt for
+a failure (its SIGCHLD) and when an attempt ends (GroupProgress); this process writes it too when
+a group launcher itself ends. Each write is one line, atomic, never blocking (a full FIFO drops it).
 
 The exit code: 0 when every group ended with 0; after a stopping signal 128+N; otherwise the code
 of the first group that ended with a failure (its restarts spent, or a failure a restart cannot
@@ -33,6 +41,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,7 +52,7 @@ from openclaw_launch.job.group_progress import GroupProgress
 from openclaw_launch.job.launch import launch
 from openclaw_launch.job.lighthouse import Lighthouse
 from openclaw_launch.plan.model import LaunchPlan
-from openclaw_launch.plan.replica_groups import ReplicaGroupsPlan
+from openclaw_launch.plan.replica_groups import LIGHTHOUSE_NOTICES_ENV, ReplicaGroupsPlan
 from openclaw_launch.report.replica_groups import (
     SCHEMA,
     GroupEntry,
@@ -70,7 +79,21 @@ class _Group:
     pid: int
     progress_path: Path
     report_path: str | None
+    gone: Callable[[], None] | None  # tells openclaw's lighthouse that the group's replica is gone
     exit_code: int | None = None
+
+
+def _notifier(notices: int | None, port: int | None) -> Callable[[], None] | None:
+    """``gone PORT`` to openclaw's lighthouse (this module's docstring); None: torchft's lighthouse."""
+    if notices is None or port is None:
+        return None
+    line = f"gone {port}\n".encode()
+
+    def gone() -> None:
+        with contextlib.suppress(OSError):  # full (BlockingIOError): dropped, the heartbeat timeout stands
+            os.write(notices, line)
+
+    return gone
 
 
 def launch_replica_groups(
@@ -88,11 +111,18 @@ def launch_replica_groups(
     work = Path(tempfile.mkdtemp(prefix=f"openclaw-{groups.node_plan.run_id}-groups-"))
     lighthouse: Lighthouse | None = None
     running: dict[int, _Group] = {}
+    notices: int | None = None
     try:
-        lighthouse = Lighthouse(groups.lighthouse, os_layer, options.log_dir, groups.node_plan.run_id)
+        env: dict[str, str] = {}
+        if groups.lighthouse.kind == "openclaw":
+            os.mkfifo(work / "notices")
+            notices = os.open(work / "notices", os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
+            env[LIGHTHOUSE_NOTICES_ENV] = str(work / "notices")
+        lighthouse = Lighthouse(groups.lighthouse, os_layer, options.log_dir, groups.node_plan.run_id, env)
         ended: list[_Group] = []
         for index, plan in enumerate(groups.groups):
-            group = _fork_group(index, plan, options, work, report_path, stats, exit_code_classes, info)
+            gone = _notifier(notices, plan.master_port)
+            group = _fork_group(index, plan, options, work, report_path, stats, exit_code_classes, info, gone)
             running[group.pid] = group
         run = _Run(os_layer, options, lighthouse, running, ended)
         run.wait()
@@ -110,6 +140,8 @@ def launch_replica_groups(
             os_layer.kill(pid, signal.SIGKILL)
         if lighthouse is not None:
             lighthouse.stop()
+        if notices is not None:
+            os.close(notices)
         os_layer.restore_signals()
         shutil.rmtree(work, ignore_errors=True)
 
@@ -171,6 +203,8 @@ class _Run:
             self.os.kill(pid, sig)
 
     def _group_ended(self, group: _Group, status: int) -> None:
+        if group.gone is not None:
+            group.gone()
         code = os.waitstatus_to_exitcode(status)
         group.exit_code = code if code >= 0 else 128 - code
         self.ended.append(group)
@@ -189,7 +223,7 @@ class _Run:
         words = self.lighthouse.last_words()
         say(
             self.opt,
-            f"openclaw-launch: torchft's lighthouse {self.lighthouse.ended} while {len(self.running)} replica "
+            f"openclaw-launch: the lighthouse {self.lighthouse.ended} while {len(self.running)} replica "
             f"group(s) ran{': ' + words if words else ''}; stopping them (no quorum can form without it)",
         )
         for pid in self.running:
@@ -217,6 +251,7 @@ def _fork_group(
     stats: StatsOptions | None,
     exit_code_classes: bool,
     info: bool,
+    gone: Callable[[], None] | None,
 ) -> _Group:
     """Fork group ``index``'s launcher: ``launch`` of its plan, its progress written for this
     process at its end (``GroupProgress``), its exit code the process's."""
@@ -240,7 +275,7 @@ def _fork_group(
         try:
             _become_group_launcher(parent)
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-            progress = GroupProgress([r.rank for r in plan.ranks])
+            progress = GroupProgress([r.rank for r in plan.ranks], gone=gone)
             code = launch(
                 plan,
                 group_options,
@@ -264,7 +299,7 @@ def _fork_group(
                     stream.flush()
             os._exit(code)
     signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-    return _Group(index, plan, pid, progress_path, group_report)
+    return _Group(index, plan, pid, progress_path, group_report, gone)
 
 
 def _become_group_launcher(parent: int) -> None:

@@ -32,8 +32,12 @@ from openclaw_launch.plan.format import format_plan_table
 from openclaw_launch.plan.model import LaunchPlan, RankPlan
 from openclaw_launch.telemetry import wire
 
-#: The lighthouse's console script (torchft's ``torchft_lighthouse = torchft._torchft:lighthouse_main``).
+#: torchft's lighthouse's console script (``torchft_lighthouse = torchft._torchft:lighthouse_main``).
 LIGHTHOUSE_COMMAND = "torchft_lighthouse"
+#: openclaw's lighthouse (``--lighthouse openclaw``), run as ``python -m`` with torchft_lighthouse's options.
+OPENCLAW_LIGHTHOUSE_MODULE = "openclaw_launch.run.lighthouse_server"
+#: Its notices' FIFO (``gone PORT`` lines, job/replica_groups.py), in its environment.
+LIGHTHOUSE_NOTICES_ENV = "OPENCLAW_LIGHTHOUSE_NOTICES"
 #: What every rank of group G is told, beside its own world's torchrun variables.
 GROUP_ENV = ("REPLICA_GROUP_ID", "NUM_REPLICA_GROUPS", "TORCHFT_LIGHTHOUSE")
 #: The Manager's port on each group's rank 0 (torchft/manager.py; default 0: a free one).
@@ -43,8 +47,10 @@ INSTALL_HINT = "pip install 'openclaw-launch[torchft]' (or: pip install torchft)
 
 @dataclass(frozen=True)
 class LighthousePlan:
-    """torchft's lighthouse, which this launcher starts before the groups and stops after them."""
+    """The lighthouse (``kind``: one of config/defaults.py's ``LIGHTHOUSES``), which this launcher
+    starts before the groups and stops after them."""
 
+    kind: str
     argv: tuple[str, ...]
     port: int | None  # None: a free port ``run`` finds (FREE_PORT_PLACEHOLDER)
     address: str  # TORCHFT_LIGHTHOUSE of every rank
@@ -98,14 +104,14 @@ def replica_groups_problem(groups: int, local_ranks: int, nnodes: int, elastic: 
     return None
 
 
-def lighthouse_argv(command: str, port: int | None, host: str) -> tuple[str, ...]:
+def lighthouse_argv(command: Sequence[str], port: int | None, host: str) -> tuple[str, ...]:
     """torchft's README line (``--min_replicas 1``), with heartbeat and join timeouts short enough
     that the other groups' quorum waits little for a group that is gone or restarting, and a finer
-    quorum tick (config/defaults.py says why each)."""
+    quorum tick (config/defaults.py says why each); openclaw's lighthouse takes the same options."""
     shown = FREE_PORT_PLACEHOLDER if port is None else str(port)
     bind = f"[::]:{shown}" if ":" in host else f"0.0.0.0:{shown}"
     return (
-        command,
+        *command,
         "--min_replicas",
         str(LIGHTHOUSE_MIN_REPLICAS),
         "--quorum_tick_ms",
@@ -124,13 +130,14 @@ def plan_replica_groups(
     groups: int,
     contexts: Sequence[RunContext],
     master_ports: Sequence[int | None],
-    lighthouse_command: str,
+    lighthouse: tuple[str, tuple[str, ...]],
     lighthouse_port: int | None,
     base_env: Mapping[str, str] | None = None,
 ) -> ReplicaGroupsPlan:
     """Cut the node's plan into ``groups`` worlds. ``contexts``: each group's run facts (run id
     ``RUNID-gG``, its run directory); ``master_ports``: each group's MASTER_PORT (None: found free
-    at run); ``lighthouse_command``: torchft's lighthouse executable; ``base_env``: the launcher's
+    at run); ``lighthouse``: its kind and command (torchft's executable, or openclaw's ``python -m``
+    line); ``base_env``: the launcher's
     environment (a ``TORCHFT_MANAGER_PORT`` there is every group's otherwise)."""
     problem = replica_groups_problem(groups, len(plan.ranks), plan.nnodes, plan.elastic is not None)
     if problem is None and plan.parallel is not None:
@@ -149,10 +156,9 @@ def plan_replica_groups(
     )
     if manager_port:  # torchft's README line sets one (29512): each group's rank 0 binds it, so group G gets P+G
         cut = tuple(_with_env(p, {MANAGER_PORT_ENV: str(manager_port + g)}) for g, p in enumerate(cut))
-    lighthouse = LighthousePlan(
-        lighthouse_argv(lighthouse_command, lighthouse_port, plan.master_addr), lighthouse_port, address
-    )
-    return ReplicaGroupsPlan(plan, lighthouse, cut)
+    kind, command = lighthouse
+    argv = lighthouse_argv(command, lighthouse_port, plan.master_addr)
+    return ReplicaGroupsPlan(plan, LighthousePlan(kind, argv, lighthouse_port, address), cut)
 
 
 def _group_plan(
@@ -210,8 +216,8 @@ def _with_env(plan: LaunchPlan, extra: Mapping[str, str]) -> LaunchPlan:
 def format_replica_groups(groups: ReplicaGroupsPlan) -> str:
     """The text ``plan`` prints: the lighthouse, then each group's table."""
     lines = [
-        f"replica groups {len(groups.groups)} (torchft): lighthouse {groups.lighthouse.address}: "
-        + shlex.join(groups.lighthouse.argv)
+        f"replica groups {len(groups.groups)} (torchft): {groups.lighthouse.kind}'s lighthouse "
+        f"{groups.lighthouse.address}: " + shlex.join(groups.lighthouse.argv)
     ]
     for g, plan in enumerate(groups.groups):
         lines += [f"replica group {g}:", format_plan_table(plan, warnings=False)]
