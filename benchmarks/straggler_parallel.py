@@ -14,7 +14,8 @@ for P % of the pace the worker measures as it runs, as benchmarks/straggler_dete
 ``--pp-work-pct P``: the heavy stage adds P % of its own work instead (its step less its time in the
 point-to-point calls): a stage with P % more work than the others, what the verdict compares stages
 by (stats/pipeline.py). Each run also gives its largest own-work excess (``own_excess_pct``: a rank's
-step less its wait phases, over the other ranks' median, from the report's means), balanced or not.
+step less its wait phases, over the other ranks' median, from the report's means: % of that median,
+% of the step), balanced or not.
 ``--numa-binding exclusive`` gives each CPU rank a core of its own (numactl), so that ranks that
 compute at the same time do not share one: with no more ranks than cores, as on a GPU host.
 
@@ -61,14 +62,15 @@ def _named(stragglers: list[dict[str, Any]]) -> list[tuple[int, str, float]]:
     return [(x["rank"], x["section"], round(x["excess_pct"], 1)) for x in stragglers]
 
 
-def own_excess_pct(report: dict[str, Any]) -> tuple[int, float]:
-    """The rank with the most own work (its mean step less its wait phases), and by how much, % of the
-    other ranks' median."""
+def own_excess_pct(report: dict[str, Any]) -> tuple[int, float, float]:
+    """The rank with the most own work (its mean step less its wait phases), and by how much: % of the
+    other ranks' median, and % of its step (what the verdict compared a pipeline stage with before)."""
     stats = {r["rank"]: r["statistics"] for r in report["ranks"]}
     own = {k: s["step_time_s"]["mean"] - s["sync_sections_s"] for k, s in stats.items()}
     rank = max(own, key=lambda k: own[k])
     others = statistics.median(v for k, v in own.items() if k != rank)
-    return rank, round(100 * (own[rank] / others - 1), 1)
+    step_s = stats[rank]["step_time_s"]["mean"]
+    return rank, round(100 * (own[rank] / others - 1), 1), round(100 * (own[rank] - others) / step_s, 1)
 
 
 def median_step_s(report: dict[str, Any]) -> float:
