@@ -8,8 +8,9 @@ needs its gradient (stage 0 waits for its forward sends, stage 1 for its backwar
 schedules are written out here with the same calls.
 
 Every stage computes its input's gradient, the first one too (which a real first stage does not
-need): stages of as many layers then do the same work, the loss's small cost aside, and a balanced
-pipeline is balanced.
+need), and the loss on its output (which only the last stage's backward uses; about 0.3 ms a step
+at width 384 and 64 rows, 0.8 % of a 16-layer stage's work): stages of as many layers then do the
+same work, and a balanced pipeline is balanced.
 
 ``--heavy-stage S --heavy-layers K``: stage S holds K times the layers of the others (a partition
 that puts too many layers on one stage); ``--heavy-extra-layers K``: K layers more instead;
@@ -106,8 +107,9 @@ def main() -> None:
                 sends.extend(p2p(dist.batch_isend_irecv, [dist.P2POp(dist.isend, y.detach(), rank + 1)]))
 
         def backward(i: int) -> None:
+            loss = nn.functional.mse_loss(outputs[i], target[i])  # every stage's: the same work
             if last:
-                nn.functional.mse_loss(outputs[i], target[i]).backward()
+                loss.backward()
             else:
                 grad = torch.empty(shape)
                 exchange([dist.P2POp(dist.irecv, grad, rank + 1)])
