@@ -1,17 +1,19 @@
 """torchft's replica groups after a SIGKILL (issue 31): how long until the killed group steps again,
-and how many steps the other group lost, under ``openclaw-launch --replica-groups 2`` and under
-torchft's own recipe with torchrun (a lighthouse, then one ``torchrun --max_restarts 1`` per
+and how many steps the other group lost, under ``openclaw-launch --replica-groups 2`` (``ours``:
+openclaw's lighthouse, told at once that a group is gone; ``ours-torchft``: ``--lighthouse
+torchft``, torchft's, which waits for the dead group's heartbeat to expire) and under torchft's own
+recipe with torchrun (a lighthouse, then one ``torchrun --max_restarts 1`` per
 replica group with REPLICA_GROUP_ID, NUM_REPLICA_GROUPS, its port and TORCHFT_LIGHTHOUSE set by
 hand), interleaved, on CPU with gloo.
 
-Each run: two groups of one rank of tests/torchft_groups_worker.py (torchft's DDP example: Manager,
-DDP, Optimizer; a step every ``--step-s``), both stepping for ``--warm-s``; then group 1's rank is
-SIGKILLed; the run goes on until the restarted rank has stepped for ``--after-s``. With
-``--balanced`` nothing is killed: the same measures over ``--after-s`` from the same instant (a
-live group must lose nothing: no quorum change, no discarded step). ``--load N`` runs N busy loops
-(one CPU each) beside it from the start, the loaded box on which a lighthouse heartbeat timeout
-too short would drop a live group. From every committed step's time (the workers'
-CLOCK_MONOTONIC, the clock of the kill):
+Each run: two groups (``--groups``) of one rank (``--ranks-per-group``) of
+tests/torchft_groups_worker.py (torchft's DDP example: Manager, DDP, Optimizer; a step every
+``--step-s``), groups 0 and 1 stepping for ``--warm-s``; then group 1's rank 0 is SIGKILLed; the run
+goes on until the restarted rank has stepped for ``--after-s``. With ``--balanced`` nothing is
+killed: the same measures over ``--after-s`` from the same instant (a live group must lose nothing:
+no quorum change, no discarded step). ``--load N`` runs N busy loops (one CPU each) beside it from
+the start, the loaded box on which a lighthouse heartbeat timeout too short would drop a live group.
+From every committed step's time (the workers' CLOCK_MONOTONIC, the clock of the kill):
 
 - ``rejoin_s``: from the kill to the restarted group's first committed step;
 - ``lost``: the other group's steps missing over [kill, rejoin + after-s], against its own rate in
@@ -28,12 +30,13 @@ CLOCK_MONOTONIC, the clock of the kill):
   the survivor steps faster; beside a restarting rank's imports, slower); ``stall_steps`` does not;
 - ``quorum_changes``: the quorum changes the lighthouse made in that window (its log): 2 after a
   kill (without the killed group, with it again), 0 when balanced;
-- ``report_rejoin_s`` (ours only): what the launcher's report says (its failure seen to the first
+- ``report_rejoin_s`` (ours, ours-torchft): what the launcher's report says (its failure seen to the first
   step's statistics);
-- ``oldest_heartbeat_s`` (``--balanced``): the oldest heartbeat of a live group the lighthouse's
-  ``/status`` page showed, polled every 20 ms over the window (the heartbeat timeout's margin).
+- ``oldest_heartbeat_s`` (``--balanced``, torchft's lighthouse only): the oldest heartbeat of a
+  live group the lighthouse's ``/status`` page showed, polled every 20 ms over the window (the
+  heartbeat timeout's margin).
 
-    python benchmarks/replica_groups.py --runs 3
+    python benchmarks/replica_groups.py --runs 5 --launchers ours,ours-torchft,torchrun
     python benchmarks/replica_groups.py --runs 3 --balanced --load 8
     python benchmarks/replica_groups.py --runs 1 --balanced --load 10 --launchers torchrun --heartbeat-timeout-ms 120
 """
@@ -62,6 +65,10 @@ from openclaw_launch.plan.replica_groups import lighthouse_argv  # noqa: E402
 
 WORKER = ROOT / "tests" / "torchft_groups_worker.py"
 GUARD_S = 120.0
+
+
+#: ``--launchers``' own: each lighthouse ``openclaw-launch --lighthouse`` is given.
+LIGHTHOUSE_OF = {"ours": "openclaw", "ours-torchft": "torchft"}
 
 
 def free_port() -> int:
@@ -113,8 +120,11 @@ def heartbeat_ages(lighthouse: str, until_t: float) -> float:
     return oldest_s
 
 
-def start_ours(marks: Path, args: argparse.Namespace) -> list[subprocess.Popen[bytes]]:
-    line = ["--nproc-per-node", "2", "--replica-groups", "2", "--max-restarts", "1", "--report", str(marks / "r.json")]
+def start_ours(marks: Path, args: argparse.Namespace, lighthouse: str) -> list[subprocess.Popen[bytes]]:
+    ranks = str(args.groups * args.ranks_per_group)
+    line = ["--nproc-per-node", ranks, "--replica-groups", str(args.groups), "--max-restarts", "1"]
+    line += ["--report", str(marks / "r.json")]
+    line += ["--lighthouse", lighthouse]
     line += ["--log-dir", str(marks / "logs"), "--run-id", "bench"]
     worker = [str(WORKER), "--mark-dir", str(marks), "--step-s", str(args.step_s)]
     return [_popen([sys.executable, "-m", "openclaw_launch", *line, *worker], marks / "ours.log", {})]
@@ -132,13 +142,14 @@ def start_torchrun(marks: Path, args: argparse.Namespace) -> list[subprocess.Pop
             {},
         )
     ]
-    for group in range(2):
+    for group in range(args.groups):
         env = {
             "REPLICA_GROUP_ID": str(group),
-            "NUM_REPLICA_GROUPS": "2",
+            "NUM_REPLICA_GROUPS": str(args.groups),
             "TORCHFT_LIGHTHOUSE": f"http://127.0.0.1:{port}",
         }
-        line = ["--master_port", str(free_port()), "--nnodes", "1", "--nproc_per_node", "1", "--max_restarts", "1"]
+        line = ["--master_port", str(free_port()), "--nnodes", "1", "--nproc_per_node", str(args.ranks_per_group)]
+        line += ["--max_restarts", "1"]
         worker = [str(WORKER), "--mark-dir", str(marks), "--step-s", str(args.step_s)]
         procs.append(
             _popen([sys.executable, "-m", "torch.distributed.run", *line, *worker], marks / f"g{group}.log", env)
@@ -163,7 +174,8 @@ def _popen(argv: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[
 def one_run(launcher: str, args: argparse.Namespace) -> dict[str, object]:
     marks = Path(tempfile.mkdtemp(prefix=f"rg-{launcher}-"))
     load = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.load)]
-    procs = (start_ours if launcher == "ours" else start_torchrun)(marks, args)
+    ours = launcher.startswith("ours")
+    procs = start_ours(marks, args, LIGHTHOUSE_OF[launcher]) if ours else start_torchrun(marks, args)
     try:
         wait(lambda: len(steps(marks, 0)) > 3 and len(steps(marks, 1)) > 3, "both groups to step")
         time.sleep(args.warm_s)
@@ -175,7 +187,8 @@ def one_run(launcher: str, args: argparse.Namespace) -> dict[str, object]:
             wait(lambda: any(a == 1 for _, _, a in steps(marks, 1)), "group 1 to step again")
             rejoin_t = next(t for _, t, a in steps(marks, 1) if a == 1)
         end_t = rejoin_t + args.after_s
-        oldest_s = heartbeat_ages((marks / "lighthouse").read_text(), end_t) if args.balanced else None
+        torchfts = launcher != "ours"  # torchft's lighthouse: its /status page
+        oldest_s = heartbeat_ages((marks / "lighthouse").read_text(), end_t) if args.balanced and torchfts else None
         time.sleep(max(0.0, end_t - time.monotonic()))
         end_wall_s = kill_wall_s + (end_t - kill_t)
         loadavg = os.getloadavg()[0]
@@ -183,7 +196,7 @@ def one_run(launcher: str, args: argparse.Namespace) -> dict[str, object]:
         (marks / ".stop").write_text(str(last + 5))  # every group ends after the same step
         (marks / ".stop").replace(marks / "stop")
         for p in procs[::-1]:
-            if p is not procs[0] or launcher == "ours":
+            if p is not procs[0] or ours:
                 p.wait(timeout=GUARD_S)
     finally:
         for p in procs + load:
@@ -196,7 +209,7 @@ def one_run(launcher: str, args: argparse.Namespace) -> dict[str, object]:
     around = [t for _, t, _ in other if t >= before[-1] and t <= end_t]
     stall_s = max(b - a for a, b in zip(around, around[1:], strict=False))
     median_gap_s = statistics.median(b - a for a, b in zip(before, before[1:], strict=False))
-    lighthouse_log = next((marks / "logs").rglob("lighthouse.log")) if launcher == "ours" else marks / "lighthouse.log"
+    lighthouse_log = next((marks / "logs").rglob("lighthouse.log")) if ours else marks / "lighthouse.log"
     result: dict[str, object] = {
         "launcher": launcher,
         "rejoin_s": round(rejoin_t - kill_t, 2),
@@ -212,7 +225,7 @@ def one_run(launcher: str, args: argparse.Namespace) -> dict[str, object]:
     }
     if oldest_s is not None:
         result["oldest_heartbeat_s"] = round(oldest_s, 3)
-    if launcher == "ours" and not args.balanced:
+    if ours and not args.balanced:
         report = json.loads((marks / "r.json").read_text())
         result["report_rejoin_s"] = report["groups"][1]["progress"]["rejoin_s"]
         result["exit_code"] = report["exit_code"]
@@ -224,7 +237,7 @@ def one_run(launcher: str, args: argparse.Namespace) -> dict[str, object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3, help="runs per launcher, interleaved")
-    parser.add_argument("--launchers", default="ours,torchrun")
+    parser.add_argument("--launchers", default="ours,ours-torchft,torchrun", help="of ours, ours-torchft, torchrun")
     parser.add_argument("--step-s", type=float, default=0.05, help="the workers' pause per step")
     parser.add_argument("--warm-s", type=float, default=3.0, help="stepping before the kill (the rate's window)")
     parser.add_argument("--after-s", type=float, default=3.0, help="stepping after the killed group's first step")
@@ -235,6 +248,8 @@ def main() -> None:
         type=int,
         help="torchrun's recipe only: its lighthouse's heartbeat and join timeouts (default: ours)",
     )
+    parser.add_argument("--groups", type=int, default=2, help="replica groups (group 1's rank 0 is killed)")
+    parser.add_argument("--ranks-per-group", type=int, default=1)
     parser.add_argument("--keep", action="store_true", help="keep each run's directory (logs, step marks)")
     args = parser.parse_args()
     results = []

@@ -73,12 +73,16 @@ def _alive(pid: int) -> bool:
     return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
 
 
+@pytest.mark.parametrize("lighthouse", ["openclaw", "torchft"])
 @needs_torch
 @needs_torchft
-def test_a_killed_group_restarts_while_the_other_keeps_stepping(tmp_path: Path) -> None:
+def test_a_killed_group_restarts_while_the_other_keeps_stepping(tmp_path: Path, lighthouse: str) -> None:
+    """Under either lighthouse (openclaw's is told the group is gone; torchft's waits for its
+    heartbeat to expire) the other group steps on while the killed one restarts and heals."""
     marks, report = tmp_path / "marks", tmp_path / "report.json"
     marks.mkdir()
     line = ["--nproc-per-node", "2", "--replica-groups", "2", "--max-restarts", "1", "--report", str(report)]
+    line += ["--lighthouse", lighthouse]
     launcher = subprocess.Popen(
         [sys.executable, "-m", "openclaw_launch", *line, WORKER, "--mark-dir", str(marks)],
         cwd=ROOT,
@@ -226,6 +230,34 @@ def test_without_torchft_replica_groups_are_one_line(tmp_path: Path) -> None:
     assert proc.returncode == 2, proc.stderr
     assert "needs torchft" in proc.stderr and "pip install" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+_WITHOUT_GRPC = """import sys
+sys.modules["grpc"] = None  # grpcio not importable: openclaw's lighthouse cannot run
+from openclaw_launch.__main__ import main
+sys.argv[0] = "openclaw-launch"
+main()
+"""
+
+
+@needs_torchft
+def test_without_grpcio_the_lighthouse_is_torchfts_and_openclaws_is_one_line(tmp_path: Path) -> None:
+    """Where grpcio is not importable the default lighthouse is torchft's (the plan says so), and
+    ``--lighthouse openclaw`` exits 2 with one line naming the option and what to install, before any
+    worker starts."""
+    (tmp_path / "launcher.py").write_text(_WITHOUT_GRPC)
+    line = [sys.executable, str(tmp_path / "launcher.py")]
+    groups = ["--nproc-per-node", "2", "--replica-groups", "2"]
+    worker = [WORKER, "--mark-dir", str(tmp_path)]
+    plan = subprocess.run([*line, "plan", *groups, *worker], cwd=ROOT, capture_output=True, text=True, timeout=GUARD_S)
+    assert plan.stdout.startswith("replica groups 2 (torchft): torchft's lighthouse"), plan.stderr
+    proc = subprocess.run(
+        [*line, *groups, "--lighthouse", "openclaw", *worker], cwd=ROOT, capture_output=True, text=True, timeout=GUARD_S
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "--lighthouse" in proc.stderr and "needs grpcio" in proc.stderr and "pip install" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["launcher.py"]  # no worker started
 
 
 def test_each_gpu_group_sees_only_its_gpus() -> None:

@@ -106,7 +106,8 @@ class Lighthouse:
     def gone(self, port: str) -> None:
         with self.changed:
             removed = self.state.group_gone(port)
-            log(f"group with store port {port} gone: removed replica(s) [{', '.join(removed)}]")
+            if removed:  # a group's notices come twice or thrice (job/replica_groups.py): the first says it
+                log(f"group with store port {port} gone: removed replica(s) [{', '.join(removed)}]")
             self._tick()
             self.changed.notify_all()  # the gone replicas' own waiting calls end
 
