@@ -168,7 +168,7 @@ def test_a_group_that_fails_for_good_leaves_the_others_and_names_the_exit_code(t
 
 
 @needs_torchft
-def test_the_plan_shows_each_groups_world() -> None:
+def test_the_plan_shows_each_groups_world(tmp_path: Path) -> None:
     line = ["plan", "--json", "--nproc-per-node", "4", "--replica-groups", "2", "--master-port", "29700", WORKER]
     proc = _launcher(*line, env={**os.environ, "TORCHFT_MANAGER_PORT": "29512"})  # torchft's README line's
     assert proc.returncode == 0, proc.stderr
@@ -190,6 +190,18 @@ def test_the_plan_shows_each_groups_world() -> None:
     torchft = json.loads(_launcher(*line[:2], "--lighthouse", "torchft", *line[2:]).stdout)["replica_groups"]
     assert Path(torchft["lighthouse"]["argv"][0]).name == "torchft_lighthouse"
     assert torchft["lighthouse"]["argv"][1:] == lighthouse["argv"][3:]
+    config = tmp_path / "c.yaml"  # runtime.lighthouse chooses it too; the option wins
+    config.write_text(
+        "cluster:\n  nodes:\n    - {name: localhost, ip: 127.0.0.1, cpu_workers: 2}\n"
+        "runtime:\n  master_addr: 127.0.0.1\n  replica_groups: 2\n  lighthouse: torchft\n"
+    )
+    by_config = [
+        _launcher("plan", "--config", str(config), *more, WORKER).stdout for more in ([], ["--lighthouse", "openclaw"])
+    ]
+    assert [text.split("'s lighthouse")[0] for text in by_config] == [
+        "replica groups 2 (torchft): torchft",
+        "replica groups 2 (torchft): openclaw",
+    ]
     settings = dict(zip(lighthouse["argv"][3::2], lighthouse["argv"][4::2], strict=True))
     assert (settings["--heartbeat_timeout_ms"], settings["--join_timeout_ms"], settings["--quorum_tick_ms"]) == (
         str(LIGHTHOUSE_HEARTBEAT_TIMEOUT_MS),  # a killed group is gone after this (torchft's default 5 s)
