@@ -40,6 +40,7 @@ CASES=${CASES:-slow-gpu slow-input slow-loader hang hang-kernel}
 ACCUM_SLOW_PCT=${ACCUM_SLOW_PCT:-5}; ACCUM_REPS=${ACCUM_REPS:-3}; ACCUM_BALANCED_REPS=${ACCUM_BALANCED_REPS:-1}
 FSDP2_SLOW_PCT=${FSDP2_SLOW_PCT:-}; FSDP2_REPS=${FSDP2_REPS:-1}; FSDP2_BALANCED_REPS=${FSDP2_BALANCED_REPS:-1}
 MPS_THREAD_PCT=${MPS_THREAD_PCT:-}
+TRAIN_ARGS=${TRAIN_ARGS:-}  # more diagnosis_train.py options for every run (e.g. --batch 128: GPU-bound steps)
 SLOW_GPU_MS=${SLOW_GPU_MS:-20}; SLOW_INPUT_MS=${SLOW_INPUT_MS:-20}
 PY=${PYTHON:-python3}
 L="$PY -m openclaw_launch"
@@ -95,7 +96,7 @@ run_case() {  # name, launcher options ... -- script options ...
   local name=$1; shift
   local opts=() ; while [ "$1" != -- ]; do opts+=("$1"); shift; done; shift
   bounded $L "${JOBS[@]}" "${opts[@]}" --report "$OUT/$name.json" --console-ranks 0 \
-    "$T" --device "$DEVICE" --backend "$BACKEND" --steps "$STEPS" "$@" > "$OUT/$name.txt" 2>&1
+    "$T" --device "$DEVICE" --backend "$BACKEND" --steps "$STEPS" $TRAIN_ARGS "$@" > "$OUT/$name.txt" 2>&1
   echo $? > "$W/$name.rc"
 }
 JOBS=("${JOB[@]}")
@@ -132,7 +133,7 @@ if want_section == "host" and top.get("section") == "input":
 print(f"{'PASS' if ok else 'FAIL'} {name}: {line.strip()}; excess {top.get('excess_pct')} %; {numbers}")
 PY
 }
-say "== $(date -u +%FT%TZ) $(hostname), gpu=$GPU, backend=$BACKEND, steps=$STEPS, mps_active_thread_percentage=${MPS_THREAD_PCT:-unset}"
+say "== $(date -u +%FT%TZ) $(hostname), gpu=$GPU, backend=$BACKEND, steps=$STEPS, mps_active_thread_percentage=${MPS_THREAD_PCT:-unset}, train args: ${TRAIN_ARGS:-none}"
 if wanted slow-gpu && in_budget slow-gpu; then
   run_case slow-gpu -- --slow-gpu-ms "$SLOW_GPU_MS"
   judge slow-gpu 0 1 compute "$GPU_SECTION" | tee -a "$OUT/summary.txt"
