@@ -145,11 +145,13 @@ def serve(bind: str, lighthouse: Lighthouse, notices: str | None) -> None:
     }
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(pb.SERVICE, handlers),))
     try:
-        port = server.add_insecure_port(bind)
+        port = server.add_insecure_port(bind)  # 0 where it cannot bind (older grpcio), else it raises
     except RuntimeError as e:
-        port, why = 0, str(e)
+        port, why = 0, f": {e}"
+    else:
+        why = ""
     if not port:
-        log(f"cannot bind {bind}: {locals().get('why', 'in use?')}")
+        log(f"cannot bind {bind}{why}")  # the launcher says its last lines and stops the groups
         sys.exit(1)
     server.start()
     threading.Thread(target=lighthouse.run_ticks, name="quorum-tick", daemon=True).start()
