@@ -49,13 +49,19 @@ def asked(r: RunOptions, inputs: Inputs) -> int | None:
     return inputs.config.runtime.replica_groups if inputs.config is not None else None
 
 
+def openclaw_lighthouse_runs() -> bool:
+    """Whether this Python can run openclaw's lighthouse: grpcio (its gRPC) and protobuf (its messages)
+    importable (found, not imported: the launcher's start stays light)."""
+    return all(importlib.util.find_spec(name) is not None for name in ("grpc", "google.protobuf"))
+
+
 def lighthouse_kind(r: RunOptions, inputs: Inputs) -> str:
-    """Whose lighthouse: ``--lighthouse``, else ``runtime.lighthouse``, else openclaw's where grpcio
-    (its gRPC) is importable by this Python, else torchft's."""
+    """Whose lighthouse: ``--lighthouse``, else ``runtime.lighthouse``, else openclaw's where this
+    Python can run it, else torchft's."""
     given = r.lighthouse or (inputs.config.runtime.lighthouse if inputs.config is not None else None)
     if given is not None:
         return given
-    return LIGHTHOUSES[0] if importlib.util.find_spec("grpc") is not None else LIGHTHOUSES[1]
+    return LIGHTHOUSES[0] if openclaw_lighthouse_runs() else LIGHTHOUSES[1]
 
 
 def check_before_meeting(r: RunOptions, inputs: Inputs, elastic: bool) -> None:
@@ -70,10 +76,10 @@ def check_before_meeting(r: RunOptions, inputs: Inputs, elastic: bool) -> None:
             f"on PATH: {INSTALL_HINT}",
             param_hint="--replica-groups",
         )
-    if lighthouse_kind(r, inputs) == "openclaw" and importlib.util.find_spec("grpc") is None:
+    if lighthouse_kind(r, inputs) == "openclaw" and not openclaw_lighthouse_runs():
         raise click.BadParameter(
-            f"openclaw's lighthouse needs grpcio, which this Python ({sys.executable}) cannot import: pip install "
-            "'openclaw-launch[torchft]' (or: pip install grpcio), or give --lighthouse torchft",
+            f"openclaw's lighthouse needs grpcio and protobuf, which this Python ({sys.executable}) cannot import: "
+            "pip install 'openclaw-launch[torchft]' (or: pip install grpcio protobuf), or give --lighthouse torchft",
             param_hint="--lighthouse (runtime.lighthouse)",
         )
     nnodes = len(inputs.config.nodes) if inputs.config is not None else inputs.want.nnodes or 1

@@ -264,8 +264,8 @@ _run_options: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
         type=click.Choice(defaults.LIGHTHOUSES),
         default=None,
         help="--replica-groups: whose lighthouse joins the groups: openclaw's (torchft's protocol and quorum rule, "
-        "told at once when a group dies: the others do not wait for its heartbeat to expire; needs grpcio) or "
-        "torchft's (config runtime.lighthouse; default openclaw where grpcio is installed).",
+        "told at once when a group dies: the others do not wait for its heartbeat to expire; needs grpcio and "
+        "protobuf) or torchft's (config runtime.lighthouse; default openclaw where those are installed).",
     ),
     click.option(
         "--on-straggler",

@@ -75,9 +75,10 @@ LIGHTHOUSE_JOIN_TIMEOUT_MS = LIGHTHOUSE_HEARTBEAT_TIMEOUT_MS
 LIGHTHOUSE_QUORUM_TICK_MS = 20  # a waiting quorum looks again this often (torchft's 100 ms)
 LIGHTHOUSE_MIN_REPLICAS = 1  # torchft's README: one group is a quorum
 #: ``--lighthouse`` (config ``runtime.lighthouse``): whose lighthouse joins the replica groups. openclaw's
-#: (run/lighthouse_server.py, needs grpcio: the ``torchft`` extra) speaks torchft's protocol and is told
-#: at once that a group died, so the others lose no quorum wait; torchft's waits for the dead group's
-#: heartbeat to expire. Unset: openclaw's where grpcio is importable, else torchft's (plan says which).
+#: (run/lighthouse_server.py, needs grpcio and protobuf: the ``torchft`` extra) speaks torchft's
+#: protocol and is told at once that a group died, so the others lose no quorum wait; torchft's waits
+#: for the dead group's heartbeat to expire. Unset: openclaw's where those are importable, else
+#: torchft's (plan says which).
 LIGHTHOUSES: tuple[str, ...] = ("openclaw", "torchft")
 
 

@@ -81,8 +81,8 @@ Reference (every key; ``*`` = required)::
       replica_groups:           integer >= 1 (one node): torchft's replica groups, K worlds of the
                                 node's ranks and their lighthouse (``--replica-groups`` overrides it;
                                 docs/replica-groups.md)
-      lighthouse:               openclaw or torchft (default: openclaw where grpcio is installed):
-                                whose lighthouse joins the replica groups (``--lighthouse``)
+      lighthouse:               openclaw or torchft (default: openclaw where grpcio and protobuf are
+                                installed): whose lighthouse joins the replica groups (``--lighthouse``)
     parallel:                   tensor / pipeline / data parallel layout (``--tp/--pp/--dp`` override
                                 each); workers get OPENCLAW_{TP,PP,DP}_{RANK,SIZE} and the groups
       tp:                       integer >= 1 (default 1): TP group size; divides every node's ranks
