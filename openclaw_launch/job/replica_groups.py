@@ -83,6 +83,13 @@ class _Group:
     exit_code: int | None = None
 
 
+def _with_this_package(pythonpath: str) -> str:
+    """``PYTHONPATH`` with this launcher's own package first: openclaw's lighthouse (``python -m``) is
+    the code of the launcher that tells it, wherever the launcher was started from."""
+    package_root = str(Path(__file__).resolve().parents[2])
+    return os.pathsep.join(p for p in (package_root, pythonpath) if p)
+
+
 def _notifier(notices: int | None, port: int | None) -> Callable[[], None] | None:
     """``gone PORT`` to openclaw's lighthouse (this module's docstring); None: torchft's lighthouse."""
     if notices is None or port is None:
@@ -118,6 +125,7 @@ def launch_replica_groups(
             os.mkfifo(work / "notices")
             notices = os.open(work / "notices", os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
             env[LIGHTHOUSE_NOTICES_ENV] = str(work / "notices")
+            env["PYTHONPATH"] = _with_this_package(os.environ.get("PYTHONPATH", ""))
         lighthouse = Lighthouse(groups.lighthouse, os_layer, options.log_dir, groups.node_plan.run_id, env)
         ended: list[_Group] = []
         for index, plan in enumerate(groups.groups):

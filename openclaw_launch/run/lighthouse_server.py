@@ -41,7 +41,8 @@ _RPC_THREADS = 64  # each replica group's Manager holds one for its waiting quor
 
 
 def log(message: str) -> None:
-    print(f"{datetime.now().isoformat(timespec='microseconds')} INFO {message}", file=sys.stderr, flush=True)
+    """One line on stderr in one write (``print`` writes the line and its end apart: threads interleave)."""
+    os.write(2, f"{datetime.now().isoformat(timespec='microseconds')} INFO {message}\n".encode(errors="replace"))
 
 
 class Lighthouse:
