@@ -286,7 +286,8 @@ _run_options: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
         "--straggler-exclude-pct",
         type=click.FloatRange(0, 100, min_open=True),
         default=None,
-        help=f"exclude: ... each time with an excess of at least this % of the job's step (default "
+        help=f"exclude: ... each time with an excess of at least this % of the job's step (a pipeline stage's: of "
+        f"its own work; default "
         f"{defaults.STRAGGLER_EXCLUDE_PCT:g}; config runtime.straggler_exclude_pct).",
     ),
     click.option(

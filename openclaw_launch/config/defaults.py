@@ -38,7 +38,8 @@ STRAGGLER_THRESHOLD_MARGIN = 0.1  # a rank is named from 90 % of the threshold: 
 STRAGGLER_POLICIES: tuple[str, ...] = ("none", "report", "exclude")
 STRAGGLER_POLICY = "report"
 STRAGGLER_INTERVALS = 3  # exclude: live intervals in a row one node must be named the job's straggler
-STRAGGLER_EXCLUDE_PCT = 10.0  # exclude: ... each time with an excess of at least this % of the job's step
+# exclude: ... each time with an excess of at least this % of the job's step (a pipeline stage's: of its own work)
+STRAGGLER_EXCLUDE_PCT = 10.0
 STRAGGLER_GRACE_S = 30.0  # exclude: from the checkpoint request to the world's stop
 STRAGGLER_COOLDOWN_INTERVALS = 10  # exclude: at most one exclusion per this many live intervals
 CHECKPOINT_SIGNAL = "SIGUSR1"  # exclude: the workers' checkpoint request (Slurm's --signal=B:USR1@90)
@@ -181,7 +182,8 @@ DEFAULTS: tuple[Default, ...] = (
         "--straggler-exclude-pct",
         f"{STRAGGLER_EXCLUDE_PCT:g} %",
         "-",
-        "exclude: the straggler's excess, as % of the job's step, in each of those intervals",
+        "exclude: the straggler's excess, as % of the job's step (a pipeline stage's: of its own work), in each of "
+        "those intervals",
     ),
     Default(
         "--straggler-grace-s",
