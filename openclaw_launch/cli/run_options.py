@@ -254,8 +254,8 @@ _run_options: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
         "--replica-groups",
         type=int,
         default=None,
-        help="torchft's replica groups as one command: start torchft's lighthouse and cut this node's ranks into "
-        "K worlds, each with its own MASTER_PORT, REPLICA_GROUP_ID, NUM_REPLICA_GROUPS and TORCHFT_LIGHTHOUSE, "
+        help="torchft's replica groups as one command: start a lighthouse (--lighthouse) and cut this node's ranks "
+        "into K worlds, each with its own MASTER_PORT, REPLICA_GROUP_ID, NUM_REPLICA_GROUPS and TORCHFT_LIGHTHOUSE, "
         "each supervised and restarted (--max-restarts) on its own while the others keep stepping; the script "
         "uses torchft's Manager (config runtime.replica_groups; needs torchft; docs/replica-groups.md).",
     ),
