@@ -11,6 +11,7 @@ package imports torch (1 s), the extension 0.07 s."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -85,15 +86,15 @@ class _Lighthouse:
         return out
 
 
-@pytest.fixture
-def lighthouse(tmp_path: Path) -> Iterator[_Lighthouse]:
+@contextlib.contextmanager
+def _started(tmp_path: Path, *more: str) -> Iterator[_Lighthouse]:
     """The server as the launcher spawns it (torchft_lighthouse's options, a free port, the notices'
     FIFO held open for writing as job/replica_groups.py holds it), with timeouts no test outlives."""
     fifo, log = tmp_path / "notices", tmp_path / "lighthouse.log"
     os.mkfifo(fifo)
     notices = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
     argv = [sys.executable, "-m", OPENCLAW_LIGHTHOUSE_MODULE, "--min_replicas", "1", "--quorum_tick_ms", "20"]
-    argv += ["--join_timeout_ms", _NEVER_MS, "--heartbeat_timeout_ms", _NEVER_MS, "--bind", "127.0.0.1:0"]
+    argv += ["--join_timeout_ms", _NEVER_MS, "--heartbeat_timeout_ms", _NEVER_MS, "--bind", "127.0.0.1:0", *more]
     with open(log, "wb") as out:
         proc = subprocess.Popen(argv, env={**os.environ, LIGHTHOUSE_NOTICES_ENV: str(fifo)}, stderr=out)
     try:
@@ -103,6 +104,12 @@ def lighthouse(tmp_path: Path) -> Iterator[_Lighthouse]:
         proc.kill()
         proc.wait()
         os.close(notices)
+
+
+@pytest.fixture
+def lighthouse(tmp_path: Path) -> Iterator[_Lighthouse]:
+    with _started(tmp_path) as started:
+        yield started
 
 
 @needs
@@ -132,6 +139,17 @@ def test_torchfts_client_gets_torchfts_quorums_and_a_gone_group_frees_the_surviv
     assert lighthouse.quorums(joining, lighthouse.ask("quorum", "r0")) == [(3, ["r0", "r1b"])] * 2
 
 
+@needs
+def test_the_first_quorum_waits_for_the_expected_groups(tmp_path: Path) -> None:
+    """With ``--expected_replicas 2`` (the launcher's K) r0, alone and the only replica seen, is no
+    quorum (torchft's rule would form one at once): it waits until r1 asks, then both get quorum 1."""
+    with _started(tmp_path, "--expected_replicas", "2") as lighthouse:
+        first = lighthouse.ask("quorum", "r0")
+        wait_for(lambda: "waiting for 1 of 2 replica groups" in lighthouse.log.read_text(), "r0 to wait for r1")
+        assert first.poll() is None
+        assert lighthouse.quorums(first, lighthouse.ask("quorum", "r1")) == [(1, ["r0", "r1"])] * 2
+
+
 @dataclass
 class _Member:
     replica_id: str
@@ -158,3 +176,46 @@ def test_the_rule_waits_for_stragglers_until_the_join_timeout_and_forgets_old_he
     state.join(_Member("a", commit_failures=1), 6.5)
     formed, _ = state.tick(6.5)  # a fast quorum, same members, but a commit failure
     assert formed is not None and formed.quorum_id == 3
+
+
+def test_the_first_quorum_waits_for_every_group_not_gone_until_the_start_timeout() -> None:
+    """openclaw's start rule on a given clock: with 3 expected groups the first quorum waits for all 3
+    (long past the join timeout) and forms at 3; a group said gone before it asked (even before any
+    replica of it was seen) is not waited for; past the start timeout torchft's rule forms it without
+    the late group; after the first quorum a missing group is torchft's straggler again."""
+    settings = QuorumSettings(1, join_timeout_s=0.3, heartbeat_timeout_s=100.0, expected_replicas=3, start_timeout_s=30)
+
+    def started(*replicas: str) -> QuorumState:
+        state = QuorumState(settings)
+        for at, replica in enumerate(replicas):
+            state.join(_Member(replica, f"h:{100 + at}"), 0.0)
+        return state
+
+    state = started("a", "b")
+    formed, reason = state.tick(10.0)
+    assert formed is None and "waiting for 1 of 3" in reason, reason
+    state.join(_Member("c", "h:102"), 10.0)
+    formed, reason = state.tick(10.0)
+    assert formed is not None and [m.replica_id for m in formed.members] == ["a", "b", "c"], reason
+
+    state = started("a", "b")
+    assert state.group_gone("102") == []  # group 2 died before its Manager asked
+    formed, reason = state.tick(0.0)
+    assert formed is not None and [m.replica_id for m in formed.members] == ["a", "b"], reason
+    state.join(_Member("c2", "h:102"), 1.0)  # its restarted replica: torchft's rule (a fast quorum without it)
+    state.join(_Member("a", "h:100"), 1.0)
+    state.join(_Member("b", "h:101"), 1.0)
+    formed, _ = state.tick(1.0)
+    assert formed is not None and formed.quorum_id == 2
+
+    state = started("a", "b")
+    assert state.tick(29.9)[0] is None
+    formed, reason = state.tick(30.0)  # the start timeout: torchft's rule, c never seen
+    assert formed is not None and [m.replica_id for m in formed.members] == ["a", "b"], reason
+    state.join(_Member("a", "h:100"), 31.0)
+    state.join(_Member("b", "h:101"), 31.0)
+    assert state.tick(31.0)[0] is not None  # after the first quorum: no wait for c
+
+    torchfts = QuorumState(QuorumSettings(1, join_timeout_s=0.3, heartbeat_timeout_s=100.0))
+    torchfts.join(_Member("a", "h:100"), 0.0)
+    assert torchfts.tick(0.0)[0] is not None  # expected_replicas 0: torchft's rule from the start

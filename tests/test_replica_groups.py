@@ -25,7 +25,9 @@ from openclaw_launch.config.defaults import (
     LIGHTHOUSE_HEARTBEAT_TIMEOUT_MS,
     LIGHTHOUSE_JOIN_TIMEOUT_MS,
     LIGHTHOUSE_QUORUM_TICK_MS,
+    LIGHTHOUSE_START_TIMEOUT_MS,
 )
+from openclaw_launch.report.replica_groups import SCHEMA
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = "tests/torchft_groups_worker.py"
@@ -108,7 +110,9 @@ def test_a_killed_group_restarts_while_the_other_keeps_stepping(tmp_path: Path, 
     assert back[0] > at_kill  # the restarted group healed to the others' step (torchft's recovery), not from 0
     assert "replica group 0: exit 0, 1 attempt(s)" in stderr
     assert "replica group 1: exit 0, 2 attempt(s) (1 restart(s))" in stderr and "stepping again" in stderr
-    groups = json.loads(report.read_text())["groups"]
+    written = json.loads(report.read_text())
+    assert (written["schema"], written["lighthouse_kind"]) == (SCHEMA, lighthouse)
+    groups = written["groups"]
     assert [g["attempts"] for g in groups] == [1, 2]
     assert len(groups[1]["progress"]["rejoin_s"]) == 1 and groups[1]["progress"]["rejoin_s"][0] > 0
     assert all(Path(g["report"]).exists() for g in groups)  # each group's own node report, report-gG.json
@@ -189,7 +193,8 @@ def test_the_plan_shows_each_groups_world(tmp_path: Path) -> None:
     assert lighthouse["argv"][1:3] == ["-m", "openclaw_launch.run.lighthouse_server"]
     torchft = json.loads(_launcher(*line[:2], "--lighthouse", "torchft", *line[2:]).stdout)["replica_groups"]
     assert Path(torchft["lighthouse"]["argv"][0]).name == "torchft_lighthouse"
-    assert torchft["lighthouse"]["argv"][1:] == lighthouse["argv"][3:]
+    start = ["--expected_replicas", "2", "--start_timeout_ms", str(LIGHTHOUSE_START_TIMEOUT_MS)]  # openclaw's only
+    assert torchft["lighthouse"]["argv"][1:] + start == lighthouse["argv"][3:]
     config = tmp_path / "c.yaml"  # runtime.lighthouse chooses it too; the option wins
     config.write_text(
         "cluster:\n  nodes:\n    - {name: localhost, ip: 127.0.0.1, cpu_workers: 2}\n"

@@ -349,6 +349,7 @@ def _write_report(
         exit_code=code,
         signal_received=signal_name(run.signal_received) if run.signal_received is not None else None,
         lighthouse=groups.lighthouse.address,
+        lighthouse_kind=groups.lighthouse.kind,
         lighthouse_failed=run.lighthouse_failed,
         groups=entries,
     )

@@ -25,6 +25,7 @@ from openclaw_launch.config.defaults import (
     LIGHTHOUSE_JOIN_TIMEOUT_MS,
     LIGHTHOUSE_MIN_REPLICAS,
     LIGHTHOUSE_QUORUM_TICK_MS,
+    LIGHTHOUSE_START_TIMEOUT_MS,
 )
 from openclaw_launch.errors import PlanError
 from openclaw_launch.plan.context import FREE_PORT_PLACEHOLDER, RunContext
@@ -104,12 +105,17 @@ def replica_groups_problem(groups: int, local_ranks: int, nnodes: int, elastic: 
     return None
 
 
-def lighthouse_argv(command: Sequence[str], port: int | None, host: str) -> tuple[str, ...]:
+def lighthouse_argv(
+    command: Sequence[str], port: int | None, host: str, expected_replicas: int | None = None
+) -> tuple[str, ...]:
     """torchft's README line (``--min_replicas 1``), with heartbeat and join timeouts short enough
     that the other groups' quorum waits little for a group that is gone or restarting, and a finer
-    quorum tick (config/defaults.py says why each); openclaw's lighthouse takes the same options."""
+    quorum tick (config/defaults.py says why each); openclaw's lighthouse takes the same options, and
+    with ``expected_replicas`` (the K groups; openclaw's only) its first quorum waits for them all, up
+    to the start timeout (run/lighthouse_quorum.py)."""
     shown = FREE_PORT_PLACEHOLDER if port is None else str(port)
     bind = f"[::]:{shown}" if ":" in host else f"0.0.0.0:{shown}"
+    start = () if expected_replicas is None else _start_options(expected_replicas)
     return (
         *command,
         "--min_replicas",
@@ -122,7 +128,12 @@ def lighthouse_argv(command: Sequence[str], port: int | None, host: str) -> tupl
         str(LIGHTHOUSE_HEARTBEAT_TIMEOUT_MS),
         "--bind",
         bind,
+        *start,
     )
+
+
+def _start_options(expected_replicas: int) -> tuple[str, ...]:
+    return ("--expected_replicas", str(expected_replicas), "--start_timeout_ms", str(LIGHTHOUSE_START_TIMEOUT_MS))
 
 
 def plan_replica_groups(
@@ -157,7 +168,7 @@ def plan_replica_groups(
     if manager_port:  # torchft's README line sets one (29512): each group's rank 0 binds it, so group G gets P+G
         cut = tuple(_with_env(p, {MANAGER_PORT_ENV: str(manager_port + g)}) for g, p in enumerate(cut))
     kind, command = lighthouse
-    argv = lighthouse_argv(command, lighthouse_port, plan.master_addr)
+    argv = lighthouse_argv(command, lighthouse_port, plan.master_addr, groups if kind == "openclaw" else None)
     return ReplicaGroupsPlan(plan, LighthousePlan(kind, argv, lighthouse_port, address), cut)
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from openclaw_launch.codec import doc
 
-SCHEMA = "openclaw-replica-groups/1"
+SCHEMA = "openclaw-replica-groups/2"  # /2: lighthouse_kind
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,9 @@ class ReplicaGroupsReport:
     exit_code: int = field(metadata=doc("the launcher's: 0, 128+N after a signal, else the first failed group's"))
     signal_received: str | None = field(metadata=doc("a stopping signal the launcher received"))
     lighthouse: str = field(metadata=doc("TORCHFT_LIGHTHOUSE of every rank"))
+    lighthouse_kind: str = field(
+        metadata=doc("whose lighthouse ran: `openclaw` or `torchft` (`--lighthouse`, config/defaults.py's LIGHTHOUSES)")
+    )
     lighthouse_failed: str | None = field(
         metadata=doc("how the lighthouse ended while groups ran (they were stopped); null: it was stopped at the end")
     )

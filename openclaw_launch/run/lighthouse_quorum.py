@@ -23,11 +23,19 @@ participation, and ignores them from then on (a Manager's replica id carries a f
 so the group's restarted Manager is a new replica), so the next quorum forms without waiting for a
 heartbeat to expire. A replica that has only heartbeated (no quorum request yet) has no port and is
 left to the heartbeat timeout, as under torchft.
+
+One more thing torchft cannot know: how many groups there are (``expected_replicas``, the launcher's
+K). At the job's start a group still importing torch would miss the short join timeout, a quorum
+would form without it and another when it joins, and the others' first steps stall at that change.
+So the first quorum waits until every expected group has a participant or was said gone (a notice
+for its port, even before its Manager asked: it is not waited for), for at most ``start_timeout_s``
+after the first quorum request; then, and after the first quorum, torchft's rule alone (a restarted
+group must not hold the survivors). ``expected_replicas`` 0: torchft's rule from the start.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -48,6 +56,8 @@ class QuorumSettings:
     min_replicas: int
     join_timeout_s: float
     heartbeat_timeout_s: float
+    expected_replicas: int = 0  # the groups the first quorum waits for (0: none, torchft's rule)
+    start_timeout_s: float = 0.0  # at most this long after the first quorum request
 
 
 @dataclass(frozen=True)
@@ -72,6 +82,7 @@ class QuorumState:
     quorum_id: int = 0
     ports: dict[str, str] = field(default_factory=dict)  # replica id -> its group's store port
     gone: set[str] = field(default_factory=set)  # replicas of groups the launcher said gone
+    gone_ports: set[str] = field(default_factory=set)  # the store ports of those groups
 
     def heartbeat(self, replica_id: str, now: float) -> bool:
         """A heartbeat; False (ignored): the replica's group was said gone."""
@@ -90,6 +101,7 @@ class QuorumState:
 
     def group_gone(self, port: str) -> list[str]:
         """The launcher saw the group whose store port is ``port`` die: its replicas leave at once."""
+        self.gone_ports.add(port)
         removed = sorted(r for r, p in self.ports.items() if p == port and r not in self.gone)
         for replica_id in removed:
             self.gone.add(replica_id)
@@ -114,6 +126,13 @@ class QuorumState:
                 candidates = [m for m in candidates if m.replica_id in previous_ids]
             if previous_ids <= joined.keys():
                 return candidates, f"Fast quorum found! {metadata}"
+        first_joined = min((joined_at for joined_at, _ in joined.values()), default=now)
+        starting = self.starting(joined.keys())
+        if starting and now - first_joined < self.settings.start_timeout_s:
+            return None, (
+                f"First quorum not ready, waiting for {starting} of {self.settings.expected_replicas} replica groups "
+                f"still starting (start timeout {self.settings.start_timeout_s:g} s) {metadata}"
+            )
         if len(joined) < self.settings.min_replicas:
             return None, (
                 f"New quorum not ready, only have {len(joined)} participants, need min_replicas "
@@ -124,13 +143,20 @@ class QuorumState:
                 f"New quorum not ready, only have {len(joined)} participants, need at least half of {len(healthy)} "
                 f"healthy workers {metadata}"
             )
-        first_joined = min((joined_at for joined_at, _ in joined.values()), default=now)
         if len(joined) != len(healthy) and now - first_joined < self.settings.join_timeout_s:
             return None, (
                 f"Valid quorum with {len(joined)} participants, waiting for {len(healthy) - len(joined)} healthy but "
                 f"not participating stragglers due to join timeout {metadata}"
             )
         return candidates, f"Valid quorum found {metadata}"
+
+    def starting(self, joined: Iterable[str]) -> int:
+        """Before the first quorum: the expected groups with no participant among ``joined`` that were
+        not said gone (a restarted group's new replica has a gone port: that group counts as gone)."""
+        if self.previous is not None:
+            return 0
+        ports = {self.ports[r] for r in joined} - self.gone_ports
+        return max(self.settings.expected_replicas - len(self.gone_ports) - len(ports), 0)
 
     def tick(self, now: float) -> tuple[Formed | None, str]:
         """torchft's ``_quorum_tick``: the quorum that forms now, if one does (the participants

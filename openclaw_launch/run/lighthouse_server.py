@@ -32,6 +32,7 @@ from typing import Any
 
 import grpc
 
+from openclaw_launch.config.defaults import LIGHTHOUSE_START_TIMEOUT_MS
 from openclaw_launch.plan.replica_groups import LIGHTHOUSE_NOTICES_ENV
 from openclaw_launch.run import lighthouse_proto as pb
 from openclaw_launch.run.lighthouse_quorum import QuorumSettings, QuorumState
@@ -164,15 +165,24 @@ def serve(bind: str, lighthouse: Lighthouse, notices: str | None) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """torchft_lighthouse's options (``--bind``, ``--min_replicas``, ``--join_timeout_ms``,
-    ``--quorum_tick_ms``, ``--heartbeat_timeout_ms``), with its defaults."""
+    ``--quorum_tick_ms``, ``--heartbeat_timeout_ms``), with its defaults, and this lighthouse's own
+    ``--expected_replicas`` and ``--start_timeout_ms`` (the first quorum's wait, run/lighthouse_quorum.py)."""
     parser = argparse.ArgumentParser(prog="python -m openclaw_launch.run.lighthouse_server", description=__doc__)
     parser.add_argument("--bind", default="[::]:29510")
     parser.add_argument("--min_replicas", type=int, required=True)
     parser.add_argument("--join_timeout_ms", type=int, default=60000)
     parser.add_argument("--quorum_tick_ms", type=int, default=100)
     parser.add_argument("--heartbeat_timeout_ms", type=int, default=5000)
+    parser.add_argument("--expected_replicas", type=int, default=0, help="0: torchft's rule from the start")
+    parser.add_argument("--start_timeout_ms", type=int, default=LIGHTHOUSE_START_TIMEOUT_MS)
     args = parser.parse_args(argv)
-    settings = QuorumSettings(args.min_replicas, args.join_timeout_ms / 1000, args.heartbeat_timeout_ms / 1000)
+    settings = QuorumSettings(
+        args.min_replicas,
+        args.join_timeout_ms / 1000,
+        args.heartbeat_timeout_ms / 1000,
+        args.expected_replicas,
+        args.start_timeout_ms / 1000,
+    )
     serve(args.bind, Lighthouse(settings, args.quorum_tick_ms / 1000), os.environ.get(LIGHTHOUSE_NOTICES_ENV))
 
 
