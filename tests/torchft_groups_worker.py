@@ -4,7 +4,10 @@ store at the group's MASTER_PORT), torchft's DDP and Optimizer over gloo on CPU,
 DDP is torchft's PureDistributedDataParallel (its allreduce per gradient, waited in should_commit):
 torchft 0.2.0's DistributedDataParallel waits in its comm hook and asserts (ddp.py ``assert
 fut._fut``) when the peer group dies during that allreduce, so the surviving group crashed too
-(and was restarted by its own launcher) in about half of the kills on the 2-core box.
+(and was restarted by its own launcher) in about half of the kills on the 2-core box. Every
+replica's weights start from one seed, with ``init_sync=False`` (torchft's docstring's advice for
+that case): no heal at step 0, whose HTTP fetch from group 0 loses the race with group 0's next
+``should_commit`` on this tiny model and stalled the first steps 10 s (benchmarks/RESULTS.md).
 
 For the tests and benchmarks/replica_groups.py: ``--mark-dir D`` writes D/pid-gG-rR-aA (its pid,
 once), D/lighthouse (TORCHFT_LIGHTHOUSE), and after every committed step D/step-gG-rR (``STEP
@@ -50,6 +53,7 @@ def main() -> int:
     (marks / "lighthouse").write_text(os.environ["TORCHFT_LIGHTHOUSE"])
     if _arg("--fail-group", "") == str(group):  # a group that cannot start: its launcher's restarts are spent
         return 3
+    torch.manual_seed(0)  # the same weights in every replica group: init_sync=False below
     model = nn.Linear(8, 2)
     optimizer: optim.Optimizer | None = None
 
@@ -69,6 +73,7 @@ def main() -> int:
         state_dict=state_dict,
         replica_id=f"train_ddp_{group}",
         timeout=timedelta(seconds=10),
+        init_sync=False,
     )
     ddp = PureDistributedDataParallel(manager, model)
     optimizer = Optimizer(manager, optim.AdamW(ddp.parameters()))
