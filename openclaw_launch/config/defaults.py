@@ -74,9 +74,9 @@ LIGHTHOUSE_HEARTBEAT_TIMEOUT_MS = 300
 # also one killed, until its heartbeat expires): as long as a heartbeat may be late (torchft's 60 s).
 LIGHTHOUSE_JOIN_TIMEOUT_MS = LIGHTHOUSE_HEARTBEAT_TIMEOUT_MS
 # openclaw's lighthouse only: its first quorum waits for every group the launcher started (``--replica-groups
-# K``) and has not said gone, so that a group still importing torch is not left out at the start (with 3
-# groups that left group 0's first steps stalled 10 s, the workers' gloo timeout, benchmarks/RESULTS.md),
-# for at most this long after the first quorum request, then torchft's rule. Half of a Manager's quorum
+# K``) and has not said gone, so that a group still importing torch is not left out at the start (a
+# quorum without it, then another when it joins: each a reconfiguration for every group), for at most
+# this long after the first quorum request, then torchft's rule. Half of a Manager's quorum
 # timeout (torchft's default 60 s), so that the first group's waiting request does not time out first.
 LIGHTHOUSE_START_TIMEOUT_MS = 30_000
 LIGHTHOUSE_QUORUM_TICK_MS = 20  # a waiting quorum looks again this often (torchft's 100 ms)

@@ -26,7 +26,7 @@ left to the heartbeat timeout, as under torchft.
 
 One more thing torchft cannot know: how many groups there are (``expected_replicas``, the launcher's
 K). At the job's start a group still importing torch would miss the short join timeout, a quorum
-would form without it and another when it joins, and the others' first steps stall at that change.
+would form without it and another when it joins, each a reconfiguration for every group.
 So the first quorum waits until every expected group has a participant or was said gone (a notice
 for its port, even before its Manager asked: it is not waited for), for at most ``start_timeout_s``
 after the first quorum request; then, and after the first quorum, torchft's rule alone (a restarted
