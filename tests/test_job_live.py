@@ -24,19 +24,16 @@ from host import free_port, needs_torch
 from openclaw_launch.agents.tcpstore_client import TCPStoreClient
 from openclaw_launch.stats.collect import PhaseSummary, RankSummary
 from openclaw_launch.stats.job_live import (
-    CATCH_UP_READS,
     LIVE_WINDOWS,
-    STALE_READS,
-    Interval,
-    JobLive,
     JobLiveTarget,
-    StoreClient,
     decode_node,
     encode_node,
     encode_ranks,
     judge,
     node_key,
 )
+from openclaw_launch.stats.job_live_store import StoreClient
+from openclaw_launch.stats.job_live_thread import CATCH_UP_READS, STALE_READS, Interval, JobLive
 from openclaw_launch.stats.judged import Judged
 
 

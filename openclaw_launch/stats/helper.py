@@ -249,7 +249,7 @@ def _serve(
     server = MetricsServer(metrics_socket) if metrics_socket is not None else None
     live = None
     if job_live is not None:  # the store's I/O on a thread of its own: a slow store never delays the link
-        from openclaw_launch.stats.job_live import JobLive
+        from openclaw_launch.stats.job_live_thread import JobLive
 
         def job_line(text: str) -> None:
             link.send(JobLine(text))
@@ -276,7 +276,7 @@ def _serve(
                 case Append(snap=snap) if writer is not None:
                     writer.append(snap)
                 case LiveInterval() if live is not None:
-                    from openclaw_launch.stats.job_live import Interval
+                    from openclaw_launch.stats.job_live_thread import Interval
 
                     live.submit(
                         Interval(message.attempt, message.node, message.node_rank, message.nnodes, message.ranks)
