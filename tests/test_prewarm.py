@@ -19,8 +19,9 @@ from host import free_port, listening
 
 from openclaw_launch.config.prewarm import prewarm_modules
 from openclaw_launch.plan.binding import numactl_argv
-from openclaw_launch.plan.prewarm import NumactlFlags, read_numactl
-from openclaw_launch.run import zygote
+from openclaw_launch.plan.prewarm import NumactlFlags, prewarm_plan, read_numactl
+from openclaw_launch.run import prewarm, zygote
+from openclaw_launch.run.prewarm import Zygote, ZygoteUnusable
 
 ROOT = Path(__file__).resolve().parent.parent
 ZYGOTE_ARGV = "-m openclaw_launch.run.zygote"
@@ -304,3 +305,30 @@ def test_the_zygote_refuses_to_fork_with_a_second_thread() -> None:
         stop.set()
         thread.join()
     assert problem is not None and "threads after its imports" in problem
+
+
+def test_a_zygote_that_does_not_answer_in_time_is_killed_so_it_never_forks_the_worker_late(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The launcher spawns that worker directly: a stalled zygote that served the request later
+    would fork a second one beside it."""
+    script = tmp_path / "nothing.py"
+    script.write_text("")
+    plan = prewarm_plan(("json",), "script", (sys.executable, "-u", str(script)))
+    said: list[str] = []
+    server = Zygote.start(plan, dict(os.environ), said.append)
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        assert server.spawn(plan.entry, dict(os.environ), null, null, None) > 0  # it serves
+        os.kill(server.pid, signal.SIGSTOP)  # then stalls with the next request unread
+        monkeypatch.setattr(prewarm, "ANSWER_TIMEOUT_S", 0.5)
+        with pytest.raises(ZygoteUnusable, match="did not answer within 0.5 s"):
+            server.spawn(plan.entry, dict(os.environ), null, null, None)
+        wait_for(lambda: not _alive(server.pid), "the stalled zygote was left alive")
+        _, status = os.waitpid(server.pid, 0)
+        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, status
+        server.died(status)
+    finally:
+        os.close(null)
+        server.close()  # nothing left if an assertion failed first: a zygote not collected is SIGKILLed
+    assert len(said) == 1 and "did not answer within 0.5 s" in said[0], said

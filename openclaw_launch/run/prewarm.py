@@ -126,7 +126,11 @@ class Zygote:
             self._link.sendall(data[sent:])  # a signal may cut a large request short
         except OSError as exc:
             raise self._unusable(f"the zygote is gone ({exc.strerror or exc})") from None
-        answer = self._answer(ANSWER_TIMEOUT_S)
+        try:
+            answer = self._answer(ANSWER_TIMEOUT_S)
+        except ZygoteUnusable:
+            self._stop()
+            raise
         if answer.get("pid") is None:
             raise self._unusable(str(answer.get("problem")))
         return int(answer["pid"])
@@ -154,6 +158,14 @@ class Zygote:
             self._proc.kill()
             self._proc.wait()
         self._link.close()
+
+    def _stop(self) -> None:
+        """SIGKILL a zygote that did not answer a request in time: the caller spawns that worker
+        directly, and a zygote that went on to serve the request late would fork a second one beside
+        it. The supervisor collects it (``died``); its link closes in ``close``."""
+        if not self._reaped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
 
     def _await_ready(self) -> None:
         answer = self._answer(READY_TIMEOUT_S)
