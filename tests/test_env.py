@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import re
 
-from openclaw_launch.config.model import Runtime
+from openclaw_launch.config.model import Config, NodeSpec, Runtime
+from openclaw_launch.plan.build import build_plan
 from openclaw_launch.plan.context import run_context
 from openclaw_launch.plan.env import JobEnv, RankSlot, common_user_env, overridden_user_vars, rank_env, visible_devices
+from openclaw_launch.plan.model import Entry, PlanOptions
 from openclaw_launch.telemetry import wire
+from openclaw_launch.topology.model import Topology
 
 RUN_DIR = run_context("r1", "/tmp", 42, log_dir="/logs").run_dir
 
@@ -147,3 +150,20 @@ def test_the_runs_channels_are_in_the_plan() -> None:
     assert env["CUDA_MPS_LOG_DIRECTORY"] == "/tmp/openclaw-r1-42/mps/log"
     api = rank_env(job(telemetry_socket="/s", telemetry_mode="api"), gpu_slot())
     assert api[wire.HOOKS_ENV] == "0" and "TORCH_FR_BUFFER_SIZE" not in api
+
+
+def test_every_rank_flushes_its_steps_as_often_as_the_stats_interval_needs() -> None:
+    """--stats-interval-s reaches every rank as its recorder's flush interval (the rule's own cases:
+    test_telemetry_worker.py); the default cadence keeps 0.5 s; no telemetry, no variable."""
+    cfg = Config(nodes=(NodeSpec(name="cpu", cpu_workers=2),), runtime=Runtime(), source="test.yaml")
+    topo = Topology(numa_nodes={0: (0, 1)}, allowed_cpus=(0, 1), source="test:tiny")
+    context = run_context("r", "/tmp", None)
+
+    def flushes(**opts: object) -> list[str | None]:
+        options = PlanOptions(entry=Entry("script", "train.py"), **opts)  # type: ignore[arg-type]
+        return [r.env.get(wire.FLUSH_ENV) for r in build_plan(cfg, topo, context, options).ranks]
+
+    assert flushes(telemetry_mode="hooks") == ["0.5", "0.5"]
+    assert flushes(telemetry_mode="hooks", stats_interval_s=0.5) == ["0.125", "0.125"]
+    assert flushes(telemetry_mode="api", stats_interval_s=1.0) == ["0.25", "0.25"]
+    assert flushes(telemetry_mode="off", stats_interval_s=0.5) == [None, None]

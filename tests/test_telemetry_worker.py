@@ -79,6 +79,46 @@ def test_a_phase_across_a_step_boundary_is_split(inbox) -> None:  # type: ignore
     assert [p for _, p in batch.steps[1:]] == [pytest.approx({"compute": 0.003}), pytest.approx({"compute": 0.002})]
 
 
+def test_the_flush_interval_follows_the_stats_interval() -> None:
+    """A quarter of the live interval, 0.5 s at most (the default cadence keeps it), 0.05 s at least;
+    the worker takes only what the plan could have set, else 0.5 s."""
+    assert [wire.flush_interval_s(s) for s in (None, 0, 10.0, 2.0, 1.0, 0.5, 0.1, 0.01)] == [
+        0.5, 0.5, 0.5, 0.5, 0.25, 0.125, 0.05, 0.05
+    ]  # fmt: skip
+    assert [wire.flush_interval_from_env(v) for v in (None, "", "x", "0", "-1", "nan", "inf", "5")] == [0.5] * 8
+    planned = str(wire.flush_interval_s(0.5))  # as the plan writes it
+    assert wire.flush_interval_from_env("0.125") == 0.125 == wire.flush_interval_from_env(planned)
+
+
+@pytest.mark.parametrize(("env_value", "steps_per_batch"), [("0.125", [1] * 9), (None, [3, 3, 3]), ("bad", [3, 3, 3])])
+def test_the_recorder_flushes_as_often_as_its_environment_says(  # type: ignore[no-untyped-def]
+    inbox, monkeypatch: pytest.MonkeyPatch, env_value: str | None, steps_per_batch: list[int]
+) -> None:
+    """Steps 0.2 s apart on a fake clock: with the 0.5 s interval's flush (0.125 s) every step goes out
+    at once; by default (or with a bad value) a batch goes out every 0.6 s, three steps at a time."""
+    path, sock = inbox
+    if env_value is None:
+        monkeypatch.delenv(wire.FLUSH_ENV, raising=False)
+    else:
+        monkeypatch.setenv(wire.FLUSH_ENV, env_value)
+    clock = FakeClock()
+    rec = recorder.Recorder(path, rank=0, clock=clock)
+    for k in range(1, 10):
+        clock.now = k * 0.2
+        rec.step("api")
+    sock.setblocking(False)
+    sizes = []
+    while True:
+        try:
+            batch = wire_check.decode(sock.recv(65536))
+        except BlockingIOError:
+            break
+        assert batch is not None
+        sizes.append(len(batch.steps))
+    rec.close()
+    assert sizes == steps_per_batch
+
+
 def test_a_gone_launcher_costs_nothing(tmp_path: Path) -> None:
     rec = recorder.Recorder(str(tmp_path / "nobody.sock"), rank=0)
     for _ in range(3):

@@ -108,6 +108,7 @@ def world_planner(
             at_run=True,
             telemetry_mode=r.telemetry,
             hang_timeout_s=r.hang_timeout_s,
+            stats_interval_s=r.stats_interval_s,
             arrival=None if by_config else (world.node_rank, world.master_port),
             elastic=job.spec,
             world_nodes=world.nnodes,

@@ -83,6 +83,7 @@ def run(c: Common, r: RunOptions) -> None:
             at_run=not r.dry_run,
             telemetry_mode=r.telemetry,
             hang_timeout_s=r.hang_timeout_s,
+            stats_interval_s=r.stats_interval_s,
             arrival=(elastic[0].node_rank, elastic[0].master_port) if elastic else _rank_port(arrival),
             elastic=job.spec if job else None,
             world_nodes=elastic[0].nnodes if elastic else None,
@@ -176,7 +177,13 @@ def _early_zygote(c: Common, inputs: Inputs, r: RunOptions, job: ElasticJob) -> 
         return None
     try:
         shown, _ = plan_and_config(
-            c, inputs, at_run=False, telemetry_mode=r.telemetry, hang_timeout_s=r.hang_timeout_s, elastic=job.spec
+            c,
+            inputs,
+            at_run=False,
+            telemetry_mode=r.telemetry,
+            hang_timeout_s=r.hang_timeout_s,
+            stats_interval_s=r.stats_interval_s,
+            elastic=job.spec,
         )
     except (OpenclawError, click.UsageError):
         return None

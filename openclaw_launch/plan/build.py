@@ -33,6 +33,7 @@ from openclaw_launch.plan.model import Entry, LaunchPlan, MpsPlan, PlanOptions, 
 from openclaw_launch.plan.nics import plan_nics
 from openclaw_launch.plan.parallel import ParallelLayout, layout_warnings, plan_parallel
 from openclaw_launch.plan.prewarm import prewarm_plan
+from openclaw_launch.telemetry import wire
 from openclaw_launch.topology.model import GpuInfo, Topology
 from openclaw_launch.topology.nic import NicChoice
 
@@ -90,6 +91,7 @@ def build_plan(config: Config, topology: Topology, context: RunContext, options:
         telemetry_socket=socket,
         telemetry_mode=options.telemetry_mode,
         hang_detection=bool(hang_timeout_s) and socket is not None,
+        flush_interval_s=wire.flush_interval_s(options.stats_interval_s),
         mps=mps is not None,
         parallel=layout,
     )

@@ -87,6 +87,7 @@ class JobEnv:
     telemetry_socket: str | None = None  # per-step statistics go here (telemetry.wire); None = off
     telemetry_mode: str = "hooks"  # wire.TELEMETRY_MODES
     hang_detection: bool = False  # progress datagrams and a stack file per rank (stats/hang.py)
+    flush_interval_s: float = wire.FLUSH_INTERVAL_S  # wire.flush_interval_s(--stats-interval-s)
     mps: bool = False  # the ranks are clients of this launcher's private MPS daemon
     parallel: ParallelLayout | None = None  # TP/PP/DP groups: coordinates and the groups file
 
@@ -189,6 +190,7 @@ def _telemetry_env(job: JobEnv, slot: RankSlot) -> dict[str, str]:
         wire.SOCKET_ENV: job.telemetry_socket,
         wire.SLOT_ENV: str(slot.local_rank),
         wire.TOKEN_ENV: job.run_dir.token,
+        wire.FLUSH_ENV: str(job.flush_interval_s),  # the live verdict sees steps at most this late
     }
     if job.telemetry_mode == "api":
         env[wire.HOOKS_ENV] = "0"

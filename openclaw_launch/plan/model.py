@@ -56,6 +56,7 @@ class PlanOptions:
     strictness: str | None = None  # CLI override of runtime.strictness
     telemetry_mode: str = "off"  # wire.TELEMETRY_MODES; "off" = no socket, no bootstrap (the CLI's default: hooks)
     hang_timeout_s: float | None = None  # --hang-timeout-s; None = the config's runtime.hang_timeout_s
+    stats_interval_s: float | None = None  # --stats-interval-s (None: the default cadence): the workers' flush
     role: str = "default"  # ROLE_NAME (torchrun's --role)
     signals_to_handle: str = ",".join(HANDLED_SIGNALS)  # TORCHELASTIC_SIGNALS_TO_HANDLE
     virtual_local_rank: bool = False  # torchrun's --virtual-local-rank: LOCAL_RANK=0, only its own GPU

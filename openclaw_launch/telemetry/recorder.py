@@ -36,7 +36,6 @@ import openclaw_launch.telemetry.wire as wire
 from openclaw_launch.telemetry.sigterm_flush import SigtermFlush
 from openclaw_launch.telemetry.torch_state import default_group_backend, read_last_collectives
 
-FLUSH_INTERVAL_S = 0.5  # a batch goes out at least this often while steps happen
 DUMP_SIGNAL: int | None = None  # set by the bootstrap once its faulthandler listens for it
 STALL_S = 2.0  # no step this long: the progress thread reads the flight recorder (then every STALL_S)
 # Sent at once when entered: the call may hold the GIL while it waits (init_process_group's store),
@@ -51,6 +50,8 @@ class Recorder:
     def __init__(self, socket_path: str, rank: int, clock: Callable[[], float] = time.perf_counter) -> None:
         self._path = socket_path
         self._token = os.environ.get(wire.TOKEN_ENV, "").encode()  # in front of every datagram
+        # A batch goes out at least this often while steps happen (the plan's, from --stats-interval-s)
+        self.flush_interval_s = wire.flush_interval_from_env(os.environ.get(wire.FLUSH_ENV))
         self._clock = clock
         self._thread = threading.get_ident()
         self._sock: socket.socket | None = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -125,7 +126,7 @@ class Recorder:
             self._batch.gpu_busy.extend(self.on_step(self._boundaries + 1))
         if self._boundaries == 1 and self._progress_on:  # arms the launcher's hang watch at once: a rank
             self._send_progress()  # that freezes right after (holding the GIL) sends nothing more
-        if now - self._last_flush >= FLUSH_INTERVAL_S or len(self._batch.steps) >= wire.MAX_BATCH_STEPS:
+        if now - self._last_flush >= self.flush_interval_s or len(self._batch.steps) >= wire.MAX_BATCH_STEPS:
             self.flush()
 
     def _begin(self, now: float) -> None:
@@ -280,7 +281,7 @@ class Recorder:
             try:
                 now = self._clock()
                 last = self._last_step
-                if last is not None and now - last >= FLUSH_INTERVAL_S and self._batch.steps:
+                if last is not None and now - last >= self.flush_interval_s and self._batch.steps:
                     self.flush()  # the rank stopped stepping: its last steps go out now
                 if last is not None and now - last >= STALL_S and now - probed >= STALL_S:
                     probed = now

@@ -26,6 +26,39 @@ TOKEN_ENV = "OPENCLAW_TELEMETRY_TOKEN"
 PROGRESS_ENV = "OPENCLAW_PROGRESS_INTERVAL_S"
 STACKS_ENV = "OPENCLAW_STACKS_FILE"
 PROGRESS_INTERVAL_S = 0.5  # PROGRESS_ENV's value: how often a worker's progress thread looks for news
+# How often a worker sends its batch of steps while steps happen, in seconds: the plan sets it from
+# --stats-interval-s (``flush_interval_s``), the recorder reads it once.
+FLUSH_ENV = "OPENCLAW_TELEMETRY_FLUSH_S"
+FLUSH_INTERVAL_S = 0.5  # the default live cadence's (and --stats-interval-s 2 s and up's) flush
+MIN_FLUSH_INTERVAL_S = 0.05  # at most 20 batches a second per rank, whatever the interval
+FLUSH_PER_STATS_INTERVAL = 4  # batches per live interval, at least
+
+
+def flush_interval_s(stats_interval_s: float | None) -> float:
+    """A worker's flush interval for the launcher's --stats-interval-s (None: the default cadence,
+    0: no live line): a quarter of the interval, at most FLUSH_INTERVAL_S, at least MIN_FLUSH_INTERVAL_S.
+
+    The live verdict (and --on-straggler exclude) judges each interval on the steps that arrived by
+    its tick, so a step waits up to one flush before it counts: a quarter of the interval keeps that
+    under 25 % of it (0.125 s at 0.5 s, where 0.5 s was a whole interval). Intervals of 2 s and up and
+    the default cadence (10 s and more) keep 0.5 s: the verdict gains nothing and the launcher reads no
+    more datagrams. The floor bounds the datagram rate (20/s per rank) for tiny intervals; a batch
+    still goes out at MAX_BATCH_STEPS steps, so it stays small either way."""
+    if not stats_interval_s:
+        return FLUSH_INTERVAL_S
+    return max(MIN_FLUSH_INTERVAL_S, min(FLUSH_INTERVAL_S, stats_interval_s / FLUSH_PER_STATS_INTERVAL))
+
+
+def flush_interval_from_env(value: str | None) -> float:
+    """FLUSH_ENV's value as the recorder uses it: FLUSH_INTERVAL_S when unset or not a number the
+    plan could have set (a worker started by hand or an older launcher keeps today's flush)."""
+    try:
+        seconds = float(value or "")
+    except ValueError:
+        return FLUSH_INTERVAL_S
+    return seconds if MIN_FLUSH_INTERVAL_S <= seconds <= FLUSH_INTERVAL_S else FLUSH_INTERVAL_S
+
+
 # --telemetry levels: full = hooks + NCCL's flight recorder (the GPU wait signal), hooks = zero-code
 # hooks only, api = only telemetry.step()/section(), off = no statistics at all.
 TELEMETRY_MODES = ("full", "hooks", "api", "off")
