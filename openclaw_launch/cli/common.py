@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn, cast
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 import click
 
@@ -32,6 +32,9 @@ from openclaw_launch.plan.context import RUN_ID_PLACEHOLDER, RunContext, free_po
 from openclaw_launch.plan.env import worker_python
 from openclaw_launch.plan.model import ElasticRange, Entry, EntryKind, LaunchPlan, PlanOptions
 from openclaw_launch.topology.model import Topology
+
+if TYPE_CHECKING:
+    from openclaw_launch.cli.run_options import RunOptions
 
 
 def fail(err: OpenclawError) -> NoReturn:
@@ -104,9 +107,7 @@ def plan_and_config(
     inputs: Inputs,
     *,
     at_run: bool,
-    telemetry_mode: str = "off",
-    hang_timeout_s: float | None = None,
-    stats_interval_s: float | None = None,
+    run: RunOptions | None = None,
     arrival: tuple[int, int] | None = None,
     elastic: ElasticSpec | None = None,
     world_nodes: int | None = None,
@@ -116,12 +117,14 @@ def plan_and_config(
     """The plan for the command line (``--config``, or this host as torchrun would see it), built
     with the command's one ``RunContext`` from its ``inputs``. ``at_run``: a launcher that will start
     it (``run``, ``preflight``), else what ``plan`` and ``run --dry-run`` show, with the placeholders
-    of docs/plan-format.md for what only a running launcher knows. ``arrival``: node ranks by arrival
-    (c10d without ``--node-rank``), the (node rank, MASTER_PORT) this launcher's rendezvous gave;
-    None there: node rank 0's plan, with ``NODE_RANK_PLACEHOLDER``'s warning. ``elastic``: an elastic
-    job's node range, which its plan carries (one world's plan). One of its worlds: ``world_nodes``
-    nodes (with ``--config``: the config's ``world_names``, in node-rank order), and the ``context``
-    of its first plan (the run id and directory stay)."""
+    of docs/plan-format.md for what only a running launcher knows. ``run``: the ``run`` options that
+    change what a rank runs (``--telemetry``, ``--hang-timeout-s``, ``--stats-interval-s``); None: no
+    telemetry (preflight's probe). ``arrival``: node ranks by arrival (c10d without ``--node-rank``),
+    the (node rank, MASTER_PORT) this launcher's rendezvous gave; None there: node rank 0's plan, with
+    ``NODE_RANK_PLACEHOLDER``'s warning. ``elastic``: an elastic job's node range, which its plan
+    carries (one world's plan). One of its worlds: ``world_nodes`` nodes (with ``--config``: the
+    config's ``world_names``, in node-rank order), and the ``context`` of its first plan (the run id
+    and directory stay)."""
     want = inputs.want
     if want.by_arrival and at_run and arrival is None:  # preflight: its probe has no rendezvous
         raise click.UsageError(
@@ -165,9 +168,9 @@ def plan_and_config(
         max_restarts=c.tr.max_restarts,
         numactl=shutil.which("numactl"),
         strictness=c.strictness,
-        telemetry_mode=telemetry_mode,
-        hang_timeout_s=hang_timeout_s,
-        stats_interval_s=stats_interval_s,
+        telemetry_mode=run.telemetry if run else "off",
+        hang_timeout_s=run.hang_timeout_s if run else None,
+        stats_interval_s=run.stats_interval_s if run else None,
         role=c.tr.role,
         signals_to_handle=",".join(want.signals),
         virtual_local_rank=c.tr.virtual_local_rank,

@@ -81,9 +81,7 @@ def run(c: Common, r: RunOptions) -> None:
             c,
             inputs,
             at_run=not r.dry_run,
-            telemetry_mode=r.telemetry,
-            hang_timeout_s=r.hang_timeout_s,
-            stats_interval_s=r.stats_interval_s,
+            run=r,
             arrival=(elastic[0].node_rank, elastic[0].master_port) if elastic else _rank_port(arrival),
             elastic=job.spec if job else None,
             world_nodes=elastic[0].nnodes if elastic else None,
@@ -180,9 +178,7 @@ def _early_zygote(c: Common, inputs: Inputs, r: RunOptions, job: ElasticJob) -> 
             c,
             inputs,
             at_run=False,
-            telemetry_mode=r.telemetry,
-            hang_timeout_s=r.hang_timeout_s,
-            stats_interval_s=r.stats_interval_s,
+            run=r,
             elastic=job.spec,
         )
     except (OpenclawError, click.UsageError):

@@ -1,8 +1,9 @@
 """The options of ``run``, defined once: ``run`` and ``plan`` both take every one of them, so a
 ``run`` command line planned with ``plan`` shows exactly what it would execute (one ``RunOptions``).
 
-Only ``--telemetry`` and ``--hang-timeout-s`` change what a rank runs; ``plan`` checks the others
-as ``run --dry-run`` does (a bad value is exit 2 in both) and has no use for them.
+Only ``--telemetry``, ``--hang-timeout-s`` and ``--stats-interval-s`` (the workers' flush interval)
+change what a rank runs; ``plan`` checks the others as ``run --dry-run`` does (a bad value is exit 2
+in both) and has no use for them.
 """
 
 from __future__ import annotations

@@ -71,9 +71,7 @@ def plan(c: Common, r: RunOptions, as_json: bool, suggest_parallel: bool) -> Non
             c,
             inputs,
             at_run=False,
-            telemetry_mode=r.telemetry,
-            hang_timeout_s=r.hang_timeout_s,
-            stats_interval_s=r.stats_interval_s,
+            run=r,
             elastic=elastic.spec if elastic else None,
         )
         startup_timeout_s(r, config.runtime.startup_timeout_s, launch_plan.hang_timeout_s)  # exit 2 as run
